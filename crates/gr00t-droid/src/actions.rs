@@ -1,0 +1,1 @@
+//! Action decoding: un-normalisation and relative → absolute conversion.

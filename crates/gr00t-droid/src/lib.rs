@@ -1,0 +1,10 @@
+//! DROID embodiment for GR00T N1.7 (`oxe_droid_relative_eef_relative_joint`): the HTTP request
+//! and response types with validation, image/prompt/state pre-processing into [`ModelInputs`],
+//! and decoding of the model's normalised action chunk into physical actions.
+//!
+//! [`ModelInputs`]: gr00t_model::ModelInputs
+
+pub mod actions;
+pub mod image;
+pub mod prompt;
+pub mod state;

@@ -1,0 +1,1 @@
+//! Prompt: instruction formalisation, chat layout, tokenisation and image-pad expansion.

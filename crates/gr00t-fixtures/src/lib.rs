@@ -1,0 +1,192 @@
+//! Test support for gr00t-rs: where the bundled golden fixtures live, how to load their taps,
+//! and the comparison metrics the parity gates use.
+
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// The four golden cases produced by NVIDIA's reference code.
+pub const CASES: [&str; 4] = ["case0", "case1", "case2", "case3"];
+
+/// Root of the project (the workspace directory).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `tests/fixtures/gr00t_n17_tiny` inside the repository.
+pub fn tiny_dir() -> PathBuf {
+    repo_root().join("tests/fixtures/gr00t_n17_tiny")
+}
+
+/// The tiny checkpoint folder.
+pub fn tiny_checkpoint() -> PathBuf {
+    tiny_dir().join("checkpoint")
+}
+
+/// A case folder, e.g. `case_dir("case0")`.
+pub fn case_dir(case: &str) -> PathBuf {
+    tiny_dir().join(case)
+}
+
+/// The bundled Qwen3 tokenizer.
+pub fn tokenizer_path() -> PathBuf {
+    repo_root().join("assets/tokenizer/qwen3/tokenizer.json")
+}
+
+/// The recorded tensors of one case.
+pub struct Taps {
+    tensors: HashMap<String, Tensor>,
+}
+
+impl Taps {
+    /// Loads `taps.safetensors` of a case.
+    pub fn load(case: &str) -> Taps {
+        let path = case_dir(case).join("taps.safetensors");
+        let tensors = candle_core::safetensors::load(&path, &Device::Cpu)
+            .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()));
+        Taps { tensors }
+    }
+
+    /// Whether a tap exists in this case (some taps exist only in case0/case3).
+    pub fn has(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// A tap as a tensor in its stored dtype.
+    pub fn get(&self, name: &str) -> Tensor {
+        self.tensors
+            .get(name)
+            .unwrap_or_else(|| panic!("tap {name} missing"))
+            .clone()
+    }
+
+    /// A float tap flattened to f32.
+    pub fn f32s(&self, name: &str) -> Vec<f32> {
+        flat_f32(&self.get(name))
+    }
+
+    /// An integer tap flattened to i64.
+    pub fn i64s(&self, name: &str) -> Vec<i64> {
+        let t = self.get(name);
+        t.to_dtype(DType::I64)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<i64>())
+            .unwrap_or_else(|e| panic!("tap {name}: {e}"))
+    }
+
+    /// A u8 tap flattened.
+    pub fn u8s(&self, name: &str) -> Vec<u8> {
+        let t = self.get(name);
+        t.flatten_all()
+            .and_then(|t| t.to_vec1::<u8>())
+            .unwrap_or_else(|e| panic!("tap {name}: {e}"))
+    }
+
+    /// The shape of a tap.
+    pub fn dims(&self, name: &str) -> Vec<usize> {
+        self.get(name).dims().to_vec()
+    }
+}
+
+/// The 40×132 noise of seed `seed` from `noise_seeds.safetensors`.
+pub fn noise_seed(seed: u64) -> Vec<f32> {
+    let path = tiny_dir().join("noise_seeds.safetensors");
+    let all = candle_core::safetensors::load(&path, &Device::Cpu).expect("noise_seeds");
+    flat_f32(&all[&format!("seed_{seed}")])
+}
+
+/// The seeds stored in `noise_seeds.safetensors`.
+pub fn noise_seeds() -> Vec<u64> {
+    let path = tiny_dir().join("noise_seeds.safetensors");
+    let all = candle_core::safetensors::load(&path, &Device::Cpu).expect("noise_seeds");
+    let mut seeds: Vec<u64> = all
+        .keys()
+        .filter_map(|k| k.strip_prefix("seed_")?.parse().ok())
+        .collect();
+    seeds.sort();
+    seeds
+}
+
+/// A case's `case_info.json`.
+pub fn case_info(case: &str) -> serde_json::Value {
+    let path = case_dir(case).join("case_info.json");
+    serde_json::from_slice(&std::fs::read(&path).expect("case_info")).expect("case_info json")
+}
+
+/// A case's `request.json` as text.
+pub fn request_json(case: &str) -> String {
+    std::fs::read_to_string(case_dir(case).join("request.json")).expect("request.json")
+}
+
+/// Any tensor flattened to f32.
+pub fn flat_f32(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32)
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1::<f32>())
+        .expect("tensor to f32")
+}
+
+/// Pearson correlation of two equally long series (computed in f64).
+pub fn pearson(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "pearson: length mismatch");
+    let n = a.len() as f64;
+    let ma = a.iter().map(|&x| x as f64).sum::<f64>() / n;
+    let mb = b.iter().map(|&x| x as f64).sum::<f64>() / n;
+    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
+    for (&x, &y) in a.iter().zip(b) {
+        let (dx, dy) = (x as f64 - ma, y as f64 - mb);
+        sab += dx * dy;
+        saa += dx * dx;
+        sbb += dy * dy;
+    }
+    if saa == 0.0 && sbb == 0.0 {
+        return 1.0;
+    }
+    sab / (saa.sqrt() * sbb.sqrt())
+}
+
+/// Largest absolute difference.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "max_abs_diff: length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Largest absolute value.
+pub fn max_abs(a: &[f32]) -> f32 {
+    a.iter().map(|x| x.abs()).fold(0.0, f32::max)
+}
+
+/// The network gate of the fixtures: Pearson r ≥ `min_r` and max |Δ| ≤ `rel`·max|ref|.
+pub fn assert_tap_close(name: &str, ours: &[f32], reference: &[f32], min_r: f64, rel: f32) {
+    assert_eq!(ours.len(), reference.len(), "{name}: length mismatch");
+    assert!(ours.iter().all(|x| x.is_finite()), "{name}: non-finite output");
+    let r = pearson(ours, reference);
+    let d = max_abs_diff(ours, reference);
+    let lim = rel * max_abs(reference);
+    assert!(
+        r >= min_r && d <= lim,
+        "{name}: pearson {r:.8} (need ≥ {min_r}), max|Δ| {d:.3e} (limit {lim:.3e})"
+    );
+}
+
+/// Elementwise absolute tolerance.
+pub fn assert_abs_close(name: &str, ours: &[f32], reference: &[f32], tol: f32) {
+    let d = max_abs_diff(ours, reference);
+    assert!(d <= tol, "{name}: max|Δ| {d:.3e} > {tol:.1e}");
+}
+
+/// Difference in units in the last place between two f32 values (same sign assumed near zero).
+pub fn ulp_diff(a: f32, b: f32) -> u32 {
+    fn key(x: f32) -> i64 {
+        let bits = x.to_bits() as i32 as i64;
+        if bits < 0 {
+            i32::MIN as i64 - bits
+        } else {
+            bits
+        }
+    }
+    (key(a) - key(b)).unsigned_abs() as u32
+}

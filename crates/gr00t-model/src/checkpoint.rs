@@ -1,0 +1,457 @@
+//! A GR00T N1.7 checkpoint folder: configs, normalisation statistics, embodiment table and the
+//! memory-mapped weights. Every missing or malformed file is reported with its path.
+
+use crate::config::{BackboneConfig, Gr00tConfig, ImageProcessorConfig};
+use crate::error::{Error, Result};
+use candle_core::{DType, Device};
+use candle_nn::VarBuilder;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Name of the single-file weights.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+/// Name of the shard index.
+pub const WEIGHTS_INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// A loaded checkpoint (configs parsed, weight files located and their headers checked).
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    /// The folder.
+    pub dir: PathBuf,
+    /// `config.json`.
+    pub config: Gr00tConfig,
+    /// Backbone architecture: `backbone/config.json` when present, else the built-in 2B values.
+    pub backbone: BackboneConfig,
+    /// Qwen image processor settings: `backbone/preprocessor_config.json` or built in.
+    pub image_processor: ImageProcessorConfig,
+    /// `processor_config.json` (`processor_kwargs`).
+    pub processor: ProcessorConfig,
+    /// `statistics.json`.
+    pub statistics: Statistics,
+    /// `embodiment_id.json`: tag → projector index.
+    pub embodiment_ids: BTreeMap<String, usize>,
+    /// The safetensors files holding the weights.
+    pub weight_files: Vec<PathBuf>,
+    /// Storage dtype of each tensor, by name.
+    pub tensor_dtypes: BTreeMap<String, DType>,
+}
+
+impl Checkpoint {
+    /// Opens a checkpoint folder and validates every file inference needs.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Checkpoint> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            return Err(Error::file(&dir, "checkpoint folder does not exist"));
+        }
+        let config: Gr00tConfig = read_json(&dir.join("config.json"))?;
+        if config.model_type != "Gr00tN1d7" {
+            return Err(Error::file(
+                dir.join("config.json"),
+                format!(
+                    "model_type is {:?}, expected \"Gr00tN1d7\"",
+                    config.model_type
+                ),
+            ));
+        }
+        let backbone_cfg = dir.join("backbone/config.json");
+        let backbone = if backbone_cfg.is_file() {
+            read_json(&backbone_cfg)?
+        } else {
+            BackboneConfig::default()
+        };
+        let pre_cfg = dir.join("backbone/preprocessor_config.json");
+        let image_processor = if pre_cfg.is_file() {
+            read_json(&pre_cfg)?
+        } else {
+            ImageProcessorConfig::default()
+        };
+        // Upstream falls back to a `processor/` subfolder.
+        let mut proc_path = dir.join("processor_config.json");
+        if !proc_path.is_file() && dir.join("processor/processor_config.json").is_file() {
+            proc_path = dir.join("processor/processor_config.json");
+        }
+        let proc_dir = proc_path.parent().unwrap_or(&dir).to_path_buf();
+        let processor: ProcessorFile = read_json(&proc_path)?;
+        let statistics = Statistics::from_file(&pick(&dir, &proc_dir, "statistics.json"))?;
+        let embodiment_ids = read_json(&pick(&dir, &proc_dir, "embodiment_id.json"))?;
+        let weight_files = locate_weights(&dir)?;
+        let tensor_dtypes = read_tensor_dtypes(&weight_files)?;
+        let ckpt = Checkpoint {
+            dir,
+            config,
+            backbone,
+            image_processor,
+            processor: processor.processor_kwargs,
+            statistics,
+            embodiment_ids,
+            weight_files,
+            tensor_dtypes,
+        };
+        ckpt.check_consistency()?;
+        Ok(ckpt)
+    }
+
+    /// A VarBuilder over the memory-mapped weights; each tensor is converted to `dtype` once,
+    /// when the network asks for it, so unused tensors (lm_head, final norm) never load.
+    pub fn var_builder(&self, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {
+        // SAFETY: the files are mapped read-only and not modified while the process runs.
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&self.weight_files, dtype, device) }
+            .map_err(|e| Error::file(&self.weight_files[0], format!("cannot map weights: {e}")))?;
+        Ok(vb)
+    }
+
+    /// The projector index of an embodiment tag.
+    pub fn embodiment_id(&self, tag: &str) -> Result<usize> {
+        self.embodiment_ids.get(tag).copied().ok_or_else(|| {
+            Error::file(
+                self.dir.join("embodiment_id.json"),
+                format!("no entry for embodiment tag {tag:?}"),
+            )
+        })
+    }
+
+    /// Whether the weights are the synthetic ones of `gr00t synth-checkpoint`.
+    pub fn is_synthetic(&self) -> bool {
+        self.config.synthetic_weights
+    }
+
+    fn check_consistency(&self) -> Result<()> {
+        let cfg = &self.config;
+        let wfile = &self.weight_files[0];
+        let need = [
+            "action_head.state_encoder.layer1.W",
+            "action_head.position_embedding.weight",
+            "backbone.model.model.visual.patch_embed.proj.weight",
+            "backbone.model.model.language_model.embed_tokens.weight",
+        ];
+        for name in need {
+            if !self.tensor_dtypes.contains_key(name) {
+                return Err(Error::file(wfile, format!("tensor {name} is missing")));
+            }
+        }
+        for l in 0..cfg.select_layer {
+            let name = format!("backbone.model.model.language_model.layers.{l}.mlp.down_proj.weight");
+            if !self.tensor_dtypes.contains_key(&name) {
+                return Err(Error::file(
+                    wfile,
+                    format!(
+                        "select_layer is {} but LLM layer {l} is missing ({name})",
+                        cfg.select_layer
+                    ),
+                ));
+            }
+        }
+        if cfg.backbone_embedding_dim != self.backbone.text_config.hidden_size {
+            return Err(Error::file(
+                self.dir.join("config.json"),
+                format!(
+                    "backbone_embedding_dim {} differs from the backbone hidden size {}",
+                    cfg.backbone_embedding_dim, self.backbone.text_config.hidden_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn pick(dir: &Path, proc_dir: &Path, name: &str) -> PathBuf {
+    let p = proc_dir.join(name);
+    if p.is_file() {
+        p
+    } else {
+        dir.join(name)
+    }
+}
+
+/// Reads and parses a JSON file, naming the file in any error.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    let bytes = std::fs::read(path).map_err(|e| Error::file(path, format!("cannot read: {e}")))?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::file(path, format!("malformed JSON: {e}")))
+}
+
+fn locate_weights(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join(WEIGHTS_INDEX_FILE);
+    if index.is_file() {
+        #[derive(Deserialize)]
+        struct Index {
+            weight_map: BTreeMap<String, String>,
+        }
+        let idx: Index = read_json(&index)?;
+        let mut files: Vec<String> = idx.weight_map.into_values().collect();
+        files.sort();
+        files.dedup();
+        if files.is_empty() {
+            return Err(Error::file(&index, "weight_map is empty"));
+        }
+        let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
+        for p in &paths {
+            if !p.is_file() {
+                return Err(Error::file(p, format!("shard listed in {WEIGHTS_INDEX_FILE} is missing")));
+            }
+        }
+        return Ok(paths);
+    }
+    let single = dir.join(WEIGHTS_FILE);
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    Err(Error::file(
+        single,
+        format!("missing (neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX_FILE} is in the folder)"),
+    ))
+}
+
+/// Reads only the safetensors headers and checks that every tensor is bf16, f16 or f32.
+fn read_tensor_dtypes(files: &[PathBuf]) -> Result<BTreeMap<String, DType>> {
+    let mut out = BTreeMap::new();
+    for path in files {
+        let header = read_safetensors_header(path)?;
+        for (name, info) in header {
+            let dtype = match info.dtype.as_str() {
+                "BF16" => DType::BF16,
+                "F16" => DType::F16,
+                "F32" => DType::F32,
+                other => {
+                    return Err(Error::file(
+                        path,
+                        format!("tensor {name} has dtype {other}; only BF16, F16 and F32 are accepted"),
+                    ))
+                }
+            };
+            out.insert(name, dtype);
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+struct HeaderEntry {
+    dtype: String,
+}
+
+fn read_safetensors_header(path: &Path) -> Result<HashMap<String, HeaderEntry>> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|e| Error::file(path, format!("cannot open: {e}")))?;
+    let file_len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len)
+        .map_err(|_| Error::file(path, "not a safetensors file (shorter than 8 bytes)"))?;
+    let n = u64::from_le_bytes(len);
+    if n > 100_000_000 || n + 8 > file_len {
+        return Err(Error::file(path, format!("not a safetensors file (header length {n})")));
+    }
+    let mut buf = vec![0u8; n as usize];
+    f.read_exact(&mut buf)
+        .map_err(|e| Error::file(path, format!("truncated safetensors header: {e}")))?;
+    let raw: HashMap<String, serde_json::Value> = serde_json::from_slice(&buf)
+        .map_err(|e| Error::file(path, format!("malformed safetensors header: {e}")))?;
+    let mut out = HashMap::new();
+    for (k, v) in raw {
+        if k == "__metadata__" {
+            continue;
+        }
+        let e: HeaderEntry = serde_json::from_value(v)
+            .map_err(|e| Error::file(path, format!("malformed header entry {k}: {e}")))?;
+        out.insert(k, e);
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+struct ProcessorFile {
+    processor_kwargs: ProcessorConfig,
+}
+
+/// `processor_kwargs` of `processor_config.json` (Gr00tN1d7Processor), the fields inference uses.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ProcessorConfig {
+    /// Per embodiment tag: video/state/action/language modality configs.
+    pub modality_configs: BTreeMap<String, ModalityConfigs>,
+    /// Fallback resize target when `shortest_image_edge` is unset.
+    pub image_target_size: Option<Vec<usize>>,
+    /// Fallback crop size when `crop_fraction` is unset.
+    pub image_crop_size: Option<Vec<usize>>,
+    /// Eval transform = albumentations SmallestMaxSize/crop/SmallestMaxSize.
+    pub use_albumentations: bool,
+    /// SmallestMaxSize target.
+    pub shortest_image_edge: Option<usize>,
+    /// Centre-crop fraction.
+    pub crop_fraction: Option<f64>,
+    /// Letter-boxing (not supported; must be false).
+    pub letter_box_transform: bool,
+    /// Lower-case and strip punctuation.
+    pub formalize_language: bool,
+    /// Padded state width.
+    pub max_state_dim: usize,
+    /// Padded action width.
+    pub max_action_dim: usize,
+    /// Action chunk length.
+    pub max_action_horizon: usize,
+    /// q01/q99 instead of min/max.
+    pub use_percentiles: bool,
+    /// Clip normalised state to [−1, 1].
+    pub clip_outliers: bool,
+    /// Relative action groups are converted to absolute.
+    pub use_relative_action: bool,
+    /// State zeroed (not supported; must be false).
+    pub exclude_state: bool,
+    /// sin/cos state encoding (not supported; must be false).
+    pub apply_sincos_state_encoding: bool,
+}
+
+impl Default for ProcessorConfig {
+    fn default() -> Self {
+        ProcessorConfig {
+            modality_configs: BTreeMap::new(),
+            image_target_size: None,
+            image_crop_size: None,
+            use_albumentations: true,
+            shortest_image_edge: None,
+            crop_fraction: None,
+            letter_box_transform: false,
+            formalize_language: true,
+            max_state_dim: 132,
+            max_action_dim: 132,
+            max_action_horizon: 40,
+            use_percentiles: true,
+            clip_outliers: true,
+            use_relative_action: true,
+            exclude_state: false,
+            apply_sincos_state_encoding: false,
+        }
+    }
+}
+
+/// Modality configs of one embodiment.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModalityConfigs {
+    /// Cameras and frame offsets.
+    pub video: ModalityConfig,
+    /// State keys.
+    pub state: ModalityConfig,
+    /// Action keys, horizon and per-key representation.
+    pub action: ModalityConfig,
+    /// Language key.
+    pub language: ModalityConfig,
+}
+
+/// One modality of a modality config.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModalityConfig {
+    /// Frame/step offsets.
+    pub delta_indices: Vec<i64>,
+    /// Keys in order.
+    pub modality_keys: Vec<String>,
+    /// Per-key action representation (action modality only).
+    #[serde(default)]
+    pub action_configs: Option<Vec<ActionConfig>>,
+}
+
+/// How one action key is represented.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ActionConfig {
+    /// `RELATIVE` or `ABSOLUTE`.
+    pub rep: String,
+    /// `EEF` or `NON_EEF`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `XYZ_ROT6D` or `DEFAULT`.
+    pub format: String,
+    /// State key the relative action refers to.
+    #[serde(default)]
+    pub state_key: Option<String>,
+}
+
+/// Statistics of one key: every field is a list of rows (one row for flat stats, one row per
+/// horizon step for per-step relative-action stats).
+#[derive(Debug, Clone)]
+pub struct KeyStats {
+    /// Minimum.
+    pub min: Vec<Vec<f64>>,
+    /// Maximum.
+    pub max: Vec<Vec<f64>>,
+    /// 1st percentile.
+    pub q01: Vec<Vec<f64>>,
+    /// 99th percentile.
+    pub q99: Vec<Vec<f64>>,
+}
+
+impl KeyStats {
+    /// Width of the key (number of dims).
+    pub fn dim(&self) -> usize {
+        self.min.first().map_or(0, |r| r.len())
+    }
+}
+
+/// `statistics.json`: tag → group (`state`, `action`, `relative_action`) → key → stats.
+#[derive(Debug, Clone, Default)]
+pub struct Statistics {
+    /// The parsed table.
+    pub by_tag: BTreeMap<String, BTreeMap<String, BTreeMap<String, KeyStats>>>,
+    /// Where it was read from (for error messages).
+    pub path: PathBuf,
+}
+
+impl Statistics {
+    /// Parses `statistics.json`.
+    pub fn from_file(path: &Path) -> Result<Statistics> {
+        let raw: BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeMap<String, serde_json::Value>>>> =
+            read_json(path)?;
+        let mut by_tag = BTreeMap::new();
+        for (tag, groups) in raw {
+            let mut g_out = BTreeMap::new();
+            for (group, keys) in groups {
+                let mut k_out = BTreeMap::new();
+                for (key, fields) in keys {
+                    let field = |f: &str| -> Result<Vec<Vec<f64>>> {
+                        let v = fields.get(f).ok_or_else(|| {
+                            Error::file(path, format!("{tag}.{group}.{key} has no field {f:?}"))
+                        })?;
+                        rows(v).ok_or_else(|| {
+                            Error::file(path, format!("{tag}.{group}.{key}.{f} is not a list of numbers (or of rows)"))
+                        })
+                    };
+                    let s = KeyStats {
+                        min: field("min")?,
+                        max: field("max")?,
+                        q01: field("q01")?,
+                        q99: field("q99")?,
+                    };
+                    let d = s.dim();
+                    let ok = [&s.min, &s.max, &s.q01, &s.q99]
+                        .iter()
+                        .all(|f| !f.is_empty() && f.iter().all(|r| r.len() == d));
+                    if !ok || d == 0 {
+                        return Err(Error::file(path, format!("{tag}.{group}.{key}: inconsistent widths")));
+                    }
+                    k_out.insert(key, s);
+                }
+                g_out.insert(group, k_out);
+            }
+            by_tag.insert(tag, g_out);
+        }
+        Ok(Statistics { by_tag, path: path.to_path_buf() })
+    }
+
+    /// Stats of `tag` / `group` / `key`, or an error naming the file and the missing entry.
+    pub fn get(&self, tag: &str, group: &str, key: &str) -> Result<&KeyStats> {
+        self.by_tag
+            .get(tag)
+            .and_then(|g| g.get(group))
+            .and_then(|k| k.get(key))
+            .ok_or_else(|| Error::file(&self.path, format!("no statistics for {tag}.{group}.{key}")))
+    }
+}
+
+fn rows(v: &serde_json::Value) -> Option<Vec<Vec<f64>>> {
+    let arr = v.as_array()?;
+    if arr.iter().all(|x| x.is_number()) {
+        return Some(vec![arr.iter().map(|x| x.as_f64()).collect::<Option<Vec<_>>>()?]);
+    }
+    arr.iter()
+        .map(|r| r.as_array()?.iter().map(|x| x.as_f64()).collect::<Option<Vec<_>>>())
+        .collect()
+}
