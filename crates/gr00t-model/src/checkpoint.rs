@@ -168,7 +168,16 @@ fn pick(dir: &Path, proc_dir: &Path, name: &str) -> PathBuf {
 /// Reads and parses a JSON file, naming the file in any error.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     let bytes = std::fs::read(path).map_err(|e| Error::file(path, format!("cannot read: {e}")))?;
-    serde_json::from_slice(&bytes).map_err(|e| Error::file(path, format!("malformed JSON: {e}")))
+    let de = &mut serde_json::Deserializer::from_slice(&bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let at = e.path().to_string();
+        let inner = e.into_inner();
+        if at.is_empty() || at == "." {
+            Error::file(path, format!("malformed JSON: {inner}"))
+        } else {
+            Error::file(path, format!("malformed JSON at {at}: {inner}"))
+        }
+    })
 }
 
 fn locate_weights(dir: &Path) -> Result<Vec<PathBuf>> {

@@ -1,15 +1,22 @@
 //! GR00T N1.7 model: checkpoint and configuration loading, the initial-noise sampler, and the
 //! network (vision tower, LLM, VL adapter, action head). Knows nothing about HTTP or a robot.
 
+pub mod action_head;
+pub mod backbone;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod hub;
 pub mod inputs;
+pub mod model;
 pub mod noise;
+pub mod synth;
 pub mod taps;
+pub mod text;
+pub mod vision;
 
 pub use checkpoint::Checkpoint;
 pub use config::{BackboneConfig, Gr00tConfig};
 pub use error::{Error, Result};
 pub use inputs::ModelInputs;
+pub use model::{Gr00tModel, ModelOutput};

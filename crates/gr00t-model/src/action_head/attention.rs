@@ -1,0 +1,167 @@
+//! Building blocks shared by the VL adapter and the DiT: diffusers `Attention` (q/k/v/out with
+//! biases, scale 1/√head_dim), the GELU-tanh `FeedForward`, a two-pass LayerNorm and boolean key
+//! masks as additive biases.
+
+use crate::{Error, Result};
+use candle_core::{Device, Module, Tensor, D};
+use candle_nn::{Linear, VarBuilder};
+
+/// diffusers `Attention` with `AttnProcessor2_0` semantics (no QK norm, no upcast).
+pub(crate) struct Attention {
+    to_q: Linear,
+    to_k: Linear,
+    to_v: Linear,
+    to_out: Linear,
+    heads: usize,
+    head_dim: usize,
+    scale: f64,
+}
+
+/// Keys and values already projected and split into heads: `[B, heads, S, head_dim]` each.
+pub(crate) struct KeyValues {
+    k: Tensor,
+    v: Tensor,
+}
+
+impl Attention {
+    /// Loads `to_q`, `to_k`, `to_v` and `to_out.0` (all with bias) under `vb`.
+    pub(crate) fn load(
+        vb: VarBuilder,
+        query_dim: usize,
+        kv_dim: usize,
+        heads: usize,
+        head_dim: usize,
+    ) -> Result<Attention> {
+        let inner = heads * head_dim;
+        Ok(Attention {
+            to_q: candle_nn::linear(query_dim, inner, vb.pp("to_q"))?,
+            to_k: candle_nn::linear(kv_dim, inner, vb.pp("to_k"))?,
+            to_v: candle_nn::linear(kv_dim, inner, vb.pp("to_v"))?,
+            to_out: candle_nn::linear(inner, query_dim, vb.pp("to_out.0"))?,
+            heads,
+            head_dim,
+            scale: 1.0 / (head_dim as f64).sqrt(),
+        })
+    }
+
+    /// `[B, T, heads·head_dim]` → `[B, heads, T, head_dim]` (contiguous).
+    fn split_heads(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        Ok(x.reshape((b, t, self.heads, self.head_dim))?
+            .transpose(1, 2)?
+            .contiguous()?)
+    }
+
+    /// Projects a context `[B, S, kv_dim]` to per-head keys and values.
+    pub(crate) fn key_values(&self, context: &Tensor) -> Result<KeyValues> {
+        Ok(KeyValues {
+            k: self.split_heads(&self.to_k.forward(context)?)?,
+            v: self.split_heads(&self.to_v.forward(context)?)?,
+        })
+    }
+
+    /// Attention of `x` `[B, T, query_dim]` over precomputed keys/values; `key_bias` is an
+    /// additive `[1, 1, 1, S]` mask (0 = attend, −inf = masked).
+    pub(crate) fn attend(
+        &self,
+        x: &Tensor,
+        kv: &KeyValues,
+        key_bias: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let q = self.split_heads(&self.to_q.forward(x)?)?;
+        let scores = (q.matmul(&kv.k.t()?)? * self.scale)?;
+        let scores = match key_bias {
+            Some(bias) => scores.broadcast_add(bias)?,
+            None => scores,
+        };
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let out =
+            probs
+                .matmul(&kv.v)?
+                .transpose(1, 2)?
+                .reshape((b, t, self.heads * self.head_dim))?;
+        Ok(self.to_out.forward(&out)?)
+    }
+
+    /// Unmasked self-attention of `x` over itself.
+    pub(crate) fn self_attend(&self, x: &Tensor) -> Result<Tensor> {
+        let kv = self.key_values(x)?;
+        self.attend(x, &kv, None)
+    }
+}
+
+/// diffusers `FeedForward(activation_fn="gelu-approximate")`: Linear → GELU(tanh) → Linear.
+pub(crate) struct FeedForward {
+    proj_in: Linear,
+    proj_out: Linear,
+}
+
+impl FeedForward {
+    /// Loads `net.0.proj` (dim → mult·dim) and `net.2` (mult·dim → dim).
+    pub(crate) fn load(vb: VarBuilder, dim: usize, inner: usize) -> Result<FeedForward> {
+        Ok(FeedForward {
+            proj_in: candle_nn::linear(dim, inner, vb.pp("net.0.proj"))?,
+            proj_out: candle_nn::linear(inner, dim, vb.pp("net.2"))?,
+        })
+    }
+
+    /// Applies the feed-forward to `[.., dim]`.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // candle's `gelu` is the tanh approximation, as diffusers' `approximate="tanh"`.
+        Ok(self.proj_out.forward(&self.proj_in.forward(x)?.gelu()?)?)
+    }
+}
+
+/// LayerNorm over the last dimension, optionally affine.
+///
+/// Two-pass (mean, then variance of the centred values) rather than candle's fused
+/// `E[x²] − E[x]²` kernel, which loses precision in f32 when the mean is large.
+pub(crate) struct LayerNorm {
+    affine: Option<(Tensor, Tensor)>,
+    eps: f64,
+}
+
+impl LayerNorm {
+    /// An affine LayerNorm with `weight` and `bias` of width `dim` under `vb`.
+    pub(crate) fn load(vb: VarBuilder, dim: usize, eps: f64) -> Result<LayerNorm> {
+        let w = vb.get(dim, "weight")?;
+        let b = vb.get(dim, "bias")?;
+        Ok(LayerNorm {
+            affine: Some((w, b)),
+            eps,
+        })
+    }
+
+    /// A LayerNorm without parameters (`elementwise_affine=False`).
+    pub(crate) fn plain(eps: f64) -> LayerNorm {
+        LayerNorm { affine: None, eps }
+    }
+
+    /// Normalises the last dimension of `x`.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mean = x.mean_keepdim(D::Minus1)?;
+        let xc = x.broadcast_sub(&mean)?;
+        let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
+        let y = xc.broadcast_div(&(var + self.eps)?.sqrt()?)?;
+        Ok(match &self.affine {
+            Some((w, b)) => y.broadcast_mul(w)?.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// An additive key mask `[1, 1, 1, S]`: 0 where `keep[i]`, −inf elsewhere (SDPA's boolean-mask
+/// semantics). Errors when no key is kept, where the reference softmax would yield NaN.
+pub(crate) fn key_bias(keep: &[bool], device: &Device, what: &str) -> Result<Tensor> {
+    if !keep.iter().any(|&k| k) {
+        return Err(Error::Input(format!(
+            "the {what} cross-attention has no key to attend to"
+        )));
+    }
+    let bias: Vec<f32> = keep
+        .iter()
+        .map(|&k| if k { 0.0 } else { f32::NEG_INFINITY })
+        .collect();
+    Ok(Tensor::from_vec(bias, (1, 1, 1, keep.len()), device)?)
+}

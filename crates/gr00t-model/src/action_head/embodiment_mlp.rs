@@ -1,0 +1,182 @@
+//! Embodiment-conditioned layers: `CategorySpecificLinear` (W stored `[E, in, out]`, applied as
+//! `x @ W[id] + b[id]`, not transposed), the state encoder and action decoder MLPs
+//! (Linear → ReLU → Linear) and the multi-embodiment action encoder.
+
+use crate::{Error, Result};
+use candle_core::{Device, Tensor, D};
+use candle_nn::VarBuilder;
+
+/// `CategorySpecificLinear`: one `[in, out]` matrix and `[out]` bias per embodiment.
+pub(crate) struct CategorySpecificLinear {
+    w: Tensor,
+    b: Tensor,
+    num_embodiments: usize,
+}
+
+impl CategorySpecificLinear {
+    /// Loads `W` `[E, in, out]` and `b` `[E, out]` under `vb`.
+    pub(crate) fn load(
+        vb: VarBuilder,
+        num_embodiments: usize,
+        in_dim: usize,
+        out_dim: usize,
+    ) -> Result<CategorySpecificLinear> {
+        Ok(CategorySpecificLinear {
+            w: vb.get((num_embodiments, in_dim, out_dim), "W")?,
+            b: vb.get((num_embodiments, out_dim), "b")?,
+            num_embodiments,
+        })
+    }
+
+    /// The slice of embodiment `id` (a view, no copy).
+    pub(crate) fn select(&self, id: usize) -> Result<SelectedLinear> {
+        if id >= self.num_embodiments {
+            return Err(Error::Input(format!(
+                "embodiment id {id} is out of range (the checkpoint has {} slots)",
+                self.num_embodiments
+            )));
+        }
+        Ok(SelectedLinear {
+            w: self.w.get(id)?,
+            b: self.b.get(id)?,
+        })
+    }
+}
+
+/// One embodiment's `[in, out]` matrix and `[out]` bias.
+pub(crate) struct SelectedLinear {
+    w: Tensor,
+    b: Tensor,
+}
+
+impl SelectedLinear {
+    /// `x @ W + b` for `x` `[.., in]`.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let in_dim = x.dim(D::Minus1)?;
+        let mut out_dims = x.dims().to_vec();
+        out_dims.pop();
+        out_dims.push(self.w.dim(1)?);
+        // A 2-D matmul avoids candle's broadcasted (slower) batched path.
+        let y = x.reshape(((), in_dim))?.matmul(&self.w)?;
+        Ok(y.reshape(out_dims)?.broadcast_add(&self.b)?)
+    }
+}
+
+/// `CategorySpecificMLP`: `layer2(relu(layer1(x)))` (state encoder, action decoder).
+pub(crate) struct CategorySpecificMlp {
+    layer1: CategorySpecificLinear,
+    layer2: CategorySpecificLinear,
+}
+
+impl CategorySpecificMlp {
+    /// Loads `layer1` (in → hidden) and `layer2` (hidden → out) under `vb`.
+    pub(crate) fn load(
+        vb: VarBuilder,
+        num_embodiments: usize,
+        in_dim: usize,
+        hidden: usize,
+        out_dim: usize,
+    ) -> Result<CategorySpecificMlp> {
+        Ok(CategorySpecificMlp {
+            layer1: CategorySpecificLinear::load(vb.pp("layer1"), num_embodiments, in_dim, hidden)?,
+            layer2: CategorySpecificLinear::load(
+                vb.pp("layer2"),
+                num_embodiments,
+                hidden,
+                out_dim,
+            )?,
+        })
+    }
+
+    /// The MLP of embodiment `id`.
+    pub(crate) fn select(&self, id: usize) -> Result<SelectedMlp> {
+        Ok(SelectedMlp {
+            layer1: self.layer1.select(id)?,
+            layer2: self.layer2.select(id)?,
+        })
+    }
+}
+
+/// One embodiment's MLP.
+pub(crate) struct SelectedMlp {
+    layer1: SelectedLinear,
+    layer2: SelectedLinear,
+}
+
+impl SelectedMlp {
+    /// `layer2(relu(layer1(x)))`.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.layer2.forward(&self.layer1.forward(x)?.relu()?)
+    }
+}
+
+/// `MultiEmbodimentActionEncoder`: `W3(swish(W2([W1(x) | τ-sinusoid])))`.
+pub(crate) struct ActionEncoder {
+    w1: CategorySpecificLinear,
+    w2: CategorySpecificLinear,
+    w3: CategorySpecificLinear,
+    width: usize,
+}
+
+impl ActionEncoder {
+    /// Loads `W1` (action_dim → width), `W2` (2·width → width), `W3` (width → width).
+    pub(crate) fn load(
+        vb: VarBuilder,
+        num_embodiments: usize,
+        action_dim: usize,
+        width: usize,
+    ) -> Result<ActionEncoder> {
+        Ok(ActionEncoder {
+            w1: CategorySpecificLinear::load(vb.pp("W1"), num_embodiments, action_dim, width)?,
+            w2: CategorySpecificLinear::load(vb.pp("W2"), num_embodiments, 2 * width, width)?,
+            w3: CategorySpecificLinear::load(vb.pp("W3"), num_embodiments, width, width)?,
+            width,
+        })
+    }
+
+    /// The `[1, 1, width]` timestep sinusoid of bucket `tau` (constant per Euler step).
+    pub(crate) fn tau_embedding(&self, tau: i64, device: &Device) -> Result<Tensor> {
+        let e = sin_cos_embedding(tau as f32, self.width);
+        Ok(Tensor::from_vec(e, (1, 1, self.width), device)?)
+    }
+
+    /// The encoder of embodiment `id`.
+    pub(crate) fn select(&self, id: usize) -> Result<SelectedActionEncoder> {
+        Ok(SelectedActionEncoder {
+            w1: self.w1.select(id)?,
+            w2: self.w2.select(id)?,
+            w3: self.w3.select(id)?,
+        })
+    }
+}
+
+/// One embodiment's action encoder.
+pub(crate) struct SelectedActionEncoder {
+    w1: SelectedLinear,
+    w2: SelectedLinear,
+    w3: SelectedLinear,
+}
+
+impl SelectedActionEncoder {
+    /// Encodes actions `[B, H, action_dim]` at the step whose sinusoid is `tau_emb`
+    /// `[1, 1, width]` → `[B, H, width]` (before the position embedding).
+    pub(crate) fn forward(&self, actions: &Tensor, tau_emb: &Tensor) -> Result<Tensor> {
+        let a = self.w1.forward(actions)?;
+        let tau = tau_emb.broadcast_as(a.shape())?;
+        let x = Tensor::cat(&[&a, &tau], 2)?;
+        let x = self.w2.forward(&x)?.silu()?;
+        self.w3.forward(&x)
+    }
+}
+
+/// GR00T's `SinusoidalPositionalEncoding`: `[sin(t·f) | cos(t·f)]`, f_i = exp(−i·ln(10000)/half)
+/// for i < half = dim/2, with every step rounded to f32 as torch does; sin/cos are evaluated in
+/// f64 on the f32 argument and rounded (torch's f32 kernels are within an ulp of that).
+pub(crate) fn sin_cos_embedding(t: f32, dim: usize) -> Vec<f32> {
+    let half = dim / 2;
+    let step = 10000f32.ln() / half as f32;
+    let args: Vec<f32> = (0..half).map(|i| t * (-(i as f32) * step).exp()).collect();
+    let sin = args.iter().map(|&a| (a as f64).sin() as f32);
+    let cos = args.iter().map(|&a| (a as f64).cos() as f32);
+    sin.chain(cos).collect()
+}

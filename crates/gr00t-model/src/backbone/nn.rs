@@ -1,0 +1,112 @@
+//! Layers shared by the vision tower and the LLM (norms, rotary application, softmax
+//! attention), written with plain candle ops so that every candle device runs them.
+
+use candle_core::{DType, Module, Tensor, D};
+use candle_nn::{Linear, VarBuilder};
+
+/// `nn.Linear` (weight `[out, in]`, optional bias) loaded from `vb`.
+pub(crate) fn linear(
+    vb: VarBuilder,
+    in_dim: usize,
+    out_dim: usize,
+    bias: bool,
+) -> candle_core::Result<Linear> {
+    candle_nn::linear_b(in_dim, out_dim, bias, vb)
+}
+
+/// `nn.LayerNorm` with weight and bias.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    /// Loads `weight` and `bias` of width `dim`.
+    pub fn load(vb: VarBuilder, dim: usize, eps: f64) -> candle_core::Result<LayerNorm> {
+        Ok(LayerNorm {
+            weight: vb.get(dim, "weight")?,
+            bias: vb.get(dim, "bias")?,
+            eps,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    /// Two-pass mean/variance in f32 (candle's fused kernel uses E[x²]−mean², which loses
+    /// digits when the mean is large), then the affine part in the activation dtype.
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let dtype = x.dtype();
+        let x = x.to_dtype(DType::F32)?;
+        let centred = x.broadcast_sub(&x.mean_keepdim(D::Minus1)?)?;
+        let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
+        let rstd = (var + self.eps)?.sqrt()?.recip()?;
+        centred
+            .broadcast_mul(&rstd)?
+            .to_dtype(dtype)?
+            .broadcast_mul(&self.weight)?
+            .broadcast_add(&self.bias)
+    }
+}
+
+/// Qwen3 RMSNorm: `w · x / sqrt(mean(x²) + eps)`, statistics in f32.
+#[derive(Debug, Clone)]
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    /// Loads `weight` of width `dim`.
+    pub fn load(vb: VarBuilder, dim: usize, eps: f64) -> candle_core::Result<RmsNorm> {
+        Ok(RmsNorm {
+            weight: vb.get(dim, "weight")?,
+            eps: eps as f32,
+        })
+    }
+}
+
+impl Module for RmsNorm {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)
+    }
+}
+
+/// Half-split rotary embedding (`q·cos + rotate_half(q)·sin`) of `x` `[B, H, L, Dh]`, with
+/// `cos`/`sin` `[L, Dh/2]` holding the angle of each rotated pair (j, j + Dh/2).
+pub(crate) fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+    candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin)
+}
+
+/// `softmax(q·kᵀ·scale + mask)·v`, softmax in f32. `q` is `[B, Hq, Lq, Dh]`, `k`/`v` are
+/// `[B, Hkv, Lk, Dh]` with `Hq` a multiple of `Hkv` (GQA: query head j reads kv head
+/// j / (Hq/Hkv), as `repeat_kv` does, without materialising the repeats); `mask` is additive
+/// and broadcasts to `[B, Hq, Lq, Lk]`. Returns `[B, Hq, Lq, Dh]`.
+pub(crate) fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    mask: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
+    let (b, hq, lq, dh) = q.dims4()?;
+    let (_, hkv, lk, _) = k.dims4()?;
+    if hkv == 0 || !hq.is_multiple_of(hkv) {
+        candle_core::bail!("attention: {hq} query heads do not share {hkv} kv heads evenly");
+    }
+    let rep = hq / hkv;
+    // Query heads of one kv head are adjacent, so they stack into one taller matrix.
+    let q = q.contiguous()?.reshape((b, hkv, rep * lq, dh))?;
+    let scores = (q.matmul(&k.contiguous()?.t()?)? * scale)?.reshape((b, hq, lq, lk))?;
+    let scores = match mask {
+        Some(m) => scores.broadcast_add(m)?,
+        None => scores,
+    };
+    let probs =
+        candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?.to_dtype(v.dtype())?;
+    probs
+        .reshape((b, hkv, rep * lq, lk))?
+        .matmul(&v.contiguous()?)?
+        .reshape((b, hq, lq, dh))
+}

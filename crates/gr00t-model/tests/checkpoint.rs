@@ -1,0 +1,195 @@
+//! Checkpoint loading: the tiny fixture checkpoint opens with its real layout, and every
+//! missing or malformed file is reported with its name and what is wrong.
+
+use gr00t_model::checkpoint::{Checkpoint, WEIGHTS_FILE};
+use std::path::{Path, PathBuf};
+
+/// A scratch copy of the tiny checkpoint that a test may break.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("gr00t-ckpt-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        copy_dir(&gr00t_fixtures::tiny_checkpoint(), &dir);
+        Scratch(dir)
+    }
+    fn path(&self, rel: &str) -> PathBuf {
+        self.0.join(rel)
+    }
+    fn open_err(&self) -> String {
+        Checkpoint::open(&self.0).expect_err("open should fail").to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+            let mut perm = std::fs::metadata(&dst).unwrap().permissions();
+            #[allow(clippy::permissions_set_readonly_false)]
+            perm.set_readonly(false);
+            std::fs::set_permissions(&dst, perm).unwrap();
+        }
+    }
+}
+
+#[test]
+fn tiny_checkpoint_opens_with_released_layout() {
+    let ck = Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+    // config.json values win over class defaults (select_layer default 12, DiT 16 layers).
+    assert_eq!(ck.config.select_layer, 4);
+    assert_eq!(ck.config.diffusion_model_cfg.num_layers, 8);
+    assert_eq!(ck.config.diffusion_model_cfg.inner_dim(), 96);
+    assert_eq!(ck.config.vl_self_attention().unwrap().num_layers, 2);
+    assert_eq!(ck.config.backbone_embedding_dim, 32);
+    assert!(!ck.is_synthetic());
+    // backbone/config.json overrides the built-in Qwen3-VL-2B architecture.
+    assert_eq!(ck.backbone.vision_config.depth, 8);
+    assert_eq!(ck.backbone.vision_config.deepstack_visual_indexes, vec![1, 3, 5]);
+    assert_eq!(ck.backbone.text_config.rope_scaling.mrope_section, vec![4, 2, 2]);
+    assert_eq!(ck.image_processor.size.shortest_edge, 65536);
+    assert_eq!(ck.processor.shortest_image_edge, Some(256));
+    assert_eq!(ck.processor.crop_fraction, Some(0.95));
+    assert_eq!(ck.embodiment_id("oxe_droid_relative_eef_relative_joint").unwrap(), 24);
+    let modality = &ck.processor.modality_configs["oxe_droid_relative_eef_relative_joint"];
+    assert_eq!(modality.video.delta_indices, vec![-15, 0]);
+    assert_eq!(modality.action.delta_indices.len(), 40);
+    let stats = ck
+        .statistics
+        .get("oxe_droid_relative_eef_relative_joint", "relative_action", "eef_9d")
+        .unwrap();
+    assert_eq!(stats.dim(), 9);
+    assert_eq!(ck.weight_files.len(), 1);
+    assert_eq!(ck.tensor_dtypes.len(), 338, "README: 338 tensors");
+    assert!(ck.tensor_dtypes.values().all(|d| *d == candle_core::DType::BF16));
+}
+
+#[test]
+fn builtin_backbone_is_qwen3_vl_2b() {
+    let b = gr00t_model::BackboneConfig::default();
+    assert_eq!(
+        (b.text_config.hidden_size, b.text_config.num_attention_heads, b.text_config.num_key_value_heads),
+        (2048, 16, 8)
+    );
+    assert_eq!(b.vision_config.deepstack_visual_indexes, vec![5, 11, 17]);
+    assert_eq!(b.vision_config.patch_dim(), 1536);
+    let released = gr00t_model::Gr00tConfig::released_n17_3b();
+    assert_eq!(released.select_layer, 16);
+    assert_eq!(released.diffusion_model_cfg.num_layers, 32);
+}
+
+#[test]
+fn weights_var_builder_converts_bf16_to_f32() {
+    let ck = Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+    let vb = ck.var_builder(candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+    let t = vb
+        .get((2304, 64), "backbone.model.model.visual.pos_embed.weight")
+        .unwrap();
+    assert_eq!(t.dtype(), candle_core::DType::F32);
+    // Values were rounded to bf16, so the low 16 bits of every f32 are zero.
+    let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    assert!(v.iter().all(|x| x.to_bits() & 0xFFFF == 0));
+    assert!(v.iter().any(|x| *x != 0.0));
+}
+
+#[test]
+fn missing_folder() {
+    let err = Checkpoint::open("/nonexistent/gr00t").unwrap_err().to_string();
+    assert!(err.contains("/nonexistent/gr00t") && err.contains("does not exist"), "{err}");
+}
+
+#[test]
+fn missing_and_malformed_config() {
+    let s = Scratch::new("cfg");
+    std::fs::remove_file(s.path("config.json")).unwrap();
+    let err = s.open_err();
+    assert!(err.contains("config.json") && err.contains("cannot read"), "{err}");
+    std::fs::write(s.path("config.json"), "{\"select_layer\": \"four\"}").unwrap();
+    let err = s.open_err();
+    assert!(err.contains("config.json") && err.contains("malformed JSON") && err.contains("select_layer"), "{err}");
+    std::fs::write(s.path("config.json"), "{\"model_type\": \"Gr00tN1d5\"}").unwrap();
+    let err = s.open_err();
+    assert!(err.contains("config.json") && err.contains("Gr00tN1d5"), "{err}");
+}
+
+#[test]
+fn missing_side_files() {
+    for file in ["processor_config.json", "statistics.json", "embodiment_id.json"] {
+        let s = Scratch::new("side");
+        std::fs::remove_file(s.path(file)).unwrap();
+        let err = s.open_err();
+        assert!(err.contains(file), "{file}: {err}");
+    }
+}
+
+#[test]
+fn malformed_statistics() {
+    let s = Scratch::new("stats");
+    let text = std::fs::read_to_string(s.path("statistics.json")).unwrap();
+    let broken = text.replacen("\"q99\"", "\"q98\"", 1);
+    std::fs::write(s.path("statistics.json"), broken).unwrap();
+    let err = s.open_err();
+    assert!(err.contains("statistics.json") && err.contains("q99"), "{err}");
+}
+
+#[test]
+fn processor_subfolder_fallback() {
+    let s = Scratch::new("procdir");
+    std::fs::create_dir_all(s.path("processor")).unwrap();
+    for f in ["processor_config.json", "statistics.json", "embodiment_id.json"] {
+        std::fs::rename(s.path(f), s.path(&format!("processor/{f}"))).unwrap();
+    }
+    let ck = Checkpoint::open(&s.0).unwrap();
+    assert_eq!(ck.embodiment_id("oxe_droid_relative_eef_relative_joint").unwrap(), 24);
+}
+
+#[test]
+fn missing_weights_and_shards() {
+    let s = Scratch::new("weights");
+    std::fs::rename(s.path(WEIGHTS_FILE), s.path("model-00001-of-00001.safetensors")).unwrap();
+    let err = s.open_err();
+    assert!(err.contains(WEIGHTS_FILE) && err.contains("missing"), "{err}");
+    // A shard index pointing at the renamed file works.
+    let index = r#"{"metadata": {}, "weight_map": {"a": "model-00001-of-00001.safetensors"}}"#;
+    std::fs::write(s.path("model.safetensors.index.json"), index).unwrap();
+    let ck = Checkpoint::open(&s.0).unwrap();
+    assert_eq!(ck.weight_files.len(), 1);
+    // A shard listed but absent is named.
+    let index = r#"{"weight_map": {"a": "model-00001-of-00001.safetensors", "b": "model-00002-of-00002.safetensors"}}"#;
+    std::fs::write(s.path("model.safetensors.index.json"), index).unwrap();
+    let err = s.open_err();
+    assert!(err.contains("model-00002-of-00002.safetensors") && err.contains("missing"), "{err}");
+}
+
+#[test]
+fn truncated_and_non_safetensors_weights() {
+    let s = Scratch::new("trunc");
+    std::fs::write(s.path(WEIGHTS_FILE), b"abc").unwrap();
+    let err = s.open_err();
+    assert!(err.contains(WEIGHTS_FILE) && err.contains("not a safetensors"), "{err}");
+    let bytes = std::fs::read(gr00t_fixtures::tiny_checkpoint().join(WEIGHTS_FILE)).unwrap();
+    std::fs::write(s.path(WEIGHTS_FILE), &bytes[..1000]).unwrap();
+    let err = s.open_err();
+    assert!(err.contains(WEIGHTS_FILE), "{err}");
+}
+
+#[test]
+fn too_few_llm_layers_for_select_layer() {
+    let s = Scratch::new("layers");
+    let text = std::fs::read_to_string(s.path("config.json")).unwrap();
+    std::fs::write(s.path("config.json"), text.replace("\"select_layer\": 4", "\"select_layer\": 5")).unwrap();
+    let err = s.open_err();
+    assert!(err.contains("select_layer is 5") && err.contains("layer 4"), "{err}");
+}
