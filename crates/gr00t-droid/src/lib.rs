@@ -6,5 +6,11 @@
 
 pub mod actions;
 pub mod image;
+pub mod processor;
 pub mod prompt;
+pub mod request;
+pub mod response;
 pub mod state;
+
+/// The embodiment tag served.
+pub const EMBODIMENT_TAG: &str = "oxe_droid_relative_eef_relative_joint";

@@ -162,7 +162,10 @@ pub fn max_abs(a: &[f32]) -> f32 {
 /// The network gate of the fixtures: Pearson r ≥ `min_r` and max |Δ| ≤ `rel`·max|ref|.
 pub fn assert_tap_close(name: &str, ours: &[f32], reference: &[f32], min_r: f64, rel: f32) {
     assert_eq!(ours.len(), reference.len(), "{name}: length mismatch");
-    assert!(ours.iter().all(|x| x.is_finite()), "{name}: non-finite output");
+    assert!(
+        ours.iter().all(|x| x.is_finite()),
+        "{name}: non-finite output"
+    );
     let r = pearson(ours, reference);
     let d = max_abs_diff(ours, reference);
     let lim = rel * max_abs(reference);

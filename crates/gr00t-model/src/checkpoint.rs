@@ -112,6 +112,37 @@ impl Checkpoint {
         })
     }
 
+    /// A fingerprint of the weights: sha256 over each weight file's name, size, safetensors
+    /// header and 64 evenly spaced 64 KiB samples of its data. Reads ~4 MiB per file instead
+    /// of 6 GB, yet differs between checkpoints of the same layout (real vs synthetic).
+    pub fn digest(&self) -> Result<String> {
+        use sha2::{Digest, Sha256};
+        use std::io::{Read, Seek, SeekFrom};
+        const SAMPLES: u64 = 64;
+        const BLOCK: usize = 64 << 10;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; BLOCK];
+        for path in &self.weight_files {
+            let io = |e: std::io::Error| Error::file(path, format!("cannot read: {e}"));
+            let mut f = std::fs::File::open(path).map_err(io)?;
+            let len = f.metadata().map_err(io)?.len();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            h.update(name.as_bytes());
+            h.update(len.to_le_bytes());
+            for i in 0..SAMPLES {
+                let off = (len.saturating_sub(BLOCK as u64)) * i / (SAMPLES - 1);
+                f.seek(SeekFrom::Start(off)).map_err(io)?;
+                let n = (len - off).min(BLOCK as u64) as usize;
+                f.read_exact(&mut buf[..n]).map_err(io)?;
+                h.update(&buf[..n]);
+            }
+        }
+        Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    }
+
     /// Whether the weights are the synthetic ones of `gr00t synth-checkpoint`.
     pub fn is_synthetic(&self) -> bool {
         self.config.synthetic_weights
@@ -132,7 +163,8 @@ impl Checkpoint {
             }
         }
         for l in 0..cfg.select_layer {
-            let name = format!("backbone.model.model.language_model.layers.{l}.mlp.down_proj.weight");
+            let name =
+                format!("backbone.model.model.language_model.layers.{l}.mlp.down_proj.weight");
             if !self.tensor_dtypes.contains_key(&name) {
                 return Err(Error::file(
                     wfile,
@@ -197,7 +229,10 @@ fn locate_weights(dir: &Path) -> Result<Vec<PathBuf>> {
         let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
         for p in &paths {
             if !p.is_file() {
-                return Err(Error::file(p, format!("shard listed in {WEIGHTS_INDEX_FILE} is missing")));
+                return Err(Error::file(
+                    p,
+                    format!("shard listed in {WEIGHTS_INDEX_FILE} is missing"),
+                ));
             }
         }
         return Ok(paths);
@@ -225,7 +260,9 @@ fn read_tensor_dtypes(files: &[PathBuf]) -> Result<BTreeMap<String, DType>> {
                 other => {
                     return Err(Error::file(
                         path,
-                        format!("tensor {name} has dtype {other}; only BF16, F16 and F32 are accepted"),
+                        format!(
+                            "tensor {name} has dtype {other}; only BF16, F16 and F32 are accepted"
+                        ),
                     ))
                 }
             };
@@ -242,14 +279,18 @@ struct HeaderEntry {
 
 fn read_safetensors_header(path: &Path) -> Result<HashMap<String, HeaderEntry>> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path).map_err(|e| Error::file(path, format!("cannot open: {e}")))?;
+    let mut f =
+        std::fs::File::open(path).map_err(|e| Error::file(path, format!("cannot open: {e}")))?;
     let file_len = f.metadata().map(|m| m.len()).unwrap_or(0);
     let mut len = [0u8; 8];
     f.read_exact(&mut len)
         .map_err(|_| Error::file(path, "not a safetensors file (shorter than 8 bytes)"))?;
     let n = u64::from_le_bytes(len);
     if n > 100_000_000 || n + 8 > file_len {
-        return Err(Error::file(path, format!("not a safetensors file (header length {n})")));
+        return Err(Error::file(
+            path,
+            format!("not a safetensors file (header length {n})"),
+        ));
     }
     let mut buf = vec![0u8; n as usize];
     f.read_exact(&mut buf)
@@ -395,6 +436,10 @@ impl KeyStats {
     }
 }
 
+/// `statistics.json` as parsed: tag → group → key → field → JSON value.
+type RawStatistics =
+    BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeMap<String, serde_json::Value>>>>;
+
 /// `statistics.json`: tag → group (`state`, `action`, `relative_action`) → key → stats.
 #[derive(Debug, Clone, Default)]
 pub struct Statistics {
@@ -407,8 +452,7 @@ pub struct Statistics {
 impl Statistics {
     /// Parses `statistics.json`.
     pub fn from_file(path: &Path) -> Result<Statistics> {
-        let raw: BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeMap<String, serde_json::Value>>>> =
-            read_json(path)?;
+        let raw: RawStatistics = read_json(path)?;
         let mut by_tag = BTreeMap::new();
         for (tag, groups) in raw {
             let mut g_out = BTreeMap::new();
@@ -420,7 +464,12 @@ impl Statistics {
                             Error::file(path, format!("{tag}.{group}.{key} has no field {f:?}"))
                         })?;
                         rows(v).ok_or_else(|| {
-                            Error::file(path, format!("{tag}.{group}.{key}.{f} is not a list of numbers (or of rows)"))
+                            Error::file(
+                                path,
+                                format!(
+                                    "{tag}.{group}.{key}.{f} is not a list of numbers (or of rows)"
+                                ),
+                            )
                         })
                     };
                     let s = KeyStats {
@@ -434,7 +483,10 @@ impl Statistics {
                         .iter()
                         .all(|f| !f.is_empty() && f.iter().all(|r| r.len() == d));
                     if !ok || d == 0 {
-                        return Err(Error::file(path, format!("{tag}.{group}.{key}: inconsistent widths")));
+                        return Err(Error::file(
+                            path,
+                            format!("{tag}.{group}.{key}: inconsistent widths"),
+                        ));
                     }
                     k_out.insert(key, s);
                 }
@@ -442,7 +494,10 @@ impl Statistics {
             }
             by_tag.insert(tag, g_out);
         }
-        Ok(Statistics { by_tag, path: path.to_path_buf() })
+        Ok(Statistics {
+            by_tag,
+            path: path.to_path_buf(),
+        })
     }
 
     /// Stats of `tag` / `group` / `key`, or an error naming the file and the missing entry.
@@ -451,16 +506,26 @@ impl Statistics {
             .get(tag)
             .and_then(|g| g.get(group))
             .and_then(|k| k.get(key))
-            .ok_or_else(|| Error::file(&self.path, format!("no statistics for {tag}.{group}.{key}")))
+            .ok_or_else(|| {
+                Error::file(&self.path, format!("no statistics for {tag}.{group}.{key}"))
+            })
     }
 }
 
 fn rows(v: &serde_json::Value) -> Option<Vec<Vec<f64>>> {
     let arr = v.as_array()?;
     if arr.iter().all(|x| x.is_number()) {
-        return Some(vec![arr.iter().map(|x| x.as_f64()).collect::<Option<Vec<_>>>()?]);
+        return Some(vec![arr
+            .iter()
+            .map(|x| x.as_f64())
+            .collect::<Option<Vec<_>>>()?]);
     }
     arr.iter()
-        .map(|r| r.as_array()?.iter().map(|x| x.as_f64()).collect::<Option<Vec<_>>>())
+        .map(|r| {
+            r.as_array()?
+                .iter()
+                .map(|x| x.as_f64())
+                .collect::<Option<Vec<_>>>()
+        })
         .collect()
 }

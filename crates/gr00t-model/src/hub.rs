@@ -18,7 +18,11 @@ pub fn hub_cache_dir() -> PathBuf {
 }
 
 /// `hub_cache_dir` from explicit variables (testable without touching the environment).
-pub fn cache_dir_from(hub_cache: Option<PathBuf>, hf_home: Option<PathBuf>, home: Option<PathBuf>) -> PathBuf {
+pub fn cache_dir_from(
+    hub_cache: Option<PathBuf>,
+    hf_home: Option<PathBuf>,
+    home: Option<PathBuf>,
+) -> PathBuf {
     if let Some(p) = hub_cache.filter(|p| !p.as_os_str().is_empty()) {
         return p;
     }
@@ -52,7 +56,9 @@ pub fn find_snapshot(cache: &Path, repo: &str, revision: &str) -> Result<PathBuf
     let entries = std::fs::read_dir(&snapshots).map_err(|_| {
         Error::file(
             &snapshots,
-            format!("no cached snapshots of {repo}; run `gr00t pull` to download revision {revision}"),
+            format!(
+                "no cached snapshots of {repo}; run `gr00t pull` to download revision {revision}"
+            ),
         )
     })?;
     let mut found: Vec<PathBuf> = entries
@@ -67,7 +73,10 @@ pub fn find_snapshot(cache: &Path, repo: &str, revision: &str) -> Result<PathBuf
             &snapshots,
             format!("revision {revision} of {repo} is not cached; run `gr00t pull` to download it"),
         )),
-        _ => Err(Error::file(&snapshots, format!("revision prefix {revision} is ambiguous"))),
+        _ => Err(Error::file(
+            &snapshots,
+            format!("revision prefix {revision} is ambiguous"),
+        )),
     }
 }
 
@@ -83,13 +92,22 @@ mod tests {
     #[test]
     fn cache_dir_precedence() {
         let p = |s: &str| Some(PathBuf::from(s));
-        assert_eq!(cache_dir_from(p("/a"), p("/b"), p("/h")), PathBuf::from("/a"));
-        assert_eq!(cache_dir_from(None, p("/b"), p("/h")), PathBuf::from("/b/hub"));
+        assert_eq!(
+            cache_dir_from(p("/a"), p("/b"), p("/h")),
+            PathBuf::from("/a")
+        );
+        assert_eq!(
+            cache_dir_from(None, p("/b"), p("/h")),
+            PathBuf::from("/b/hub")
+        );
         assert_eq!(
             cache_dir_from(None, None, p("/h")),
             PathBuf::from("/h/.cache/huggingface/hub")
         );
-        assert_eq!(cache_dir_from(p(""), p("/b"), p("/h")), PathBuf::from("/b/hub"));
+        assert_eq!(
+            cache_dir_from(p(""), p("/b"), p("/h")),
+            PathBuf::from("/b/hub")
+        );
     }
 
     #[test]
@@ -101,11 +119,18 @@ mod tests {
         std::fs::create_dir_all(root.join("refs")).unwrap();
         std::fs::write(root.join("refs/main"), &full).unwrap();
         let want = root.join("snapshots").join(&full);
-        assert_eq!(find_snapshot(&tmp, MODEL_REPO, MODEL_REVISION).unwrap(), want);
+        assert_eq!(
+            find_snapshot(&tmp, MODEL_REPO, MODEL_REVISION).unwrap(),
+            want
+        );
         assert_eq!(find_snapshot(&tmp, MODEL_REPO, "main").unwrap(), want);
-        let err = find_snapshot(&tmp, MODEL_REPO, "deadbeef").unwrap_err().to_string();
+        let err = find_snapshot(&tmp, MODEL_REPO, "deadbeef")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("gr00t pull"), "{err}");
-        let err = find_snapshot(&tmp, "other/repo", MODEL_REVISION).unwrap_err().to_string();
+        let err = find_snapshot(&tmp, "other/repo", MODEL_REVISION)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("gr00t pull"), "{err}");
         std::fs::remove_dir_all(&tmp).unwrap();
     }

@@ -97,15 +97,22 @@ impl Gr00tModel {
                 inputs.state.len()
             )));
         }
-        if inputs.patch_dim == 0 || inputs.pixel_values.len() % inputs.patch_dim != 0 {
-            return Err(Error::Input("pixel_values is not a whole number of patch rows".into()));
+        if inputs.patch_dim == 0 || !inputs.pixel_values.len().is_multiple_of(inputs.patch_dim) {
+            return Err(Error::Input(
+                "pixel_values is not a whole number of patch rows".into(),
+            ));
         }
         let dev = &self.device;
         let rows = inputs.pixel_values.len() / inputs.patch_dim;
-        let pixel_values = Tensor::from_slice(&inputs.pixel_values, (rows, inputs.patch_dim), dev)?.to_dtype(self.dtype)?;
-        let state = Tensor::from_slice(&inputs.state, (1, cfg.state_history_length, cfg.max_state_dim), dev)?
-            .reshape((1, 1, state_len))?
+        let pixel_values = Tensor::from_slice(&inputs.pixel_values, (rows, inputs.patch_dim), dev)?
             .to_dtype(self.dtype)?;
+        let state = Tensor::from_slice(
+            &inputs.state,
+            (1, cfg.state_history_length, cfg.max_state_dim),
+            dev,
+        )?
+        .reshape((1, 1, state_len))?
+        .to_dtype(self.dtype)?;
         let noise = Tensor::from_slice(&inputs.noise, (1, h, a), dev)?.to_dtype(self.dtype)?;
 
         let t0 = Instant::now();
@@ -136,7 +143,10 @@ impl Gr00tModel {
             &noise,
             rec,
         )?;
-        let action_pred = actions.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let action_pred = actions
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
         let t4 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
         Ok(ModelOutput {

@@ -41,7 +41,7 @@ pub fn torch_randn(seed: u64, n: usize) -> Result<Vec<f32>> {
     for block in data.chunks_exact_mut(16) {
         box_muller_16(block);
     }
-    if n % 16 != 0 {
+    if !n.is_multiple_of(16) {
         // torch redraws the last 16 slots (overlapping the previous full block) and transforms them.
         let tail = &mut data[n - 16..];
         for v in tail.iter_mut() {
@@ -91,8 +91,8 @@ fn cephes_logf(x: f32) -> f32 {
         -2.499_999_399_3E-1,
         3.333_333_117_4E-1,
     ];
-    const Q1: f32 = -2.121_944_40E-4_f64 as f32;
-    const Q2: f32 = 0.693_359_375;
+    const Q1: f32 = -2.121_944_4E-4_f64 as f32;
+    const Q2: f32 = 0.693_359_375_f64 as f32;
     if x.is_nan() || x <= 0.0 {
         return f32::NAN;
     }
@@ -124,8 +124,8 @@ fn cephes_logf(x: f32) -> f32 {
 fn cephes_sincosf(x: f32) -> (f32, f32) {
     const FOPI: f32 = 1.273_239_544_735_16_f64 as f32;
     const DP1: f32 = -0.785_156_25;
-    const DP2: f32 = -2.418_756_484_985_351_562_5E-4;
-    const DP3: f32 = -3.774_894_977_445_941_08E-8_f64 as f32;
+    const DP2: f32 = -2.418_756_484_985_351_6E-4_f64 as f32;
+    const DP3: f32 = -3.774_894_977_445_941E-8_f64 as f32;
     const SIN_P: [f64; 3] = [-1.951_529_589_1E-4, 8.332_160_873_6E-3, -1.666_665_461_1E-1];
     const COS_P: [f64; 3] = [
         2.443_315_711_809_948E-5,
@@ -228,7 +228,10 @@ mod tests {
     fn cephes_functions_are_accurate() {
         for i in 1..2000 {
             let x = i as f32 / 2000.0;
-            assert!((cephes_logf(x) as f64 - (x as f64).ln()).abs() < 3e-7 * (1.0 + (x as f64).ln().abs()));
+            assert!(
+                (cephes_logf(x) as f64 - (x as f64).ln()).abs()
+                    < 3e-7 * (1.0 + (x as f64).ln().abs())
+            );
             let t = x * 6.283_185_5;
             let (s, c) = cephes_sincosf(t);
             assert!((s as f64 - (t as f64).sin()).abs() < 3e-7);

@@ -111,15 +111,27 @@ pub fn parameter_specs(cfg: &Gr00tConfig, bb: &BackboneConfig) -> Vec<ParamSpec>
     let h = v.hidden_size;
     s.0.push(ParamSpec {
         name: format!("{vp}.patch_embed.proj.weight"),
-        shape: vec![h, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size],
-        init: Init::Weight { fan_in: v.patch_dim() },
+        shape: vec![
+            h,
+            v.in_channels,
+            v.temporal_patch_size,
+            v.patch_size,
+            v.patch_size,
+        ],
+        init: Init::Weight {
+            fan_in: v.patch_dim(),
+        },
     });
     s.0.push(ParamSpec {
         name: format!("{vp}.patch_embed.proj.bias"),
         shape: vec![h],
         init: Init::Bias,
     });
-    s.table(&format!("{vp}.pos_embed.weight"), v.num_position_embeddings, h);
+    s.table(
+        &format!("{vp}.pos_embed.weight"),
+        v.num_position_embeddings,
+        h,
+    );
     for i in 0..v.depth {
         let b = format!("{vp}.blocks.{i}");
         s.norm(&format!("{b}.norm1"), h, true);
@@ -132,7 +144,12 @@ pub fn parameter_specs(cfg: &Gr00tConfig, bb: &BackboneConfig) -> Vec<ParamSpec>
     let merged = h * v.spatial_merge_size * v.spatial_merge_size;
     s.norm(&format!("{vp}.merger.norm"), h, true);
     s.linear(&format!("{vp}.merger.linear_fc1"), merged, merged, true);
-    s.linear(&format!("{vp}.merger.linear_fc2"), v.out_hidden_size, merged, true);
+    s.linear(
+        &format!("{vp}.merger.linear_fc2"),
+        v.out_hidden_size,
+        merged,
+        true,
+    );
     for k in 0..v.deepstack_visual_indexes.len() {
         let m = format!("{vp}.deepstack_merger_list.{k}");
         s.norm(&format!("{m}.norm"), merged, true);
@@ -148,10 +165,30 @@ pub fn parameter_specs(cfg: &Gr00tConfig, bb: &BackboneConfig) -> Vec<ParamSpec>
         let b = format!("{tp}.layers.{l}");
         s.norm(&format!("{b}.input_layernorm"), d, false);
         s.norm(&format!("{b}.post_attention_layernorm"), d, false);
-        s.linear(&format!("{b}.self_attn.q_proj"), t.num_attention_heads * t.head_dim, d, false);
-        s.linear(&format!("{b}.self_attn.k_proj"), t.num_key_value_heads * t.head_dim, d, false);
-        s.linear(&format!("{b}.self_attn.v_proj"), t.num_key_value_heads * t.head_dim, d, false);
-        s.linear(&format!("{b}.self_attn.o_proj"), d, t.num_attention_heads * t.head_dim, false);
+        s.linear(
+            &format!("{b}.self_attn.q_proj"),
+            t.num_attention_heads * t.head_dim,
+            d,
+            false,
+        );
+        s.linear(
+            &format!("{b}.self_attn.k_proj"),
+            t.num_key_value_heads * t.head_dim,
+            d,
+            false,
+        );
+        s.linear(
+            &format!("{b}.self_attn.v_proj"),
+            t.num_key_value_heads * t.head_dim,
+            d,
+            false,
+        );
+        s.linear(
+            &format!("{b}.self_attn.o_proj"),
+            d,
+            t.num_attention_heads * t.head_dim,
+            false,
+        );
         s.norm(&format!("{b}.self_attn.q_norm"), t.head_dim, false);
         s.norm(&format!("{b}.self_attn.k_norm"), t.head_dim, false);
         s.linear(&format!("{b}.mlp.gate_proj"), t.intermediate_size, d, false);
@@ -196,16 +233,40 @@ pub fn parameter_specs(cfg: &Gr00tConfig, bb: &BackboneConfig) -> Vec<ParamSpec>
         s.linear(&format!("{b}.ff.net.2"), inner, 4 * inner, true);
     }
     s.linear(&format!("{ap}.model.proj_out_1"), 2 * inner, inner, true);
-    s.linear(&format!("{ap}.model.proj_out_2"), dit.output_dim, inner, true);
+    s.linear(
+        &format!("{ap}.model.proj_out_2"),
+        dit.output_dim,
+        inner,
+        true,
+    );
     let state_in = cfg.max_state_dim * cfg.state_history_length;
-    s.category_linear(&format!("{ap}.state_encoder.layer1"), e, state_in, cfg.hidden_size);
+    s.category_linear(
+        &format!("{ap}.state_encoder.layer1"),
+        e,
+        state_in,
+        cfg.hidden_size,
+    );
     s.category_linear(&format!("{ap}.state_encoder.layer2"), e, cfg.hidden_size, w);
     s.category_linear(&format!("{ap}.action_encoder.W1"), e, cfg.max_action_dim, w);
     s.category_linear(&format!("{ap}.action_encoder.W2"), e, 2 * w, w);
     s.category_linear(&format!("{ap}.action_encoder.W3"), e, w, w);
-    s.category_linear(&format!("{ap}.action_decoder.layer1"), e, cfg.hidden_size, cfg.hidden_size);
-    s.category_linear(&format!("{ap}.action_decoder.layer2"), e, cfg.hidden_size, cfg.max_action_dim);
-    s.table(&format!("{ap}.position_embedding.weight"), cfg.max_seq_len, w);
+    s.category_linear(
+        &format!("{ap}.action_decoder.layer1"),
+        e,
+        cfg.hidden_size,
+        cfg.hidden_size,
+    );
+    s.category_linear(
+        &format!("{ap}.action_decoder.layer2"),
+        e,
+        cfg.hidden_size,
+        cfg.max_action_dim,
+    );
+    s.table(
+        &format!("{ap}.position_embedding.weight"),
+        cfg.max_seq_len,
+        w,
+    );
     s.0.sort_by(|a, b| a.name.cmp(&b.name));
     s.0
 }
@@ -215,9 +276,10 @@ pub fn synth_configs(size: SynthSize) -> Result<(Gr00tConfig, BackboneConfig)> {
     Ok(match size {
         SynthSize::Full => (Gr00tConfig::released_n17_3b(), BackboneConfig::default()),
         SynthSize::Tiny => {
-            let cfg: Gr00tConfig = serde_json::from_str(TINY_CONFIG).map_err(|e| Error::Input(e.to_string()))?;
-            let bb: BackboneConfig =
-                serde_json::from_str(TINY_BACKBONE_CONFIG).map_err(|e| Error::Input(e.to_string()))?;
+            let cfg: Gr00tConfig =
+                serde_json::from_str(TINY_CONFIG).map_err(|e| Error::Input(e.to_string()))?;
+            let bb: BackboneConfig = serde_json::from_str(TINY_BACKBONE_CONFIG)
+                .map_err(|e| Error::Input(e.to_string()))?;
             (cfg, bb)
         }
     })
@@ -234,7 +296,11 @@ const EMBODIMENT_IDS: &str = include_str!("../../../assets/synth/embodiment_id.j
 const SHARD_BYTES: u64 = 4 << 30;
 
 /// Writes a synthetic checkpoint into `out`; `progress(done, total)` is called in bytes.
-pub fn write_synthetic_checkpoint(out: &Path, size: SynthSize, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
+pub fn write_synthetic_checkpoint(
+    out: &Path,
+    size: SynthSize,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
     let (mut cfg, bb) = synth_configs(size)?;
     cfg.synthetic_weights = true;
     std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create: {e}")))?;
@@ -244,22 +310,33 @@ pub fn write_synthetic_checkpoint(out: &Path, size: SynthSize, progress: &mut dy
     };
     cfg.model_name = model_name.into();
     write_json(&out.join("config.json"), &config_json(&cfg)?)?;
-    let mut proc: Value = serde_json::from_str(PROCESSOR_CONFIG).map_err(|e| Error::Input(e.to_string()))?;
+    let mut proc: Value =
+        serde_json::from_str(PROCESSOR_CONFIG).map_err(|e| Error::Input(e.to_string()))?;
     proc["processor_kwargs"]["model_name"] = Value::from(model_name);
     write_json(&out.join("processor_config.json"), &proc)?;
     write_text(&out.join("statistics.json"), STATISTICS)?;
     write_text(&out.join("embodiment_id.json"), EMBODIMENT_IDS)?;
     if size == SynthSize::Tiny {
-        std::fs::create_dir_all(out.join("backbone")).map_err(|e| Error::file(out, e.to_string()))?;
+        std::fs::create_dir_all(out.join("backbone"))
+            .map_err(|e| Error::file(out, e.to_string()))?;
         write_text(&out.join("backbone/config.json"), TINY_BACKBONE_CONFIG)?;
-        write_text(&out.join("backbone/preprocessor_config.json"), PREPROCESSOR_CONFIG)?;
+        write_text(
+            &out.join("backbone/preprocessor_config.json"),
+            PREPROCESSOR_CONFIG,
+        )?;
     }
     let specs = parameter_specs(&cfg, &bb);
     let shards = split_shards(&specs);
     let total: u64 = specs.iter().map(|p| 2 * p.numel() as u64).sum();
     let mut done = 0u64;
     if shards.len() == 1 {
-        write_shard(&out.join(crate::checkpoint::WEIGHTS_FILE), &shards[0], &mut done, total, progress)?;
+        write_shard(
+            &out.join(crate::checkpoint::WEIGHTS_FILE),
+            &shards[0],
+            &mut done,
+            total,
+            progress,
+        )?;
     } else {
         let n = shards.len();
         let mut weight_map = serde_json::Map::new();
@@ -270,7 +347,8 @@ pub fn write_synthetic_checkpoint(out: &Path, size: SynthSize, progress: &mut dy
                 weight_map.insert(p.name.clone(), Value::from(file.clone()));
             }
         }
-        let index = serde_json::json!({"metadata": {"total_size": total}, "weight_map": weight_map});
+        let index =
+            serde_json::json!({"metadata": {"total_size": total}, "weight_map": weight_map});
         write_json(&out.join(crate::checkpoint::WEIGHTS_INDEX_FILE), &index)?;
     }
     Ok(())
@@ -278,7 +356,8 @@ pub fn write_synthetic_checkpoint(out: &Path, size: SynthSize, progress: &mut dy
 
 /// `config.json` text: our typed fields plus the released key set's remaining fields.
 fn config_json(cfg: &Gr00tConfig) -> Result<Value> {
-    let mut v: Value = serde_json::from_str(TINY_CONFIG).map_err(|e| Error::Input(e.to_string()))?;
+    let mut v: Value =
+        serde_json::from_str(TINY_CONFIG).map_err(|e| Error::Input(e.to_string()))?;
     let typed = serde_json::to_value(cfg).map_err(|e| Error::Input(e.to_string()))?;
     merge(&mut v, typed);
     Ok(v)
@@ -355,7 +434,8 @@ fn write_shard(
     }
     let file = std::fs::File::create(path).map_err(io)?;
     let mut wr = BufWriter::with_capacity(1 << 22, file);
-    wr.write_all(&(text.len() as u64).to_le_bytes()).map_err(io)?;
+    wr.write_all(&(text.len() as u64).to_le_bytes())
+        .map_err(io)?;
     wr.write_all(text.as_bytes()).map_err(io)?;
     let mut buf = Vec::with_capacity(1 << 20);
     for p in params {
@@ -393,8 +473,9 @@ fn f32_to_bf16_bits(x: f32) -> u16 {
 }
 
 fn fnv1a(s: &str) -> u64 {
-    s.bytes()
-        .fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
 }
 
 /// Small, fast, deterministic generator (SplitMix64).

@@ -18,7 +18,9 @@ impl Scratch {
         self.0.join(rel)
     }
     fn open_err(&self) -> String {
-        Checkpoint::open(&self.0).expect_err("open should fail").to_string()
+        Checkpoint::open(&self.0)
+            .expect_err("open should fail")
+            .to_string()
     }
 }
 
@@ -57,30 +59,51 @@ fn tiny_checkpoint_opens_with_released_layout() {
     assert!(!ck.is_synthetic());
     // backbone/config.json overrides the built-in Qwen3-VL-2B architecture.
     assert_eq!(ck.backbone.vision_config.depth, 8);
-    assert_eq!(ck.backbone.vision_config.deepstack_visual_indexes, vec![1, 3, 5]);
-    assert_eq!(ck.backbone.text_config.rope_scaling.mrope_section, vec![4, 2, 2]);
+    assert_eq!(
+        ck.backbone.vision_config.deepstack_visual_indexes,
+        vec![1, 3, 5]
+    );
+    assert_eq!(
+        ck.backbone.text_config.rope_scaling.mrope_section,
+        vec![4, 2, 2]
+    );
     assert_eq!(ck.image_processor.size.shortest_edge, 65536);
     assert_eq!(ck.processor.shortest_image_edge, Some(256));
     assert_eq!(ck.processor.crop_fraction, Some(0.95));
-    assert_eq!(ck.embodiment_id("oxe_droid_relative_eef_relative_joint").unwrap(), 24);
+    assert_eq!(
+        ck.embodiment_id("oxe_droid_relative_eef_relative_joint")
+            .unwrap(),
+        24
+    );
     let modality = &ck.processor.modality_configs["oxe_droid_relative_eef_relative_joint"];
     assert_eq!(modality.video.delta_indices, vec![-15, 0]);
     assert_eq!(modality.action.delta_indices.len(), 40);
     let stats = ck
         .statistics
-        .get("oxe_droid_relative_eef_relative_joint", "relative_action", "eef_9d")
+        .get(
+            "oxe_droid_relative_eef_relative_joint",
+            "relative_action",
+            "eef_9d",
+        )
         .unwrap();
     assert_eq!(stats.dim(), 9);
     assert_eq!(ck.weight_files.len(), 1);
     assert_eq!(ck.tensor_dtypes.len(), 338, "README: 338 tensors");
-    assert!(ck.tensor_dtypes.values().all(|d| *d == candle_core::DType::BF16));
+    assert!(ck
+        .tensor_dtypes
+        .values()
+        .all(|d| *d == candle_core::DType::BF16));
 }
 
 #[test]
 fn builtin_backbone_is_qwen3_vl_2b() {
     let b = gr00t_model::BackboneConfig::default();
     assert_eq!(
-        (b.text_config.hidden_size, b.text_config.num_attention_heads, b.text_config.num_key_value_heads),
+        (
+            b.text_config.hidden_size,
+            b.text_config.num_attention_heads,
+            b.text_config.num_key_value_heads
+        ),
         (2048, 16, 8)
     );
     assert_eq!(b.vision_config.deepstack_visual_indexes, vec![5, 11, 17]);
@@ -93,7 +116,9 @@ fn builtin_backbone_is_qwen3_vl_2b() {
 #[test]
 fn weights_var_builder_converts_bf16_to_f32() {
     let ck = Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
-    let vb = ck.var_builder(candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+    let vb = ck
+        .var_builder(candle_core::DType::F32, &candle_core::Device::Cpu)
+        .unwrap();
     let t = vb
         .get((2304, 64), "backbone.model.model.visual.pos_embed.weight")
         .unwrap();
@@ -106,8 +131,13 @@ fn weights_var_builder_converts_bf16_to_f32() {
 
 #[test]
 fn missing_folder() {
-    let err = Checkpoint::open("/nonexistent/gr00t").unwrap_err().to_string();
-    assert!(err.contains("/nonexistent/gr00t") && err.contains("does not exist"), "{err}");
+    let err = Checkpoint::open("/nonexistent/gr00t")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("/nonexistent/gr00t") && err.contains("does not exist"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -115,18 +145,33 @@ fn missing_and_malformed_config() {
     let s = Scratch::new("cfg");
     std::fs::remove_file(s.path("config.json")).unwrap();
     let err = s.open_err();
-    assert!(err.contains("config.json") && err.contains("cannot read"), "{err}");
+    assert!(
+        err.contains("config.json") && err.contains("cannot read"),
+        "{err}"
+    );
     std::fs::write(s.path("config.json"), "{\"select_layer\": \"four\"}").unwrap();
     let err = s.open_err();
-    assert!(err.contains("config.json") && err.contains("malformed JSON") && err.contains("select_layer"), "{err}");
+    assert!(
+        err.contains("config.json")
+            && err.contains("malformed JSON")
+            && err.contains("select_layer"),
+        "{err}"
+    );
     std::fs::write(s.path("config.json"), "{\"model_type\": \"Gr00tN1d5\"}").unwrap();
     let err = s.open_err();
-    assert!(err.contains("config.json") && err.contains("Gr00tN1d5"), "{err}");
+    assert!(
+        err.contains("config.json") && err.contains("Gr00tN1d5"),
+        "{err}"
+    );
 }
 
 #[test]
 fn missing_side_files() {
-    for file in ["processor_config.json", "statistics.json", "embodiment_id.json"] {
+    for file in [
+        "processor_config.json",
+        "statistics.json",
+        "embodiment_id.json",
+    ] {
         let s = Scratch::new("side");
         std::fs::remove_file(s.path(file)).unwrap();
         let err = s.open_err();
@@ -141,26 +186,44 @@ fn malformed_statistics() {
     let broken = text.replacen("\"q99\"", "\"q98\"", 1);
     std::fs::write(s.path("statistics.json"), broken).unwrap();
     let err = s.open_err();
-    assert!(err.contains("statistics.json") && err.contains("q99"), "{err}");
+    assert!(
+        err.contains("statistics.json") && err.contains("q99"),
+        "{err}"
+    );
 }
 
 #[test]
 fn processor_subfolder_fallback() {
     let s = Scratch::new("procdir");
     std::fs::create_dir_all(s.path("processor")).unwrap();
-    for f in ["processor_config.json", "statistics.json", "embodiment_id.json"] {
+    for f in [
+        "processor_config.json",
+        "statistics.json",
+        "embodiment_id.json",
+    ] {
         std::fs::rename(s.path(f), s.path(&format!("processor/{f}"))).unwrap();
     }
     let ck = Checkpoint::open(&s.0).unwrap();
-    assert_eq!(ck.embodiment_id("oxe_droid_relative_eef_relative_joint").unwrap(), 24);
+    assert_eq!(
+        ck.embodiment_id("oxe_droid_relative_eef_relative_joint")
+            .unwrap(),
+        24
+    );
 }
 
 #[test]
 fn missing_weights_and_shards() {
     let s = Scratch::new("weights");
-    std::fs::rename(s.path(WEIGHTS_FILE), s.path("model-00001-of-00001.safetensors")).unwrap();
+    std::fs::rename(
+        s.path(WEIGHTS_FILE),
+        s.path("model-00001-of-00001.safetensors"),
+    )
+    .unwrap();
     let err = s.open_err();
-    assert!(err.contains(WEIGHTS_FILE) && err.contains("missing"), "{err}");
+    assert!(
+        err.contains(WEIGHTS_FILE) && err.contains("missing"),
+        "{err}"
+    );
     // A shard index pointing at the renamed file works.
     let index = r#"{"metadata": {}, "weight_map": {"a": "model-00001-of-00001.safetensors"}}"#;
     std::fs::write(s.path("model.safetensors.index.json"), index).unwrap();
@@ -170,7 +233,10 @@ fn missing_weights_and_shards() {
     let index = r#"{"weight_map": {"a": "model-00001-of-00001.safetensors", "b": "model-00002-of-00002.safetensors"}}"#;
     std::fs::write(s.path("model.safetensors.index.json"), index).unwrap();
     let err = s.open_err();
-    assert!(err.contains("model-00002-of-00002.safetensors") && err.contains("missing"), "{err}");
+    assert!(
+        err.contains("model-00002-of-00002.safetensors") && err.contains("missing"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -178,7 +244,10 @@ fn truncated_and_non_safetensors_weights() {
     let s = Scratch::new("trunc");
     std::fs::write(s.path(WEIGHTS_FILE), b"abc").unwrap();
     let err = s.open_err();
-    assert!(err.contains(WEIGHTS_FILE) && err.contains("not a safetensors"), "{err}");
+    assert!(
+        err.contains(WEIGHTS_FILE) && err.contains("not a safetensors"),
+        "{err}"
+    );
     let bytes = std::fs::read(gr00t_fixtures::tiny_checkpoint().join(WEIGHTS_FILE)).unwrap();
     std::fs::write(s.path(WEIGHTS_FILE), &bytes[..1000]).unwrap();
     let err = s.open_err();
@@ -189,7 +258,35 @@ fn truncated_and_non_safetensors_weights() {
 fn too_few_llm_layers_for_select_layer() {
     let s = Scratch::new("layers");
     let text = std::fs::read_to_string(s.path("config.json")).unwrap();
-    std::fs::write(s.path("config.json"), text.replace("\"select_layer\": 4", "\"select_layer\": 5")).unwrap();
+    std::fs::write(
+        s.path("config.json"),
+        text.replace("\"select_layer\": 4", "\"select_layer\": 5"),
+    )
+    .unwrap();
     let err = s.open_err();
-    assert!(err.contains("select_layer is 5") && err.contains("layer 4"), "{err}");
+    assert!(
+        err.contains("select_layer is 5") && err.contains("layer 4"),
+        "{err}"
+    );
+}
+
+#[test]
+fn digest_identifies_weights() {
+    let ck = Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+    let d = ck.digest().unwrap();
+    assert_eq!(d.len(), 64);
+    assert_eq!(d, ck.digest().unwrap());
+    // Same layout, one changed weight byte in the middle of the data: a different digest.
+    let s = Scratch::new("digest");
+    let path = s.path(WEIGHTS_FILE);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    // Sample 32 of 64 starts at (len - 64 KiB)·32/63; flip a byte inside it.
+    let len = bytes.len() as u64;
+    let off = ((len - 65536) * 32 / 63) as usize + 10;
+    assert!(off < bytes.len() && mid > 0);
+    bytes[off] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let other = Checkpoint::open(&s.0).unwrap().digest().unwrap();
+    assert_ne!(d, other);
 }

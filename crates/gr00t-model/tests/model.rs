@@ -17,8 +17,15 @@ fn inputs(taps: &Taps) -> ModelInputs {
     ModelInputs {
         pixel_values: taps.f32s("proc.pixel_values"),
         patch_dim: taps.dims("proc.pixel_values")[1],
-        image_grid_thw: grid.chunks(3).map(|g| [g[0] as usize, g[1] as usize, g[2] as usize]).collect(),
-        input_ids: taps.i64s("proc.input_ids").iter().map(|&i| i as u32).collect(),
+        image_grid_thw: grid
+            .chunks(3)
+            .map(|g| [g[0] as usize, g[1] as usize, g[2] as usize])
+            .collect(),
+        input_ids: taps
+            .i64s("proc.input_ids")
+            .iter()
+            .map(|&i| i as u32)
+            .collect(),
         state: taps.f32s("proc.state"),
         embodiment_id: taps.i64s("proc.embodiment_id")[0] as usize,
         noise: taps.f32s("input.noise"),
@@ -32,17 +39,36 @@ fn network_matches_every_tap_end_to_end() {
     let rec = Recorder::enabled();
     let out = model.forward(&inputs(&taps), &rec).unwrap();
     assert_eq!(out.seq_len, 469);
-    assert_tap_close("head.action_pred", &out.action_pred, &taps.f32s("head.action_pred"), 0.99999, 1e-3);
+    assert_tap_close(
+        "head.action_pred",
+        &out.action_pred,
+        &taps.f32s("head.action_pred"),
+        0.99999,
+        1e-3,
+    );
     let info = gr00t_fixtures::case_info("case0");
     let mut checked = 0;
     for (name, meta) in info["tap_shapes"].as_object().unwrap() {
         let dtype = meta[1].as_str().unwrap();
-        if dtype != "float32" || name.starts_with("proc.") || name.starts_with("input.") || name.starts_with("decode.") || name.starts_with("output.") {
+        if dtype != "float32"
+            || name.starts_with("proc.")
+            || name.starts_with("input.")
+            || name.starts_with("decode.")
+            || name.starts_with("output.")
+        {
             continue;
         }
-        let ours = rec.get(name).unwrap_or_else(|| panic!("tap {name} not recorded"));
+        let ours = rec
+            .get(name)
+            .unwrap_or_else(|| panic!("tap {name} not recorded"));
         assert_eq!(ours.dims(), taps.dims(name).as_slice(), "{name}");
-        assert_tap_close(name, &gr00t_fixtures::flat_f32(&ours), &taps.f32s(name), 0.99999, 1e-3);
+        assert_tap_close(
+            name,
+            &gr00t_fixtures::flat_f32(&ours),
+            &taps.f32s(name),
+            0.99999,
+            1e-3,
+        );
         checked += 1;
     }
     assert!(checked > 90, "only {checked} taps compared");

@@ -11,9 +11,21 @@ fn every_fixture_seed_is_bit_exact() {
         let want = noise_seed(seed);
         assert_eq!(want.len(), 40 * 132);
         let ours = initial_noise(seed, 40, 132).expect("noise");
-        let max_ulp = ours.iter().zip(&want).map(|(a, b)| ulp_diff(*a, *b)).max().unwrap();
-        let exact = ours.iter().zip(&want).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
-        eprintln!("seed {seed}: {exact}/{} bit-exact, max {max_ulp} ulp", want.len());
+        let max_ulp = ours
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| ulp_diff(*a, *b))
+            .max()
+            .unwrap();
+        let exact = ours
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| a.to_bits() == b.to_bits())
+            .count();
+        eprintln!(
+            "seed {seed}: {exact}/{} bit-exact, max {max_ulp} ulp",
+            want.len()
+        );
         assert!(max_ulp <= 2, "seed {seed}: {max_ulp} ulp");
         assert_eq!(exact, want.len(), "seed {seed}: only {exact} bit-exact");
     }

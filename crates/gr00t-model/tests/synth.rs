@@ -13,7 +13,8 @@ fn tiny_specs_equal_fixture_layout() {
     let theirs: Vec<&str> = fixture.tensor_dtypes.keys().map(|s| s.as_str()).collect();
     assert_eq!(ours, theirs);
     // SAFETY: the fixture file is not modified while mapped.
-    let st = unsafe { candle_core::safetensors::MmapedSafetensors::new(&fixture.weight_files[0]) }.unwrap();
+    let st = unsafe { candle_core::safetensors::MmapedSafetensors::new(&fixture.weight_files[0]) }
+        .unwrap();
     for p in &specs {
         let view = st.get(&p.name).unwrap();
         assert_eq!(view.shape(), p.shape.as_slice(), "{}", p.name);
@@ -51,8 +52,14 @@ fn tiny_synthetic_checkpoint_opens_and_says_synthetic() {
     write_synthetic_checkpoint(&dir, SynthSize::Tiny, &mut |_, _| {}).unwrap();
     assert_eq!(first, std::fs::read(dir.join("model.safetensors")).unwrap());
     // Values are at a sensible scale (norm weights near 1).
-    let vb = ck.var_builder(candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
-    let w = vb.get(32, "action_head.vlln.weight").unwrap().to_vec1::<f32>().unwrap();
+    let vb = ck
+        .var_builder(candle_core::DType::F32, &candle_core::Device::Cpu)
+        .unwrap();
+    let w = vb
+        .get(32, "action_head.vlln.weight")
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
     assert!(w.iter().all(|x| (0.9..1.1).contains(x)), "{w:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

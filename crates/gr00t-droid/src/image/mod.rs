@@ -1,4 +1,24 @@
 //! Image pipeline: decode → albumentations eval transform → Qwen smart resize → patch rows.
+//!
+//! Every stage reproduces the reference (OpenCV 4.11 `INTER_AREA`, torch 2.7 uint8 antialiased
+//! bicubic, the Qwen2-VL fast image processor) bit for bit; see the module of each stage.
+
+pub mod area;
+pub mod augment;
+pub mod bicubic;
+pub mod decode;
+mod error;
+pub mod pipeline;
+pub mod qwen;
+
+pub use augment::{AugStages, EvalTransform};
+pub use decode::{decode_base64_frame, decode_frame_bytes, MAX_DECODE_DIMENSION};
+pub use error::ImageError;
+pub use pipeline::{
+    check_frame_geometry, FrameGeometry, FrameStages, ImagePipeline, ProcessedImages,
+    DROID_GRID_THW,
+};
+pub use qwen::{smart_resize, QwenImageProcessor};
 
 /// An RGB8 frame, row-major HWC.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -9,4 +29,84 @@ pub struct Frame {
     pub height: usize,
     /// `height·width·3` bytes, RGB, row-major.
     pub data: Vec<u8>,
+}
+
+impl Frame {
+    /// A frame from HWC RGB8 bytes; refuses empty frames and a wrong byte count.
+    pub fn new(width: usize, height: usize, data: Vec<u8>) -> Result<Frame, ImageError> {
+        let frame = Frame {
+            width,
+            height,
+            data,
+        };
+        frame.check()?;
+        Ok(frame)
+    }
+
+    /// Checks that the frame is non-empty and holds exactly `height·width·3` bytes.
+    pub fn check(&self) -> Result<(), ImageError> {
+        if self.width == 0 || self.height == 0 {
+            return Err(ImageError::Geometry(format!(
+                "empty frame ({}x{})",
+                self.width, self.height
+            )));
+        }
+        let expected = self
+            .width
+            .checked_mul(self.height)
+            .and_then(|n| n.checked_mul(3));
+        if expected != Some(self.data.len()) {
+            return Err(ImageError::Geometry(format!(
+                "frame {}x{} holds {} bytes, expected {}x{}x3",
+                self.width,
+                self.height,
+                self.data.len(),
+                self.height,
+                self.width
+            )));
+        }
+        Ok(())
+    }
+
+    /// The pixels as planar CHW (`3·height·width` bytes), the layout torch tensors use.
+    pub fn to_chw(&self) -> Vec<u8> {
+        // Derived from the bytes so an inconsistent frame cannot index out of bounds.
+        let plane = self.data.len() / 3;
+        let mut out = vec![0u8; self.data.len()];
+        for (i, px) in self.data.chunks_exact(3).enumerate() {
+            out[i] = px[0];
+            out[plane + i] = px[1];
+            out[2 * plane + i] = px[2];
+        }
+        out
+    }
+
+    /// A `width`×`height` sub-image starting at (`x0`, `y0`); errors when it does not fit.
+    pub fn crop(
+        &self,
+        x0: usize,
+        y0: usize,
+        width: usize,
+        height: usize,
+    ) -> Result<Frame, ImageError> {
+        self.check()?;
+        let fits_x = x0.checked_add(width).is_some_and(|e| e <= self.width);
+        let fits_y = y0.checked_add(height).is_some_and(|e| e <= self.height);
+        if width == 0 || height == 0 || !fits_x || !fits_y {
+            return Err(ImageError::Geometry(format!(
+                "crop {width}x{height} at ({x0}, {y0}) does not fit a {}x{} frame",
+                self.width, self.height
+            )));
+        }
+        let mut data = Vec::with_capacity(width * height * 3);
+        for y in y0..y0 + height {
+            let start = (y * self.width + x0) * 3;
+            data.extend_from_slice(&self.data[start..start + width * 3]);
+        }
+        Ok(Frame {
+            width,
+            height,
+            data,
+        })
+    }
 }

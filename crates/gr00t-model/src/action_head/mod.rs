@@ -162,7 +162,15 @@ impl ActionHead {
             )));
         }
         let vl_embeds = self.encode_vl(features, rec)?;
-        self.denoise(&vl_embeds, image_mask, attention_mask, state, embodiment_id, noise, rec)
+        self.denoise(
+            &vl_embeds,
+            image_mask,
+            attention_mask,
+            state,
+            embodiment_id,
+            noise,
+            rec,
+        )
     }
 
     /// The flow-matching part of [`ActionHead::get_action`], from the VL adapter's output

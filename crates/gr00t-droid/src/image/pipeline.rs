@@ -1,0 +1,192 @@
+//! The whole image path of one request: eval transform and Qwen processing of each frame, then
+//! the frames' patch rows concatenated in input order (DROID: time-major
+//! `[exterior t−15, wrist t−15, exterior t0, wrist t0]`).
+
+use super::augment::{AugStages, CropRect, EvalTransform};
+use super::qwen::QwenImageProcessor;
+use super::{Frame, ImageError};
+use gr00t_model::checkpoint::ProcessorConfig;
+use gr00t_model::config::ImageProcessorConfig;
+use gr00t_model::Checkpoint;
+
+/// Smallest accepted width/height ratio of a DROID frame (serving contract).
+pub const MIN_FRAME_ASPECT: f64 = 1.686;
+/// Largest accepted width/height ratio of a DROID frame (serving contract).
+pub const MAX_FRAME_ASPECT: f64 = 1.814;
+/// The patch grid every DROID frame must land on (112 LLM tokens per frame).
+pub const DROID_GRID_THW: [usize; 3] = [1, 16, 28];
+
+/// The serving contract's cheap frame check: landscape with width/height in
+/// [`MIN_FRAME_ASPECT`, `MAX_FRAME_ASPECT`] (16:9-like), so the frame lands on the 16×28 grid.
+pub fn check_frame_geometry(width: usize, height: usize) -> Result<(), ImageError> {
+    if width == 0 || height == 0 {
+        return Err(ImageError::Geometry(format!(
+            "empty frame ({width}x{height})"
+        )));
+    }
+    let ratio = width as f64 / height as f64;
+    if !(MIN_FRAME_ASPECT..=MAX_FRAME_ASPECT).contains(&ratio) {
+        return Err(ImageError::Geometry(format!(
+            "frame {width}x{height} has width/height {ratio:.4}; expected a landscape frame with \
+             width/height in [{MIN_FRAME_ASPECT}, {MAX_FRAME_ASPECT}] (16:9, e.g. 320x180)"
+        )));
+    }
+    Ok(())
+}
+
+/// Sizes of every stage for one input size, computed without touching pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameGeometry {
+    /// Input (width, height).
+    pub input: (usize, usize),
+    /// After the first `SmallestMaxSize`.
+    pub aug_resized: (usize, usize),
+    /// The centre crop taken from `aug_resized`.
+    pub crop: CropRect,
+    /// After the second `SmallestMaxSize` (what the Qwen processor receives).
+    pub aug_output: (usize, usize),
+    /// smart_resize target.
+    pub qwen_size: (usize, usize),
+    /// `image_grid_thw` row.
+    pub grid_thw: [usize; 3],
+}
+
+/// Every intermediate image of one frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameStages {
+    /// Eval-transform stages.
+    pub aug: AugStages,
+    /// After the Qwen bicubic resize (`proc.qwen_resized_u8`), the source of the patch rows.
+    pub qwen_resized: Frame,
+    /// Its `[t, h, w]` patch grid.
+    pub grid_thw: [usize; 3],
+}
+
+/// The model's image inputs for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessedImages {
+    /// `[num_patches, patch_dim]` row-major f32 (`pixel_values`).
+    pub pixel_values: Vec<f32>,
+    /// Width of one patch row (1536).
+    pub patch_dim: usize,
+    /// One `[t, h, w]` per frame, in input order.
+    pub image_grid_thw: Vec<[usize; 3]>,
+    /// LLM image tokens per frame (`h·w/merge²`, 112 for DROID).
+    pub tokens_per_image: Vec<usize>,
+}
+
+impl ProcessedImages {
+    /// Number of patch rows.
+    pub fn num_patches(&self) -> usize {
+        self.pixel_values.len() / self.patch_dim.max(1)
+    }
+}
+
+/// Eval transform + Qwen image processor, configured from a checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImagePipeline {
+    /// albumentations eval transform.
+    pub eval: EvalTransform,
+    /// Qwen image processor.
+    pub qwen: QwenImageProcessor,
+}
+
+impl ImagePipeline {
+    /// From the GR00T processor kwargs and the backbone's preprocessor config.
+    pub fn from_configs(
+        processor: &ProcessorConfig,
+        image_processor: &ImageProcessorConfig,
+    ) -> Result<ImagePipeline, ImageError> {
+        Ok(ImagePipeline {
+            eval: EvalTransform::from_processor_config(processor)?,
+            qwen: QwenImageProcessor::from_config(image_processor)?,
+        })
+    }
+
+    /// From a loaded checkpoint.
+    pub fn from_checkpoint(ckpt: &Checkpoint) -> Result<ImagePipeline, ImageError> {
+        ImagePipeline::from_configs(&ckpt.processor, &ckpt.image_processor)
+    }
+
+    /// Stage sizes for a `width`×`height` input; errors where the chain cannot run (empty
+    /// crop, aspect ratio beyond smart_resize's 200).
+    pub fn geometry(&self, width: usize, height: usize) -> Result<FrameGeometry, ImageError> {
+        if width == 0 || height == 0 {
+            return Err(ImageError::Geometry(format!(
+                "empty frame ({width}x{height})"
+            )));
+        }
+        let aug_resized = self.eval.smallest_max_size_dims(width, height);
+        let crop = self.eval.crop_rect(aug_resized.0, aug_resized.1);
+        if crop.width == 0 || crop.height == 0 {
+            return Err(ImageError::Geometry(format!(
+                "centre crop of {}x{} is empty",
+                aug_resized.0, aug_resized.1
+            )));
+        }
+        let aug_output = self.eval.smallest_max_size_dims(crop.width, crop.height);
+        let qwen_size = self.qwen.target_size(aug_output.0, aug_output.1)?;
+        Ok(FrameGeometry {
+            input: (width, height),
+            aug_resized,
+            crop,
+            aug_output,
+            qwen_size,
+            grid_thw: self.qwen.grid_thw(qwen_size.0, qwen_size.1),
+        })
+    }
+
+    /// The `[t, h, w]` grid a `width`×`height` frame ends on (DROID requires [`DROID_GRID_THW`]).
+    pub fn grid_for(&self, width: usize, height: usize) -> Result<[usize; 3], ImageError> {
+        Ok(self.geometry(width, height)?.grid_thw)
+    }
+
+    /// Runs one frame through every stage, keeping the intermediates.
+    pub fn frame_stages(&self, frame: &Frame) -> Result<FrameStages, ImageError> {
+        frame.check()?;
+        let geometry = self.geometry(frame.width, frame.height)?;
+        let aug = self.eval.apply(frame)?;
+        let qwen_resized = self.qwen.resize(&aug.output)?;
+        Ok(FrameStages {
+            aug,
+            qwen_resized,
+            grid_thw: geometry.grid_thw,
+        })
+    }
+
+    /// Processes the frames (in the order their image tokens appear; DROID: time-major
+    /// `[exterior t−15, wrist t−15, exterior t0, wrist t0]`) into the model's image inputs.
+    /// Frames are processed on one thread each.
+    pub fn process(&self, frames: &[Frame]) -> Result<ProcessedImages, ImageError> {
+        for f in frames {
+            f.check()?;
+            self.geometry(f.width, f.height)?;
+        }
+        let resized: Vec<Result<Frame, ImageError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = frames
+                .iter()
+                .map(|f| scope.spawn(move || Ok(self.frame_stages(f)?.qwen_resized)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(ImageError::Geometry("image worker panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        let mut out = ProcessedImages {
+            pixel_values: Vec::new(),
+            patch_dim: self.qwen.patch_dim(),
+            image_grid_thw: Vec::with_capacity(frames.len()),
+            tokens_per_image: Vec::with_capacity(frames.len()),
+        };
+        for r in resized {
+            let grid = self.qwen.patchify_into(&r?, &mut out.pixel_values)?;
+            out.image_grid_thw.push(grid);
+            out.tokens_per_image.push(self.qwen.tokens(grid));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,191 @@
+//! The DROID processor: a validated [`PredictRequest`] → [`ModelInputs`] (decode the frames,
+//! run the image pipeline, build the prompt, normalise the state, draw or take the noise), and
+//! the model's normalised chunk → physical actions. Every refusal names the request field.
+
+use crate::actions::ActionDecoder;
+use crate::image::{
+    check_frame_geometry, decode_base64_frame, Frame, ImagePipeline, DROID_GRID_THW,
+};
+use crate::prompt::{PromptEncoder, PromptError};
+use crate::request::{NoiseSource, PredictRequest, RequestError, CAMERAS, FRAMES_PER_CAMERA};
+use crate::response::ActionGroups;
+use crate::state::StateNormalizer;
+use crate::EMBODIMENT_TAG;
+use gr00t_model::{Checkpoint, ModelInputs};
+use std::time::Instant;
+
+/// A request turned into model inputs, with the time each half took.
+#[derive(Debug, Clone)]
+pub struct EncodedRequest {
+    /// What the network consumes.
+    pub inputs: ModelInputs,
+    /// Base64 + PNG/JPEG decode time, ms.
+    pub decode_ms: f64,
+    /// Resize, patchify, tokenise, state normalisation and noise, ms.
+    pub encode_ms: f64,
+}
+
+/// Physical and normalised action chunks of one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkActions {
+    /// Absolute targets.
+    pub actions: ActionGroups,
+    /// Model-space chunk, valid dims only, before un-normalisation.
+    pub normalized: ActionGroups,
+}
+
+/// Pre- and post-processing of the DROID embodiment for one checkpoint.
+#[derive(Debug)]
+pub struct DroidProcessor {
+    images: ImagePipeline,
+    prompt: PromptEncoder,
+    state: StateNormalizer,
+    actions: ActionDecoder,
+    embodiment_id: usize,
+    horizon: usize,
+    action_dim: usize,
+}
+
+impl DroidProcessor {
+    /// Builds the processor from a checkpoint's processor config and statistics.
+    pub fn new(ckpt: &Checkpoint, prompt: PromptEncoder) -> Result<DroidProcessor, String> {
+        let images = ImagePipeline::from_checkpoint(ckpt).map_err(|e| e.to_string())?;
+        let state = StateNormalizer::new(&ckpt.statistics, &ckpt.processor, EMBODIMENT_TAG)
+            .map_err(|e| e.to_string())?;
+        let actions = ActionDecoder::new(&ckpt.statistics, &ckpt.processor, EMBODIMENT_TAG)
+            .map_err(|e| e.to_string())?;
+        let embodiment_id = ckpt
+            .embodiment_id(EMBODIMENT_TAG)
+            .map_err(|e| e.to_string())?;
+        let prompt = prompt.with_formalize(ckpt.processor.formalize_language);
+        Ok(DroidProcessor {
+            images,
+            prompt,
+            state,
+            actions,
+            embodiment_id,
+            horizon: ckpt.config.action_horizon,
+            action_dim: ckpt.config.max_action_dim,
+        })
+    }
+
+    /// Parses and validates a JSON body.
+    pub fn parse(&self, body: &[u8]) -> Result<PredictRequest, RequestError> {
+        PredictRequest::from_json(body, self.horizon, self.action_dim)
+    }
+
+    /// Action chunk length.
+    pub fn horizon(&self) -> usize {
+        self.horizon
+    }
+
+    /// Turns a validated request into model inputs.
+    pub fn encode(&self, req: &PredictRequest) -> Result<EncodedRequest, RequestError> {
+        let t0 = Instant::now();
+        let frames = self.decode_frames(req)?;
+        let t1 = Instant::now();
+        let processed = self
+            .images
+            .process(&frames)
+            .map_err(|e| RequestError::new("images", e.to_string()))?;
+        let prompt = self
+            .prompt
+            .encode(&req.instruction, &processed.image_grid_thw)
+            .map_err(|e| match e {
+                PromptError::Tokenizer(m) => {
+                    RequestError::new("", format!("tokenizer failure: {m}"))
+                }
+                other => RequestError::new("instruction", other.to_string()),
+            })?;
+        let state = self
+            .state
+            .normalize(&req.state.groups())
+            .map_err(|e| RequestError::new("state", e.to_string()))?;
+        let noise = match &req.noise {
+            NoiseSource::Client(n) => n.clone(),
+            NoiseSource::Seed(s) => {
+                gr00t_model::noise::initial_noise(*s, self.horizon, self.action_dim)
+                    .map_err(|e| RequestError::new("seed", e.to_string()))?
+            }
+        };
+        let t2 = Instant::now();
+        Ok(EncodedRequest {
+            inputs: ModelInputs {
+                pixel_values: processed.pixel_values,
+                patch_dim: processed.patch_dim,
+                image_grid_thw: processed.image_grid_thw,
+                input_ids: prompt.input_ids,
+                state,
+                embodiment_id: self.embodiment_id,
+                noise,
+            },
+            decode_ms: (t1 - t0).as_secs_f64() * 1e3,
+            encode_ms: (t2 - t1).as_secs_f64() * 1e3,
+        })
+    }
+
+    /// Decodes the four frames in time-major order `[ext t−15, wrist t−15, ext t, wrist t]`,
+    /// checking each frame's geometry.
+    fn decode_frames(&self, req: &PredictRequest) -> Result<Vec<Frame>, RequestError> {
+        let mut frames = Vec::with_capacity(CAMERAS.len() * FRAMES_PER_CAMERA);
+        for t in 0..FRAMES_PER_CAMERA {
+            for (c, cam) in CAMERAS.iter().enumerate() {
+                let field = format!("images.{cam}[{t}]");
+                let frame = decode_base64_frame(&req.images[c][t])
+                    .map_err(|e| RequestError::new(&field, e.to_string()))?;
+                check_frame_geometry(frame.width, frame.height)
+                    .map_err(|e| RequestError::new(&field, e.to_string()))?;
+                let grid = self
+                    .images
+                    .grid_for(frame.width, frame.height)
+                    .map_err(|e| RequestError::new(&field, e.to_string()))?;
+                if grid != DROID_GRID_THW {
+                    return Err(RequestError::new(
+                        &field,
+                        format!(
+                            "a {}x{} frame lands on patch grid {grid:?}, not {DROID_GRID_THW:?}",
+                            frame.width, frame.height
+                        ),
+                    ));
+                }
+                frames.push(frame);
+            }
+        }
+        Ok(frames)
+    }
+
+    /// Turns the model's `action_pred` (`[horizon, action_dim]`) into physical actions using the
+    /// request's raw state as the reference for the relative groups.
+    pub fn decode(
+        &self,
+        action_pred: &[f32],
+        req: &PredictRequest,
+    ) -> Result<ChunkActions, String> {
+        let decoded = self
+            .actions
+            .decode(action_pred, &req.state.groups())
+            .map_err(|e| e.to_string())?;
+        let pick = |key: &str, normalized: bool| -> Result<Vec<Vec<f32>>, String> {
+            let g = decoded
+                .get(key)
+                .ok_or_else(|| format!("the decoder produced no {key} group"))?;
+            let flat = if normalized {
+                &g.normalized
+            } else {
+                &g.actions
+            };
+            Ok(flat.chunks_exact(g.dim).map(|r| r.to_vec()).collect())
+        };
+        let groups = |normalized: bool| -> Result<ActionGroups, String> {
+            Ok(ActionGroups {
+                eef_9d: pick("eef_9d", normalized)?,
+                gripper_position: pick("gripper_position", normalized)?,
+                joint_position: pick("joint_position", normalized)?,
+            })
+        };
+        Ok(ChunkActions {
+            actions: groups(false)?,
+            normalized: groups(true)?,
+        })
+    }
+}

@@ -1,0 +1,363 @@
+//! The `/predict` request of the HTTP contract (docs/API.md) and its structural validation.
+//!
+//! Parsing goes through `serde_json::Value` so that every refusal names the offending field.
+//! Checks that need the images or the tokenizer (decodability, aspect ratio, token count)
+//! happen in the processor.
+
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// Camera names of the DROID layout, in model order.
+pub const CAMERAS: [&str; 2] = ["exterior_image_1_left", "wrist_image_left"];
+/// Frames per camera: t−15 then t.
+pub const FRAMES_PER_CAMERA: usize = 2;
+/// State keys and widths, in model order.
+pub const STATE_KEYS: [(&str, usize); 3] = [
+    ("eef_9d", 9),
+    ("gripper_position", 1),
+    ("joint_position", 7),
+];
+/// Seed used when the request gives neither `seed` nor `noise`.
+pub const DEFAULT_SEED: u64 = 42;
+
+const TOP_LEVEL_FIELDS: [&str; 6] = [
+    "images",
+    "state",
+    "instruction",
+    "seed",
+    "noise",
+    "return_normalized",
+];
+
+/// A refused request: the field at fault and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestError {
+    /// JSON path of the field, e.g. `state.joint_position` or `images.wrist_image_left[1]`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl RequestError {
+    /// An error about `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> RequestError {
+        RequestError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// Where the initial flow-matching noise comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoiseSource {
+    /// `torch.randn` with this seed.
+    Seed(u64),
+    /// Explicit `[horizon][action_dim]` values from the client, row-major.
+    Client(Vec<f32>),
+}
+
+/// The raw (un-normalised) arm state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawState {
+    /// xyz then the first two rows of the rotation matrix.
+    pub eef_9d: [f32; 9],
+    /// Gripper opening.
+    pub gripper_position: [f32; 1],
+    /// Seven joint angles.
+    pub joint_position: [f32; 7],
+}
+
+impl RawState {
+    /// The groups by key, in model order.
+    pub fn groups(&self) -> [(&'static str, &[f32]); 3] {
+        [
+            ("eef_9d", &self.eef_9d[..]),
+            ("gripper_position", &self.gripper_position[..]),
+            ("joint_position", &self.joint_position[..]),
+        ]
+    }
+}
+
+/// A structurally valid `/predict` request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PredictRequest {
+    /// Base64 frames per camera in [`CAMERAS`] order, each `[t−15, t]`.
+    pub images: [[String; FRAMES_PER_CAMERA]; 2],
+    /// Raw state.
+    pub state: RawState,
+    /// The instruction as sent.
+    pub instruction: String,
+    /// Initial noise.
+    pub noise: NoiseSource,
+    /// Also return the normalised chunk.
+    pub return_normalized: bool,
+}
+
+impl PredictRequest {
+    /// Parses and validates a JSON body; `horizon`/`action_dim` fix the noise shape (40 × 132).
+    pub fn from_json(
+        body: &[u8],
+        horizon: usize,
+        action_dim: usize,
+    ) -> Result<PredictRequest, RequestError> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| RequestError::new("body", format!("invalid JSON: {e}")))?;
+        Self::from_value(&value, horizon, action_dim)
+    }
+
+    /// Validates an already parsed JSON value.
+    pub fn from_value(
+        value: &Value,
+        horizon: usize,
+        action_dim: usize,
+    ) -> Result<PredictRequest, RequestError> {
+        let obj = value
+            .as_object()
+            .ok_or_else(|| RequestError::new("body", "expected a JSON object"))?;
+        for key in obj.keys() {
+            if !TOP_LEVEL_FIELDS.contains(&key.as_str()) {
+                return Err(RequestError::new(
+                    key.clone(),
+                    format!(
+                        "unknown field (expected one of {})",
+                        TOP_LEVEL_FIELDS.join(", ")
+                    ),
+                ));
+            }
+        }
+        let images = parse_images(required(obj, "images")?)?;
+        let state = parse_state(required(obj, "state")?)?;
+        let instruction = match required(obj, "instruction")? {
+            Value::String(s) if !s.trim().is_empty() => s.clone(),
+            Value::String(_) => return Err(RequestError::new("instruction", "must not be empty")),
+            other => {
+                return Err(RequestError::new(
+                    "instruction",
+                    format!("expected a string, got {}", kind(other)),
+                ))
+            }
+        };
+        let seed = match obj.get("seed") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_u64().ok_or_else(|| {
+                RequestError::new(
+                    "seed",
+                    format!("expected an unsigned integer, got {}", describe(v)),
+                )
+            })?),
+        };
+        let noise = match obj.get("noise") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(parse_noise(v, horizon, action_dim)?),
+        };
+        let noise = match (seed, noise) {
+            (Some(_), Some(_)) => {
+                return Err(RequestError::new(
+                    "noise",
+                    "give either seed or noise, not both",
+                ));
+            }
+            (Some(s), None) => NoiseSource::Seed(s),
+            (None, Some(n)) => NoiseSource::Client(n),
+            (None, None) => NoiseSource::Seed(DEFAULT_SEED),
+        };
+        let return_normalized = match obj.get("return_normalized") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => {
+                return Err(RequestError::new(
+                    "return_normalized",
+                    format!("expected a boolean, got {}", kind(v)),
+                ))
+            }
+        };
+        Ok(PredictRequest {
+            images,
+            state,
+            instruction,
+            noise,
+            return_normalized,
+        })
+    }
+}
+
+fn required<'a>(obj: &'a Map<String, Value>, key: &str) -> Result<&'a Value, RequestError> {
+    match obj.get(key) {
+        Some(Value::Null) | None => Err(RequestError::new(key, "is required")),
+        Some(v) => Ok(v),
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Number(n) => format!("{n}"),
+        other => kind(other).to_string(),
+    }
+}
+
+fn parse_images(v: &Value) -> Result<[[String; FRAMES_PER_CAMERA]; 2], RequestError> {
+    let obj = v.as_object().ok_or_else(|| {
+        RequestError::new("images", format!("expected an object, got {}", kind(v)))
+    })?;
+    for key in obj.keys() {
+        if !CAMERAS.contains(&key.as_str()) {
+            return Err(RequestError::new(
+                format!("images.{key}"),
+                format!(
+                    "unknown camera (expected exactly {})",
+                    CAMERAS.join(" and ")
+                ),
+            ));
+        }
+    }
+    let mut out: [[String; FRAMES_PER_CAMERA]; 2] = Default::default();
+    for (slot, cam) in out.iter_mut().zip(CAMERAS) {
+        let field = format!("images.{cam}");
+        let frames = obj
+            .get(cam)
+            .ok_or_else(|| RequestError::new(&field, "camera is missing"))?
+            .as_array()
+            .ok_or_else(|| {
+                RequestError::new(&field, "expected an array of two base64 strings [t-15, t]")
+            })?;
+        if frames.len() != FRAMES_PER_CAMERA {
+            return Err(RequestError::new(
+                &field,
+                format!(
+                    "expected exactly {FRAMES_PER_CAMERA} frames [t-15, t], got {}",
+                    frames.len()
+                ),
+            ));
+        }
+        for (i, f) in frames.iter().enumerate() {
+            match f {
+                Value::String(s) if !s.is_empty() => slot[i] = s.clone(),
+                _ => {
+                    return Err(RequestError::new(
+                        format!("{field}[{i}]"),
+                        "expected a non-empty base64 string",
+                    ))
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn parse_floats(v: &Value, field: &str, len: usize) -> Result<Vec<f32>, RequestError> {
+    let arr = v.as_array().ok_or_else(|| {
+        RequestError::new(
+            field,
+            format!("expected an array of {len} numbers, got {}", kind(v)),
+        )
+    })?;
+    if arr.len() != len {
+        return Err(RequestError::new(
+            field,
+            format!("expected {len} numbers, got {}", arr.len()),
+        ));
+    }
+    arr.iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let f = x.as_f64().ok_or_else(|| {
+                RequestError::new(
+                    format!("{field}[{i}]"),
+                    format!("expected a number, got {}", kind(x)),
+                )
+            })? as f32;
+            if f.is_finite() {
+                Ok(f)
+            } else {
+                Err(RequestError::new(
+                    format!("{field}[{i}]"),
+                    "must be finite (as float32)",
+                ))
+            }
+        })
+        .collect()
+}
+
+fn parse_state(v: &Value) -> Result<RawState, RequestError> {
+    let obj = v.as_object().ok_or_else(|| {
+        RequestError::new("state", format!("expected an object, got {}", kind(v)))
+    })?;
+    for key in obj.keys() {
+        if !STATE_KEYS.iter().any(|(k, _)| k == key) {
+            return Err(RequestError::new(
+                format!("state.{key}"),
+                "unknown state key (expected eef_9d, gripper_position, joint_position)",
+            ));
+        }
+    }
+    let get = |key: &str, len: usize| -> Result<Vec<f32>, RequestError> {
+        let field = format!("state.{key}");
+        let v = obj
+            .get(key)
+            .ok_or_else(|| RequestError::new(&field, "is required"))?;
+        parse_floats(v, &field, len)
+    };
+    let mut state = RawState {
+        eef_9d: [0.0; 9],
+        gripper_position: [0.0; 1],
+        joint_position: [0.0; 7],
+    };
+    state.eef_9d.copy_from_slice(&get("eef_9d", 9)?);
+    state
+        .gripper_position
+        .copy_from_slice(&get("gripper_position", 1)?);
+    state
+        .joint_position
+        .copy_from_slice(&get("joint_position", 7)?);
+    Ok(state)
+}
+
+fn parse_noise(v: &Value, horizon: usize, action_dim: usize) -> Result<Vec<f32>, RequestError> {
+    let rows = v.as_array().ok_or_else(|| {
+        RequestError::new(
+            "noise",
+            format!(
+                "expected {horizon} rows of {action_dim} numbers, got {}",
+                kind(v)
+            ),
+        )
+    })?;
+    if rows.len() != horizon {
+        return Err(RequestError::new(
+            "noise",
+            format!(
+                "expected {horizon} rows of {action_dim} numbers, got {} rows",
+                rows.len()
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(horizon * action_dim);
+    for (i, row) in rows.iter().enumerate() {
+        out.extend(parse_floats(row, &format!("noise[{i}]"), action_dim)?);
+    }
+    Ok(out)
+}

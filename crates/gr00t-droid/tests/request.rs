@@ -1,0 +1,237 @@
+//! Validation of the `/predict` body: the fixture requests parse, and every malformed field is
+//! refused with an error that names it.
+
+use gr00t_droid::request::{NoiseSource, PredictRequest, DEFAULT_SEED};
+use serde_json::{json, Value};
+
+const H: usize = 40;
+const D: usize = 132;
+
+fn fixture(case: &str) -> Value {
+    serde_json::from_str(&gr00t_fixtures::request_json(case)).unwrap()
+}
+
+fn refuse(v: Value) -> (String, String) {
+    let e = PredictRequest::from_value(&v, H, D).expect_err("request should be refused");
+    (e.field, e.message)
+}
+
+fn with(mut v: Value, path: &[&str], new: Value) -> Value {
+    let mut cur = &mut v;
+    for p in &path[..path.len() - 1] {
+        cur = &mut cur[*p];
+    }
+    cur[path[path.len() - 1]] = new;
+    v
+}
+
+fn without(mut v: Value, path: &[&str]) -> Value {
+    let mut cur = &mut v;
+    for p in &path[..path.len() - 1] {
+        cur = &mut cur[*p];
+    }
+    cur.as_object_mut().unwrap().remove(path[path.len() - 1]);
+    v
+}
+
+#[test]
+fn fixture_requests_parse_with_their_noise() {
+    for case in gr00t_fixtures::CASES {
+        let v = fixture(case);
+        let req = PredictRequest::from_value(&v, H, D).unwrap();
+        let taps = gr00t_fixtures::Taps::load(case);
+        match &req.noise {
+            NoiseSource::Client(n) => assert_eq!(n, &taps.f32s("input.noise"), "{case}"),
+            other => panic!("{case}: expected client noise, got {other:?}"),
+        }
+        assert_eq!(
+            req.state.joint_position.to_vec(),
+            taps.f32s("input.state.joint_position")
+        );
+        assert_eq!(req.state.eef_9d.to_vec(), taps.f32s("input.state.eef_9d"));
+        assert_eq!(
+            req.state.gripper_position.to_vec(),
+            taps.f32s("input.state.gripper_position")
+        );
+        assert_eq!(
+            req.instruction,
+            gr00t_fixtures::case_info(case)["instruction"]
+        );
+        assert!(!req.return_normalized);
+    }
+}
+
+#[test]
+fn seed_defaults_and_explicit() {
+    let v = without(fixture("case0"), &["noise"]);
+    assert_eq!(
+        PredictRequest::from_value(&v, H, D).unwrap().noise,
+        NoiseSource::Seed(DEFAULT_SEED)
+    );
+    let v = with(v, &["seed"], json!(7));
+    assert_eq!(
+        PredictRequest::from_value(&v, H, D).unwrap().noise,
+        NoiseSource::Seed(7)
+    );
+    let v = with(v, &["return_normalized"], json!(true));
+    assert!(
+        PredictRequest::from_value(&v, H, D)
+            .unwrap()
+            .return_normalized
+    );
+}
+
+#[test]
+fn bad_json_and_body() {
+    let e = PredictRequest::from_json(b"{not json", H, D).unwrap_err();
+    assert_eq!(e.field, "body");
+    assert_eq!(refuse(json!([1, 2])).0, "body");
+}
+
+#[test]
+fn unknown_top_level_field() {
+    let (f, m) = refuse(with(fixture("case0"), &["temperature"], json!(1.0)));
+    assert_eq!(f, "temperature");
+    assert!(m.contains("unknown"), "{m}");
+}
+
+#[test]
+fn camera_errors() {
+    let base = fixture("case0");
+    let (f, _) = refuse(with(
+        base.clone(),
+        &["images", "left_camera"],
+        json!(["a", "b"]),
+    ));
+    assert_eq!(f, "images.left_camera");
+    let (f, _) = refuse(without(base.clone(), &["images", "wrist_image_left"]));
+    assert_eq!(f, "images.wrist_image_left");
+    let one = json!([base["images"]["wrist_image_left"][0].clone()]);
+    let (f, m) = refuse(with(base.clone(), &["images", "wrist_image_left"], one));
+    assert_eq!(f, "images.wrist_image_left");
+    assert!(m.contains("got 1"), "{m}");
+    let three = json!(["a", "b", "c"]);
+    assert_eq!(
+        refuse(with(
+            base.clone(),
+            &["images", "exterior_image_1_left"],
+            three
+        ))
+        .0,
+        "images.exterior_image_1_left"
+    );
+    let (f, _) = refuse(with(
+        base.clone(),
+        &["images", "exterior_image_1_left"],
+        json!(["abc", 5]),
+    ));
+    assert_eq!(f, "images.exterior_image_1_left[1]");
+    assert_eq!(
+        refuse(with(base.clone(), &["images"], json!("x"))).0,
+        "images"
+    );
+    assert_eq!(refuse(without(base, &["images"])).0, "images");
+}
+
+#[test]
+fn state_errors() {
+    let base = fixture("case0");
+    let (f, m) = refuse(with(
+        base.clone(),
+        &["state", "joint_position"],
+        json!([0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+    ));
+    assert_eq!(f, "state.joint_position");
+    assert!(m.contains("expected 7") && m.contains("got 6"), "{m}");
+    let (f, _) = refuse(with(
+        base.clone(),
+        &["state", "eef_9d"],
+        json!([0, 0, 0, 1, 0, 0, 0, "x", 0]),
+    ));
+    assert_eq!(f, "state.eef_9d[7]");
+    // 1e39 is a finite JSON number but overflows float32.
+    let (f, m) = refuse(with(
+        base.clone(),
+        &["state", "gripper_position"],
+        json!([1e39]),
+    ));
+    assert_eq!(f, "state.gripper_position[0]");
+    assert!(m.contains("finite"), "{m}");
+    assert_eq!(
+        refuse(without(base.clone(), &["state", "eef_9d"])).0,
+        "state.eef_9d"
+    );
+    assert_eq!(
+        refuse(with(base.clone(), &["state", "velocity"], json!([1.0]))).0,
+        "state.velocity"
+    );
+    assert_eq!(refuse(with(base, &["state"], json!([1.0]))).0, "state");
+    // JSON itself has no NaN/Infinity literals: such a body is invalid JSON.
+    let text = gr00t_fixtures::request_json("case0").replacen(
+        "\"gripper_position\": [",
+        "\"gripper_position\": [NaN, ",
+        1,
+    );
+    assert_eq!(
+        PredictRequest::from_json(text.as_bytes(), H, D)
+            .unwrap_err()
+            .field,
+        "body"
+    );
+}
+
+#[test]
+fn instruction_errors() {
+    let base = fixture("case0");
+    assert_eq!(
+        refuse(with(base.clone(), &["instruction"], json!(""))).0,
+        "instruction"
+    );
+    assert_eq!(
+        refuse(with(base.clone(), &["instruction"], json!("   "))).0,
+        "instruction"
+    );
+    assert_eq!(
+        refuse(with(base.clone(), &["instruction"], json!(3))).0,
+        "instruction"
+    );
+    assert_eq!(refuse(without(base, &["instruction"])).0, "instruction");
+}
+
+#[test]
+fn seed_and_noise_errors() {
+    let base = fixture("case0");
+    let (f, m) = refuse(with(base.clone(), &["seed"], json!(3)));
+    assert_eq!(f, "noise");
+    assert!(m.contains("not both"), "{m}");
+    let no_noise = without(base.clone(), &["noise"]);
+    assert_eq!(
+        refuse(with(no_noise.clone(), &["seed"], json!(-1))).0,
+        "seed"
+    );
+    assert_eq!(
+        refuse(with(no_noise.clone(), &["seed"], json!(1.5))).0,
+        "seed"
+    );
+    assert_eq!(refuse(with(no_noise, &["seed"], json!("42"))).0, "seed");
+    let short: Vec<Vec<f32>> = vec![vec![0.0; D]; H - 1];
+    let (f, m) = refuse(with(base.clone(), &["noise"], json!(short)));
+    assert_eq!(f, "noise");
+    assert!(m.contains("39 rows"), "{m}");
+    let mut ragged: Vec<Vec<f32>> = vec![vec![0.0; D]; H];
+    ragged[5].pop();
+    assert_eq!(
+        refuse(with(base.clone(), &["noise"], json!(ragged))).0,
+        "noise[5]"
+    );
+    let mut huge = vec![vec![json!(0.0); D]; H];
+    huge[2][3] = json!(1e300);
+    assert_eq!(
+        refuse(with(base.clone(), &["noise"], json!(huge))).0,
+        "noise[2][3]"
+    );
+    assert_eq!(
+        refuse(with(base, &["return_normalized"], json!("yes"))).0,
+        "return_normalized"
+    );
+}
