@@ -1,1 +1,10 @@
-fn main() {}
+//! `gr00t`: the command-line entry point of gr00t-rs.
+
+mod cli;
+mod engine;
+mod pull;
+mod server;
+
+fn main() {
+    std::process::exit(cli::run());
+}

@@ -1,0 +1,186 @@
+//! Command-line interface: argument parsing and one function per subcommand.
+
+use crate::engine::{Engine, EngineOptions, PredictError};
+use clap::{Parser, Subcommand, ValueEnum};
+use gr00t_model::synth::{write_synthetic_checkpoint, SynthSize};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+
+/// gr00t-rs: NVIDIA GR00T N1.7-3B inference for the DROID Franka setup.
+#[derive(Parser, Debug)]
+#[command(name = "gr00t", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the model over HTTP (docs/API.md): POST /predict, GET /health /info /demo /v1/models.
+    Serve {
+        /// Checkpoint folder [default: the pinned snapshot in the Hugging Face cache].
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// Tokenizer file [default: the bundled Qwen3 tokenizer].
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Port; when taken, the next free one up to 99 above is used.
+        #[arg(long, default_value_t = 20000)]
+        port: u16,
+        /// Requests that may wait behind the one being computed; more get 503.
+        #[arg(long, default_value_t = 8)]
+        queue: usize,
+        /// Largest /predict body in MiB; larger ones get 413.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        max_body_mb: u32,
+    },
+    /// Download nvidia/GR00T-N1.7-3B at the pinned revision into the Hugging Face cache.
+    Pull {
+        /// Revision (commit, commit prefix or branch).
+        #[arg(long, default_value = gr00t_model::hub::MODEL_REVISION)]
+        revision: String,
+    },
+    /// Run one request JSON file through the model and print the response JSON.
+    Predict {
+        /// Checkpoint folder (default: the pinned snapshot in the Hugging Face cache).
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// Request body (JSON, the `/predict` schema of docs/API.md); `-` reads stdin.
+        #[arg(long)]
+        request: PathBuf,
+        /// Tokenizer file (default: the bundled Qwen3 tokenizer).
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+    },
+    /// Write a checkpoint with the real layout and pseudo-random weights (speed runs only).
+    SynthCheckpoint {
+        /// Output folder.
+        #[arg(long)]
+        out: PathBuf,
+        /// Model size.
+        #[arg(long, value_enum, default_value_t = Size::Full)]
+        size: Size,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Size {
+    /// The released N1.7-3B architecture (3.14 B parameters, ~6.3 GB).
+    Full,
+    /// The tiny architecture of the test fixtures.
+    Tiny,
+}
+
+/// Parses the command line, runs the subcommand, returns the process exit code.
+pub fn run() -> i32 {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        // Plain text when piped, so tooling can match log lines such as the start-up line.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let result = match cli.command {
+        Command::Serve {
+            checkpoint,
+            tokenizer,
+            host,
+            port,
+            queue,
+            max_body_mb,
+        } => crate::server::run(crate::server::ServeOptions {
+            checkpoint,
+            tokenizer,
+            host,
+            port,
+            queue,
+            max_body_mb: max_body_mb as usize,
+        }),
+        Command::Pull { revision } => crate::pull::run(crate::pull::PullOptions { revision }),
+        Command::Predict {
+            checkpoint,
+            request,
+            tokenizer,
+        } => predict(checkpoint, request, tokenizer),
+        Command::SynthCheckpoint { out, size } => synth_checkpoint(out, size),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
+}
+
+/// The checkpoint given, or the pinned snapshot in the HF cache.
+fn resolve_checkpoint(given: Option<PathBuf>) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    match given {
+        Some(dir) => Ok(dir),
+        None => Ok(gr00t_model::hub::default_checkpoint_dir()?),
+    }
+}
+
+fn predict(
+    checkpoint: Option<PathBuf>,
+    request: PathBuf,
+    tokenizer: Option<PathBuf>,
+) -> Result<i32, Box<dyn std::error::Error>> {
+    let body = if request.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)?;
+        buf
+    } else {
+        std::fs::read(&request).map_err(|e| format!("{}: {e}", request.display()))?
+    };
+    let opts = EngineOptions {
+        checkpoint: resolve_checkpoint(checkpoint)?,
+        tokenizer,
+    };
+    let engine = Engine::load(&opts).map_err(|e| e.to_string())?;
+    if engine.info().synthetic_weights {
+        tracing::warn!("SYNTHETIC checkpoint: pseudo-random weights, the actions mean nothing");
+    }
+    match engine.predict(&body) {
+        Ok(resp) => {
+            println!("{}", serde_json::to_string(&resp)?);
+            Ok(0)
+        }
+        Err(PredictError::BadRequest(e)) => {
+            println!("{}", serde_json::json!({ "error": e.to_string() }));
+            Ok(2)
+        }
+        Err(PredictError::Internal(m)) => Err(m.into()),
+    }
+}
+
+fn synth_checkpoint(out: PathBuf, size: Size) -> Result<i32, Box<dyn std::error::Error>> {
+    let size = match size {
+        Size::Full => SynthSize::Full,
+        Size::Tiny => SynthSize::Tiny,
+    };
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        )?
+        .progress_chars("=> "),
+    );
+    bar.set_message("writing synthetic weights");
+    write_synthetic_checkpoint(&out, size, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })?;
+    bar.finish();
+    eprintln!(
+        "wrote a SYNTHETIC checkpoint to {} (pseudo-random weights: for speed runs only, its actions mean nothing)",
+        out.display()
+    );
+    Ok(0)
+}

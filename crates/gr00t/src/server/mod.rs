@@ -1,0 +1,187 @@
+//! `gr00t serve`: loads the engine, warms it up on the demo request, then serves docs/API.md
+//! over HTTP until SIGINT/SIGTERM.
+
+mod demo;
+mod errors;
+mod routes;
+mod shutdown;
+mod worker;
+
+#[cfg(test)]
+mod test_client;
+#[cfg(test)]
+mod tests;
+
+use crate::engine::{Engine, EngineInfo, EngineOptions};
+use axum::serve::ListenerExt;
+use gr00t_model::hub;
+use routes::{AppState, Limits};
+use std::error::Error;
+use std::path::PathBuf;
+use std::time::Instant;
+use tokio::net::TcpListener;
+
+/// How many ports above the requested one are tried when it is taken.
+const PORT_SPAN: u16 = 99;
+
+/// Options of `gr00t serve`.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Checkpoint folder; `None` = the pinned snapshot in the Hugging Face cache.
+    pub checkpoint: Option<PathBuf>,
+    /// Tokenizer file; `None` = the bundled one.
+    pub tokenizer: Option<PathBuf>,
+    /// Address to listen on.
+    pub host: String,
+    /// First port to try.
+    pub port: u16,
+    /// Requests that may wait behind the one in flight.
+    pub queue: usize,
+    /// Largest `/predict` body in MiB.
+    pub max_body_mb: usize,
+}
+
+/// Runs the server; returns the process exit code.
+pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
+    let checkpoint = match opts.checkpoint.clone() {
+        Some(dir) => dir,
+        None => match hub::default_checkpoint_dir() {
+            Ok(dir) => dir,
+            Err(e) => {
+                eprintln!("error: no GR00T N1.7-3B weights found: {e}");
+                eprintln!(
+                    "get them with `gr00t pull` ({} at revision {}, into {}), or pass --checkpoint DIR",
+                    hub::MODEL_REPO,
+                    hub::MODEL_REVISION,
+                    hub::hub_cache_dir().display()
+                );
+                return Ok(2);
+            }
+        },
+    };
+    tracing::info!("loading checkpoint {}", checkpoint.display());
+    let t0 = Instant::now();
+    let engine = Engine::load(&EngineOptions {
+        checkpoint,
+        tokenizer: opts.tokenizer.clone(),
+    })
+    .map_err(|e| format!("cannot load the model: {e}"))?;
+    let info = engine.info().clone();
+    tracing::info!(
+        "model loaded in {:.1} s (backend {}, {} on {}, {} threads, digest {})",
+        t0.elapsed().as_secs_f64(),
+        info.denoise_backend,
+        info.dtype,
+        info.device,
+        info.threads,
+        info.checkpoint_digest
+    );
+    if info.synthetic_weights {
+        warn_synthetic(&info);
+    }
+    warm_up(&engine, &info)?;
+
+    let (worker, handle) = worker::start(
+        Box::new(move |body: &[u8]| engine.predict(body)),
+        opts.queue,
+    )?;
+    let limits = Limits {
+        queue: opts.queue,
+        max_body_bytes: opts.max_body_mb.saturating_mul(1024 * 1024),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gr00t-http")
+        .enable_all()
+        .build()?;
+    let served = runtime.block_on(serve(&opts, AppState::new(handle, info, limits)));
+    // Dropping the runtime drops the router and with it the last queue handle, so the worker ends.
+    drop(runtime);
+    worker.join();
+    served?;
+    tracing::info!("server stopped");
+    Ok(0)
+}
+
+async fn serve(opts: &ServeOptions, state: AppState) -> Result<(), Box<dyn Error>> {
+    let listener = bind(&opts.host, opts.port).await?;
+    let addr = listener.local_addr()?;
+    if opts.port != 0 && addr.port() != opts.port {
+        tracing::warn!("port {} is taken; using {}", opts.port, addr.port());
+    }
+    let shutdown = shutdown::Shutdown::register()?;
+    tracing::info!("listening on http://{addr}");
+    // Printed bare (not through the log formatter): tooling waits for exactly this line.
+    eprintln!("Application startup complete");
+    // Answers are written whole: no reason to let Nagle hold their tail back.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, routes::router(state))
+        .with_graceful_shutdown(shutdown.requested())
+        .await?;
+    Ok(())
+}
+
+/// Binds `port`, or the next free one up to `port + PORT_SPAN`.
+async fn bind(host: &str, port: u16) -> std::io::Result<TcpListener> {
+    let last = port.saturating_add(PORT_SPAN);
+    for p in port..=last {
+        match TcpListener::bind((host, p)).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot listen on {host}:{p}: {e}"),
+                ))
+            }
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        format!("ports {port}-{last} on {host} are all taken"),
+    ))
+}
+
+fn warn_synthetic(info: &EngineInfo) {
+    let bar = "!".repeat(78);
+    tracing::warn!("{bar}");
+    tracing::warn!(
+        "SYNTHETIC WEIGHTS: {} holds pseudo-random weights",
+        info.checkpoint
+    );
+    tracing::warn!(
+        "(from `gr00t synth-checkpoint`): speed runs only, every action it returns is meaningless"
+    );
+    tracing::warn!("{bar}");
+}
+
+/// Runs the demo request once (first-call costs happen here, not on a client) and, when the
+/// loaded checkpoint is the one the demo reference was computed for, checks the answer.
+fn warm_up(engine: &Engine, info: &EngineInfo) -> Result<(), Box<dyn Error>> {
+    let t0 = Instant::now();
+    let response = engine
+        .predict(demo::DEMO_REQUEST.as_bytes())
+        .map_err(|e| format!("warm-up request failed: {e}"))?;
+    tracing::info!(
+        "warm-up request done in {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let reference = demo::reference()?;
+    if reference.checkpoint_digest != info.checkpoint_digest {
+        return Ok(());
+    }
+    let a = &response.actions;
+    let groups = [
+        ("eef_9d", &a.eef_9d),
+        ("gripper_position", &a.gripper_position),
+        ("joint_position", &a.joint_position),
+    ];
+    match demo::max_abs_diff(&reference, &groups) {
+        Some(d) if d <= 1e-4 => tracing::info!("demo reference reproduced (max |Δ| = {d:.2e})"),
+        Some(d) => tracing::warn!("demo answer differs from its reference by up to {d:.2e}"),
+        None => tracing::warn!("demo answer does not have the reference's groups/shapes"),
+    }
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! The HTTP surface of docs/API.md: routes, handlers, and the one-line-per-request log.
+
+use super::demo::demo_body;
+use super::errors::{json_response, ApiError, ErrorNote};
+use super::worker::{SubmitError, WorkerHandle};
+use crate::engine::{EngineInfo, PredictError};
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Request limits, reported by `/info`.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Requests that may wait behind the one in flight.
+    pub queue: usize,
+    /// Largest accepted `/predict` body.
+    pub max_body_bytes: usize,
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+struct Inner {
+    worker: WorkerHandle,
+    info: EngineInfo,
+    limits: Limits,
+    started_unix: u64,
+    demo: Bytes,
+}
+
+impl AppState {
+    /// State over a running worker and the engine's description.
+    pub fn new(worker: WorkerHandle, info: EngineInfo, limits: Limits) -> AppState {
+        let started_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        AppState(Arc::new(Inner {
+            worker,
+            info,
+            limits,
+            started_unix,
+            demo: Bytes::from(demo_body()),
+        }))
+    }
+}
+
+/// All routes, JSON fallbacks for unknown paths and methods, and the request log.
+pub fn router(state: AppState) -> Router {
+    let limit = state.0.limits.max_body_bytes;
+    Router::new()
+        .route(
+            "/predict",
+            post(predict).layer(DefaultBodyLimit::max(limit)),
+        )
+        .route("/health", get(health))
+        .route("/info", get(info))
+        .route("/demo", get(demo))
+        .route("/v1/models", get(models))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(log_request))
+        .with_state(state)
+}
+
+async fn predict(State(app): State<AppState>, req: Request) -> Result<Response, ApiError> {
+    check_content_type(req.headers())?;
+    let limit = app.0.limits.max_body_bytes;
+    // Refuse a declared oversize body before reading any of it.
+    if content_length(req.headers()).is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::too_large(limit));
+    }
+    let body = match Bytes::from_request(req, &()).await {
+        Ok(b) => b,
+        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
+            return Err(ApiError::too_large(limit))
+        }
+        Err(e) => {
+            return Err(ApiError::bad_field(
+                "body",
+                format!("cannot read the request body: {e}"),
+            ))
+        }
+    };
+    let worker = &app.0.worker;
+    let reply = worker.submit(body).map_err(|e| match e {
+        SubmitError::Full => ApiError::busy(app.0.limits.queue, worker.retry_after_s()),
+        SubmitError::Stopped => ApiError::internal("the inference worker has stopped"),
+    })?;
+    match reply.await {
+        Ok(Ok(response)) => Ok(json_response(StatusCode::OK, &response)),
+        Ok(Err(PredictError::BadRequest(e))) => Err(ApiError::bad_field(&e.field, e.message)),
+        Ok(Err(PredictError::Internal(m))) => {
+            Err(ApiError::internal(format!("internal error: {m}")))
+        }
+        Err(_) => Err(ApiError::internal(
+            "the inference worker dropped the request",
+        )),
+    }
+}
+
+/// Accepts a missing content type (raw clients) or any JSON one; refuses the rest.
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = value.to_str().unwrap_or("");
+    let mime = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json")) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_field(
+            "content-type",
+            format!("expected application/json, got {text:?}"),
+        ))
+    }
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+async fn health() -> Response {
+    json_response(StatusCode::OK, &json!({ "status": "ok" }))
+}
+
+async fn info(State(app): State<AppState>) -> Response {
+    let mut body = serde_json::to_value(&app.0.info).unwrap_or_else(|_| json!({}));
+    let limits = app.0.limits;
+    body["limits"] = json!({
+        "queue": limits.queue,
+        "max_body_bytes": limits.max_body_bytes,
+        "max_body_mb": limits.max_body_bytes / (1024 * 1024),
+    });
+    body["queue"] = serde_json::to_value(app.0.worker.state()).unwrap_or_default();
+    json_response(StatusCode::OK, &body)
+}
+
+async fn demo(State(app): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        app.0.demo.clone(),
+    )
+        .into_response()
+}
+
+async fn models(State(app): State<AppState>) -> Response {
+    let info = &app.0.info;
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "object": "list",
+            "data": [{
+                "id": info.model_id,
+                "object": "model",
+                "created": app.0.started_unix,
+                "owned_by": "nvidia",
+                "revision": info.revision,
+                "embodiment": info.embodiment,
+            }],
+        }),
+    )
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no route {method} {} (see /info; POST /predict, GET /health /info /demo /v1/models)",
+            uri.path()
+        ),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method {method} is not allowed on {}", uri.path()),
+    )
+}
+
+async fn log_request(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let t0 = Instant::now();
+    let response = next.run(req).await;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    let status = response.status().as_u16();
+    match response.extensions().get::<ErrorNote>() {
+        Some(ErrorNote(note)) => tracing::info!("{method} {path} {status} {ms:.1} ms: {note}"),
+        None => tracing::info!("{method} {path} {status} {ms:.1} ms"),
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(ct: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(ct) = ct {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_str(ct).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn content_type_rules() {
+        assert!(check_content_type(&headers(None)).is_ok());
+        assert!(check_content_type(&headers(Some("application/json"))).is_ok());
+        assert!(check_content_type(&headers(Some("Application/JSON; charset=utf-8"))).is_ok());
+        assert!(check_content_type(&headers(Some("application/vnd.api+json"))).is_ok());
+        let e =
+            check_content_type(&headers(Some("application/x-www-form-urlencoded"))).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(e.message.starts_with("content-type: "), "{}", e.message);
+        assert!(check_content_type(&headers(Some("text/plain"))).is_err());
+    }
+}

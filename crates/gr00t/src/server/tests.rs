@@ -1,0 +1,236 @@
+//! In-process tests of the HTTP layer with stand-in predictors (the real model is exercised by
+//! `tests/server.rs`): refusals, limits, overload, panics.
+
+use super::routes::{router, AppState, Limits};
+use super::test_client::{exchange, get, post_json, request};
+use super::worker::{self, PredictFn};
+use crate::engine::{EngineInfo, PredictError};
+use gr00t_droid::request::RequestError;
+use gr00t_droid::response::{ActionGroups, PredictResponse, TimingMs};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+struct TestServer {
+    addr: String,
+    runtime: Option<tokio::runtime::Runtime>,
+    worker: Option<worker::Worker>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        // The runtime owns the router and its queue handle; the worker ends after it.
+        drop(self.runtime.take());
+        if let Some(w) = self.worker.take() {
+            w.join();
+        }
+    }
+}
+
+fn info() -> EngineInfo {
+    EngineInfo {
+        model_id: "nvidia/GR00T-N1.7-3B".into(),
+        revision: "2fc962b973bc".into(),
+        checkpoint: "/nowhere".into(),
+        checkpoint_digest: "0".repeat(64),
+        synthetic_weights: false,
+        embodiment: "oxe_droid_relative_eef_relative_joint".into(),
+        action_horizon: 40,
+        denoise_backend: "test".into(),
+        dtype: "f32".into(),
+        device: "cpu".into(),
+        threads: 1,
+        version: "test".into(),
+    }
+}
+
+fn start(predict: PredictFn, queue: usize, max_body_bytes: usize) -> TestServer {
+    let (worker, handle) = worker::start(predict, queue).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let app = router(AppState::new(
+        handle,
+        info(),
+        Limits {
+            queue,
+            max_body_bytes,
+        },
+    ));
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    TestServer {
+        addr,
+        runtime: Some(runtime),
+        worker: Some(worker),
+    }
+}
+
+fn ok_response(seq_len: usize) -> PredictResponse {
+    PredictResponse {
+        actions: ActionGroups {
+            eef_9d: vec![vec![0.5; 9]; 40],
+            gripper_position: vec![vec![0.0; 1]; 40],
+            joint_position: vec![vec![0.25; 7]; 40],
+        },
+        action_horizon: 40,
+        embodiment: "oxe_droid_relative_eef_relative_joint".into(),
+        seq_len,
+        noise_source: "seed",
+        seed: Some(42),
+        actions_normalized: None,
+        timing_ms: TimingMs::default(),
+    }
+}
+
+/// Answers by body: `bad` → 400 on state.eef_9d, `panic` → panics, `fail` → internal error,
+/// `block` → waits for a release, anything else → 200 with `seq_len` = body length.
+fn scripted(started: Sender<()>, release: Receiver<()>) -> PredictFn {
+    let release = Mutex::new(release);
+    Box::new(move |body: &[u8]| match body {
+        b"bad" => Err(PredictError::BadRequest(RequestError::new(
+            "state.eef_9d",
+            "expected 9 numbers, got 8",
+        ))),
+        b"panic" => panic!("deliberate test panic"),
+        b"fail" => Err(PredictError::Internal("device lost".into())),
+        b"block" => {
+            started.send(()).unwrap();
+            release.lock().unwrap().recv().unwrap();
+            Ok(ok_response(5))
+        }
+        other => Ok(ok_response(other.len())),
+    })
+}
+
+fn simple_server(max_body_bytes: usize) -> TestServer {
+    let (started, _) = channel();
+    let (_, release) = channel();
+    start(scripted(started, release), 2, max_body_bytes)
+}
+
+#[test]
+fn get_endpoints_answer_json() {
+    let s = simple_server(1 << 20);
+    let r = get(&s.addr, "/health").unwrap();
+    assert_eq!(
+        (r.status, r.json()),
+        (200, serde_json::json!({"status": "ok"}))
+    );
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let i = get(&s.addr, "/info").unwrap().json();
+    assert_eq!(i["model_id"], "nvidia/GR00T-N1.7-3B");
+    assert_eq!(i["limits"]["queue"], 2);
+    assert_eq!(i["limits"]["max_body_bytes"], 1 << 20);
+    assert_eq!(i["queue"]["busy"], false);
+    let m = get(&s.addr, "/v1/models").unwrap().json();
+    assert_eq!(m["object"], "list");
+    assert_eq!(m["data"][0]["id"], "nvidia/GR00T-N1.7-3B");
+    let d = get(&s.addr, "/demo").unwrap().json();
+    assert!(d["request"]["images"].is_object() && d["reference"]["actions"].is_object());
+    let r = get(&s.addr, "/nope").unwrap();
+    assert_eq!(r.status, 404);
+    assert!(r.json()["error"].as_str().unwrap().contains("/nope"));
+    let r = get(&s.addr, "/predict").unwrap();
+    assert_eq!(r.status, 405);
+    assert!(r.json()["error"].is_string());
+}
+
+#[test]
+fn predict_outcomes_map_to_status_codes() {
+    let s = simple_server(1 << 20);
+    let r = post_json(&s.addr, "/predict", b"{}").unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["seq_len"], 2);
+    let r = post_json(&s.addr, "/predict", b"bad").unwrap();
+    assert_eq!(r.status, 400);
+    let j = r.json();
+    assert_eq!(j["error"], "state.eef_9d: expected 9 numbers, got 8");
+    assert_eq!(j["field"], "state.eef_9d");
+    let r = post_json(&s.addr, "/predict", b"fail").unwrap();
+    assert_eq!(r.status, 500);
+    assert!(r.json()["error"].as_str().unwrap().contains("device lost"));
+    let r = post_json(&s.addr, "/predict", b"panic").unwrap();
+    assert_eq!(r.status, 500);
+    assert!(r.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("deliberate test panic"));
+    // The server and its worker survive the panic.
+    let r = post_json(&s.addr, "/predict", b"[1]").unwrap();
+    assert_eq!((r.status, r.json()["seq_len"].as_u64()), (200, Some(3)));
+}
+
+#[test]
+fn wrong_content_type_and_oversize_bodies_are_refused() {
+    let s = simple_server(1000);
+    let r = request(
+        &s.addr,
+        "POST",
+        "/predict",
+        &[("Content-Type", "text/plain")],
+        b"{}",
+    )
+    .unwrap();
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("content-type:"));
+    // Declared too large: refused before the body is read.
+    let head = "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n";
+    let r = exchange(&s.addr, head.as_bytes(), b"{").unwrap();
+    assert_eq!(r.status, 413);
+    assert_eq!(r.json()["field"], "body");
+    // Too large without a declared length (chunked): refused while reading.
+    let chunk = vec![b' '; 600];
+    let mut body = Vec::new();
+    for _ in 0..2 {
+        body.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        body.extend_from_slice(&chunk);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(b"0\r\n\r\n");
+    let head = "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    let r = exchange(&s.addr, head.as_bytes(), &body).unwrap();
+    assert_eq!(r.status, 413);
+    assert!(r.json()["error"].as_str().unwrap().contains("1000 bytes"));
+    // Exactly at the limit is fine.
+    let r = post_json(&s.addr, "/predict", &vec![b' '; 1000]).unwrap();
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn full_queue_answers_503_with_retry_after() {
+    let (started_tx, started) = channel();
+    let (release, release_rx) = channel();
+    let s = start(scripted(started_tx, release_rx), 1, 1 << 20);
+    let addr = Arc::new(s.addr.clone());
+    let spawn = |body: &'static [u8]| {
+        let addr = addr.clone();
+        std::thread::spawn(move || post_json(&addr, "/predict", body).unwrap())
+    };
+    let first = spawn(b"block");
+    started.recv().unwrap(); // in flight
+    let second = spawn(b"[12]");
+    // Wait (bounded) until the second request sits in the queue.
+    let queued = (0..2000).any(|_| get(&s.addr, "/info").unwrap().json()["queue"]["waiting"] == 1);
+    assert!(queued, "second request never reached the queue");
+    let r = post_json(&s.addr, "/predict", b"{}").unwrap();
+    assert_eq!(r.status, 503);
+    let retry: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+    assert!(r.json()["error"].as_str().unwrap().contains("busy"));
+    release.send(()).unwrap();
+    assert_eq!(first.join().unwrap().status, 200);
+    let r = second.join().unwrap();
+    assert_eq!((r.status, r.json()["seq_len"].as_u64()), (200, Some(4)));
+}
