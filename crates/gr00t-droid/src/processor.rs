@@ -1,6 +1,10 @@
 //! The DROID processor: a validated [`PredictRequest`] → [`ModelInputs`] (decode the frames,
 //! run the image pipeline, build the prompt, normalise the state, draw or take the noise), and
 //! the model's normalised chunk → physical actions. Every refusal names the request field.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use crate::actions::ActionDecoder;
 use crate::image::{
@@ -83,6 +87,35 @@ impl DroidProcessor {
     pub fn encode(&self, req: &PredictRequest) -> Result<EncodedRequest, RequestError> {
         let t0 = Instant::now();
         let frames = self.decode_frames(req)?;
+        self.encode_decoded(frames, req, t0)
+    }
+
+    /// [`encode`](Self::encode) for frames that arrive already decoded (the binary protocols):
+    /// `frames[camera][t]` in [`CAMERAS`] order, each `[t−15, t]`; `req.images` is not read.
+    pub fn encode_frames(
+        &self,
+        frames: [[Frame; FRAMES_PER_CAMERA]; 2],
+        req: &PredictRequest,
+    ) -> Result<EncodedRequest, RequestError> {
+        let t0 = Instant::now();
+        let [ext, wrist] = frames;
+        let mut time_major = Vec::with_capacity(CAMERAS.len() * FRAMES_PER_CAMERA);
+        for (t, (e, w)) in ext.into_iter().zip(wrist).enumerate() {
+            for (cam, frame) in CAMERAS.iter().zip([e, w]) {
+                self.check_frame(&frame, &format!("images.{cam}[{t}]"))?;
+                time_major.push(frame);
+            }
+        }
+        self.encode_decoded(time_major, req, t0)
+    }
+
+    /// The rest of `encode` once the frames are decoded (time-major order).
+    fn encode_decoded(
+        &self,
+        frames: Vec<Frame>,
+        req: &PredictRequest,
+        t0: Instant,
+    ) -> Result<EncodedRequest, RequestError> {
         let t1 = Instant::now();
         let processed = self
             .images
@@ -133,25 +166,31 @@ impl DroidProcessor {
                 let field = format!("images.{cam}[{t}]");
                 let frame = decode_base64_frame(&req.images[c][t])
                     .map_err(|e| RequestError::new(&field, e.to_string()))?;
-                check_frame_geometry(frame.width, frame.height)
-                    .map_err(|e| RequestError::new(&field, e.to_string()))?;
-                let grid = self
-                    .images
-                    .grid_for(frame.width, frame.height)
-                    .map_err(|e| RequestError::new(&field, e.to_string()))?;
-                if grid != DROID_GRID_THW {
-                    return Err(RequestError::new(
-                        &field,
-                        format!(
-                            "a {}x{} frame lands on patch grid {grid:?}, not {DROID_GRID_THW:?}",
-                            frame.width, frame.height
-                        ),
-                    ));
-                }
+                self.check_frame(&frame, &field)?;
                 frames.push(frame);
             }
         }
         Ok(frames)
+    }
+
+    /// The serving contract's geometry check of one frame: 16:9-like, on the DROID grid.
+    fn check_frame(&self, frame: &Frame, field: &str) -> Result<(), RequestError> {
+        check_frame_geometry(frame.width, frame.height)
+            .map_err(|e| RequestError::new(field, e.to_string()))?;
+        let grid = self
+            .images
+            .grid_for(frame.width, frame.height)
+            .map_err(|e| RequestError::new(field, e.to_string()))?;
+        if grid != DROID_GRID_THW {
+            return Err(RequestError::new(
+                field,
+                format!(
+                    "a {}x{} frame lands on patch grid {grid:?}, not {DROID_GRID_THW:?}",
+                    frame.width, frame.height
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Turns the model's `action_pred` (`[horizon, action_dim]`) into physical actions using the

@@ -5,6 +5,10 @@
 //! instruction and `<|im_end|>\n` (Qwen3-VL chat template, no system prompt, no generation
 //! prompt). It is tokenised with the Qwen3 tokenizer and each `<|image_pad|>` is expanded to
 //! `t·h·w/4` copies.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use sha2::{Digest, Sha256};
 use std::fmt;

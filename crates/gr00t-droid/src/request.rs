@@ -3,6 +3,10 @@
 //! Parsing goes through `serde_json::Value` so that every refusal names the offending field.
 //! Checks that need the images or the tokenizer (decodability, aspect ratio, token count)
 //! happen in the processor.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use serde_json::{Map, Value};
 use std::fmt;

@@ -6,6 +6,10 @@
 //! and stores into a float32 array), `n = f32(2·n1 − 1)`, clipped to [−1, 1] when
 //! `clip_outliers`; dims where `isclose(hi, lo)` give 0. The keys are concatenated and
 //! zero-padded to `max_state_dim`.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use gr00t_model::checkpoint::{ProcessorConfig, Statistics};
 use std::fmt;

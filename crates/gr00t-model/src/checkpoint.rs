@@ -1,5 +1,6 @@
 //! A GR00T N1.7 checkpoint folder: configs, normalisation statistics, embodiment table and the
-//! memory-mapped weights. Every missing or malformed file is reported with its path.
+//! weights (read tensor by tensor on demand). Every missing or malformed file is reported with
+//! its path.
 
 use crate::config::{BackboneConfig, Gr00tConfig, ImageProcessorConfig};
 use crate::error::{Error, Result};
@@ -93,13 +94,17 @@ impl Checkpoint {
         Ok(ckpt)
     }
 
-    /// A VarBuilder over the memory-mapped weights; each tensor is converted to `dtype` once,
-    /// when the network asks for it, so unused tensors (lm_head, final norm) never load.
+    /// A VarBuilder over the weight files; each tensor is read (positioned reads, no memory
+    /// map) and converted to `dtype` once, when the network asks for it, so unused tensors
+    /// (lm_head, final norm) never load. Asking for [`crate::weights::COMPACT`] keeps bf16
+    /// tensors bf16.
     pub fn var_builder(&self, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {
-        // SAFETY: the files are mapped read-only and not modified while the process runs.
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&self.weight_files, dtype, device) }
-            .map_err(|e| Error::file(&self.weight_files[0], format!("cannot map weights: {e}")))?;
-        Ok(vb)
+        let reader = crate::weights::SafetensorsReader::open(&self.weight_files)?;
+        Ok(VarBuilder::from_backend(
+            Box::new(reader),
+            dtype,
+            device.clone(),
+        ))
     }
 
     /// The projector index of an embodiment tag.

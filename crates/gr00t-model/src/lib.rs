@@ -6,14 +6,18 @@ pub mod backbone;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod flops;
 pub mod hub;
 pub mod inputs;
+pub mod linear;
 pub mod model;
 pub mod noise;
 pub mod synth;
 pub mod taps;
 pub mod text;
 pub mod vision;
+pub mod vision_cache;
+pub mod weights;
 
 pub use checkpoint::Checkpoint;
 pub use config::{BackboneConfig, Gr00tConfig};

@@ -1,14 +1,18 @@
 //! The whole GR00T N1.7 network for one request: backbone (vision tower + truncated LLM),
 //! VL adapter and flow-matching action head, from [`ModelInputs`] to normalised actions.
 
-use crate::action_head::ActionHead;
+use crate::action_head::{ActionHead, DenoiseBackend};
 use crate::backbone::Backbone;
 use crate::checkpoint::Checkpoint;
 use crate::config::Gr00tConfig;
 use crate::error::{Error, Result};
 use crate::inputs::ModelInputs;
 use crate::taps::Recorder;
+use crate::vision_cache::{
+    image_key, ImageFeatures, VisionCache, VisionCacheStats, DEFAULT_VISION_CACHE_IMAGES,
+};
 use candle_core::{DType, Device, Tensor};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 /// Compute dtype of the CPU path: the accuracy target is the fp32 reference (upstream serves
@@ -46,22 +50,49 @@ pub struct Gr00tModel {
     config: Gr00tConfig,
     device: Device,
     dtype: DType,
+    /// Per-image vision outputs of recent requests (a Mutex so the model stays `Sync`).
+    vision_cache: Mutex<VisionCache>,
 }
 
 impl Gr00tModel {
-    /// Loads every inference weight of `ckpt` onto `device`, converting to [`COMPUTE_DTYPE`]
+    /// Like [`Gr00tModel::load`], but keeps the embodiment-specific weights (state encoder,
+    /// action encoder, decoder) of `embodiment_ids` only; other ids are then refused.
+    pub fn load_for(
+        ckpt: &Checkpoint,
+        device: &Device,
+        embodiment_ids: &[usize],
+    ) -> Result<Gr00tModel> {
+        Self::load_keeping(ckpt, device, Some(embodiment_ids))
+    }
+
+    /// Loads every inference weight of `ckpt` onto `device`: bf16 matrices and the token
+    /// embedding stay bf16 (widened inside each product), the rest becomes [`COMPUTE_DTYPE`]
     /// once. Tensors the network never asks for (lm_head, the final text norm, training-only
-    /// keys) are never read from the memory map.
+    /// keys) are never read.
     pub fn load(ckpt: &Checkpoint, device: &Device) -> Result<Gr00tModel> {
+        Self::load_keeping(ckpt, device, None)
+    }
+
+    /// The head loads first so that the embodiment tables it drops are freed before the
+    /// backbone is read (the peak is then the final size).
+    fn load_keeping(
+        ckpt: &Checkpoint,
+        device: &Device,
+        embodiment_ids: Option<&[usize]>,
+    ) -> Result<Gr00tModel> {
         let vb = ckpt.var_builder(COMPUTE_DTYPE, device)?;
+        let mut head = ActionHead::load(vb.pp("action_head"), &ckpt.config)?;
+        if let Some(ids) = embodiment_ids {
+            head.retain_embodiments(ids)?;
+        }
         let backbone = Backbone::load(vb.clone(), &ckpt.backbone, ckpt.config.select_layer)?;
-        let head = ActionHead::load(vb.pp("action_head"), &ckpt.config)?;
         Ok(Gr00tModel {
             backbone,
             head,
             config: ckpt.config.clone(),
             device: device.clone(),
             dtype: COMPUTE_DTYPE,
+            vision_cache: Mutex::new(VisionCache::new(DEFAULT_VISION_CACHE_IMAGES)),
         })
     }
 
@@ -78,6 +109,31 @@ impl Gr00tModel {
     /// The compute dtype.
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// Bounds the vision cache to `images` entries (0 disables it), evicting beyond that.
+    pub fn set_vision_cache_capacity(&self, images: usize) {
+        self.cache().set_capacity(images);
+    }
+
+    /// Vision cache counters and occupancy.
+    pub fn vision_cache_stats(&self) -> VisionCacheStats {
+        self.cache().stats()
+    }
+
+    /// Empties the vision cache (the next request encodes every image).
+    pub fn clear_vision_cache(&self) {
+        self.cache().clear();
+    }
+
+    /// Selects the implementation of the Euler loop.
+    pub fn set_denoise_backend(&mut self, backend: DenoiseBackend) {
+        self.head.set_backend(backend);
+    }
+
+    /// The implementation of the Euler loop in use.
+    pub fn denoise_backend(&self) -> DenoiseBackend {
+        self.head.backend()
     }
 
     /// Runs the network on one request's inputs; taps go to `rec` when it is enabled.
@@ -103,9 +159,6 @@ impl Gr00tModel {
             ));
         }
         let dev = &self.device;
-        let rows = inputs.pixel_values.len() / inputs.patch_dim;
-        let pixel_values = Tensor::from_slice(&inputs.pixel_values, (rows, inputs.patch_dim), dev)?
-            .to_dtype(self.dtype)?;
         let state = Tensor::from_slice(
             &inputs.state,
             (1, cfg.state_history_length, cfg.max_state_dim),
@@ -116,17 +169,14 @@ impl Gr00tModel {
         let noise = Tensor::from_slice(&inputs.noise, (1, h, a), dev)?.to_dtype(self.dtype)?;
 
         let t0 = Instant::now();
-        let vision = self
-            .backbone
-            .vision()
-            .forward(&pixel_values, &inputs.image_grid_thw, rec)?;
+        let (image_embeds, deepstack) = self.encode_images(inputs, rec)?;
         sync(dev)?;
         let t1 = Instant::now();
         let bb = self.backbone.forward_with_image_embeds(
             &inputs.input_ids,
             &inputs.image_grid_thw,
-            &vision.image_embeds,
-            &vision.deepstack,
+            &image_embeds,
+            &deepstack,
             rec,
         )?;
         sync(dev)?;
@@ -159,6 +209,78 @@ impl Gr00tModel {
                 denoise_ms: ms(t3, t4),
             },
         })
+    }
+}
+
+impl Gr00tModel {
+    /// The vision tower's merged rows and DeepStack rows for all images, in order.
+    ///
+    /// Each image goes through the tower on its own (its attention never sees other images, so
+    /// the answer is the same function of its pixels) and is looked up in the vision cache
+    /// first; a cached image is therefore bit-identical to a cold one. With taps recording, the
+    /// tower runs once on all images so the taps cover every row, and the cache is not used.
+    fn encode_images(&self, inputs: &ModelInputs, rec: &Recorder) -> Result<(Tensor, Vec<Tensor>)> {
+        let tower = self.backbone.vision();
+        let grids = &inputs.image_grid_thw;
+        let pd = inputs.patch_dim;
+        let rows = tower.check_grid(grids)?;
+        if rows * pd != inputs.pixel_values.len() {
+            return Err(Error::Input(format!(
+                "pixel_values has {} rows but the image grids need {rows}",
+                inputs.pixel_values.len() / pd
+            )));
+        }
+        let dev = &self.device;
+        if rec.is_enabled() || grids.is_empty() {
+            let pv =
+                Tensor::from_slice(&inputs.pixel_values, (rows, pd), dev)?.to_dtype(self.dtype)?;
+            let out = tower.forward(&pv, grids, rec)?;
+            return Ok((out.image_embeds, out.deepstack));
+        }
+        let off = Recorder::disabled();
+        let mut images = Vec::with_capacity(grids.len());
+        let mut start = 0;
+        for &grid in grids {
+            let n = grid[0] * grid[1] * grid[2];
+            let pixels = &inputs.pixel_values[start * pd..(start + n) * pd];
+            start += n;
+            let enabled = self.cache().is_enabled();
+            let key = enabled.then(|| image_key(grid, pixels));
+            let cached = key.as_ref().and_then(|k| self.cache().get(k));
+            let features = match cached {
+                Some(f) => f,
+                None => {
+                    let pv = Tensor::from_slice(pixels, (n, pd), dev)?.to_dtype(self.dtype)?;
+                    let out = tower.forward(&pv, &[grid], &off)?;
+                    let f = ImageFeatures {
+                        embeds: out.image_embeds,
+                        deepstack: out.deepstack,
+                    };
+                    if let Some(k) = key {
+                        self.cache().insert(k, f.clone());
+                    }
+                    f
+                }
+            };
+            images.push(features);
+        }
+        let embeds: Vec<&Tensor> = images.iter().map(|f| &f.embeds).collect();
+        let layers = images.first().map_or(0, |f| f.deepstack.len());
+        let deepstack = (0..layers)
+            .map(|k| {
+                let parts: Vec<&Tensor> = images.iter().map(|f| &f.deepstack[k]).collect();
+                Tensor::cat(&parts, 0)
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok((Tensor::cat(&embeds, 0)?, deepstack))
+    }
+
+    /// The vision cache, usable even if a panic elsewhere poisoned its lock (every update
+    /// leaves it consistent).
+    fn cache(&self) -> MutexGuard<'_, VisionCache> {
+        self.vision_cache
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

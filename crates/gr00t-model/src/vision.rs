@@ -5,9 +5,11 @@
 use crate::backbone::nn::{apply_rope, attention, linear, LayerNorm};
 use crate::config::VisionConfig;
 use crate::error::{Error, Result};
+use crate::linear::Linear;
 use crate::taps::Recorder;
+use crate::weights::COMPACT;
 use candle_core::{DType, Device, Module, Tensor};
-use candle_nn::{Linear, VarBuilder};
+use candle_nn::VarBuilder;
 
 /// Epsilon of every LayerNorm in the tower.
 const LN_EPS: f64 = 1e-6;
@@ -80,9 +82,9 @@ impl VisionTower {
         let pvb = vb.pp("patch_embed.proj");
         // Conv3d with kernel = stride = patch is a matmul over the flattened (c, t, y, x) patch.
         let w = pvb
-            .get((d, c, t, p, p), "weight")?
+            .get_with_hints_dtype((d, c, t, p, p), "weight", Default::default(), COMPACT)?
             .reshape((d, cfg.patch_dim()))?;
-        let patch_embed = Linear::new(w, Some(pvb.get(d, "bias")?));
+        let patch_embed = Linear::new(w, Some(pvb.get(d, "bias")?))?;
         let pos_embed = vb.get((cfg.num_position_embeddings, d), "pos_embed.weight")?;
         let blocks = (0..cfg.depth)
             .map(|i| VisionBlock::load(vb.pp(format!("blocks.{i}")), cfg))

@@ -12,6 +12,9 @@ use std::path::PathBuf;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log format on stderr: human-readable text, or one JSON object per line.
+    #[arg(long, global = true, value_enum, default_value_t = crate::server::LogFormat::Text)]
+    log_format: crate::server::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]
@@ -36,6 +39,22 @@ enum Command {
         /// Largest /predict body in MiB; larger ones get 413.
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
         max_body_mb: u32,
+        /// Turn off the status page at / (GET /metrics stays).
+        #[arg(long)]
+        no_ui: bool,
+        /// Requests the status page keeps in memory.
+        #[arg(long, default_value_t = crate::server::DEFAULT_HISTORY as u32,
+              value_parser = clap::value_parser!(u32).range(1..=1000))]
+        history: u32,
+        /// Images whose vision features are kept for reuse (a control loop's t−15 frames were
+        /// the t frames of an earlier request); 0 disables the cache [default: 16, or
+        /// $GR00T_VISION_CACHE].
+        #[arg(long, value_name = "IMAGES")]
+        vision_cache: Option<usize>,
+        #[command(flatten)]
+        protocols: crate::protocols::ProtocolOptions,
+        #[command(flatten)]
+        hardening: crate::server::HardeningOptions,
     },
     /// Download nvidia/GR00T-N1.7-3B at the pinned revision into the Hugging Face cache.
     Pull {
@@ -54,6 +73,35 @@ enum Command {
         /// Tokenizer file (default: the bundled Qwen3 tokenizer).
         #[arg(long)]
         tokenizer: Option<PathBuf>,
+        /// Images whose vision features are kept for reuse; 0 disables the cache [default: 16,
+        /// or $GR00T_VISION_CACHE].
+        #[arg(long, value_name = "IMAGES")]
+        vision_cache: Option<usize>,
+    },
+    /// Time the DROID demo request per stage on a warm engine (FLOPs, GFLOP/s, peak RSS).
+    Bench {
+        /// Checkpoint folder [default: the pinned snapshot in the Hugging Face cache]; a
+        /// `gr00t synth-checkpoint --size full` folder times the real architecture.
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// Timed runs; medians are reported.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Untimed runs first.
+        #[arg(long, default_value_t = 1)]
+        warmup: usize,
+        /// Print one JSON object: {"stages": {name: {"median_ms", "gflop"}}, "total_ms",
+        /// "peak_rss_mb", "threads"}.
+        #[arg(long)]
+        json: bool,
+        /// Simulate a control loop (each request's t−15 frames are the previous request's t
+        /// frames) and report its steady state instead of cold requests.
+        #[arg(long = "loop")]
+        control_loop: bool,
+        /// Images whose vision features are kept for reuse (the loop needs at least 2)
+        /// [default: 16, or $GR00T_VISION_CACHE].
+        #[arg(long, value_name = "IMAGES")]
+        vision_cache: Option<usize>,
     },
     /// Write a checkpoint with the real layout and pseudo-random weights (speed runs only).
     SynthCheckpoint {
@@ -77,15 +125,13 @@ enum Size {
 /// Parses the command line, runs the subcommand, returns the process exit code.
 pub fn run() -> i32 {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Plain text when piped, so tooling can match log lines such as the start-up line.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    crate::server::init_logging(cli.log_format);
+    if let Command::Serve { vision_cache, .. }
+    | Command::Predict { vision_cache, .. }
+    | Command::Bench { vision_cache, .. } = &cli.command
+    {
+        set_vision_cache(*vision_cache);
+    }
     let result = match cli.command {
         Command::Serve {
             checkpoint,
@@ -94,6 +140,11 @@ pub fn run() -> i32 {
             port,
             queue,
             max_body_mb,
+            no_ui,
+            history,
+            vision_cache: _,
+            protocols,
+            hardening,
         } => crate::server::run(crate::server::ServeOptions {
             checkpoint,
             tokenizer,
@@ -101,13 +152,33 @@ pub fn run() -> i32 {
             port,
             queue,
             max_body_mb: max_body_mb as usize,
+            history: if no_ui { 0 } else { history as usize },
+            protocols,
+            hardening,
         }),
         Command::Pull { revision } => crate::pull::run(crate::pull::PullOptions { revision }),
         Command::Predict {
             checkpoint,
             request,
             tokenizer,
+            vision_cache: _,
         } => predict(checkpoint, request, tokenizer),
+        Command::Bench {
+            checkpoint,
+            runs,
+            warmup,
+            json,
+            control_loop,
+            vision_cache: _,
+        } => resolve_checkpoint(checkpoint).and_then(|checkpoint| {
+            crate::bench::run(&crate::bench::BenchOptions {
+                checkpoint,
+                runs,
+                warmup,
+                json,
+                control_loop,
+            })
+        }),
         Command::SynthCheckpoint { out, size } => synth_checkpoint(out, size),
     };
     match result {
@@ -116,6 +187,14 @@ pub fn run() -> i32 {
             eprintln!("error: {e}");
             1
         }
+    }
+}
+
+/// A `--vision-cache` flag overrides $GR00T_VISION_CACHE, which the engine reads at load.
+fn set_vision_cache(images: Option<usize>) {
+    if let Some(n) = images {
+        // Set before any other thread exists (the server starts its threads later).
+        std::env::set_var(crate::engine::VISION_CACHE_ENV, n.to_string());
     }
 }
 

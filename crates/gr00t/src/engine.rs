@@ -2,13 +2,15 @@
 //! into a response. Synchronous; the server runs it off the async runtime.
 
 use candle_core::Device;
-use gr00t_droid::processor::DroidProcessor;
+use gr00t_droid::processor::{DroidProcessor, EncodedRequest};
 use gr00t_droid::prompt::PromptEncoder;
-use gr00t_droid::request::{NoiseSource, RequestError};
+use gr00t_droid::request::{NoiseSource, PredictRequest, RequestError};
 use gr00t_droid::response::{PredictResponse, TimingMs};
 use gr00t_droid::EMBODIMENT_TAG;
+use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::hub::{MODEL_REPO, MODEL_REVISION};
 use gr00t_model::taps::Recorder;
+use gr00t_model::vision_cache::{VisionCacheStats, DEFAULT_VISION_CACHE_IMAGES};
 use gr00t_model::{Checkpoint, Gr00tModel};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -84,6 +86,9 @@ pub struct Engine {
 impl Engine {
     /// Loads the checkpoint and the tokenizer.
     pub fn load(opts: &EngineOptions) -> Result<Engine, Box<dyn std::error::Error + Send + Sync>> {
+        // Configuration errors surface before the slow weight load.
+        let backend = DenoiseBackend::from_env()?;
+        let cache_images = vision_cache_images_from_env()?;
         let ckpt = Checkpoint::open(&opts.checkpoint)?;
         let prompt = match &opts.tokenizer {
             Some(path) => PromptEncoder::load(path)?,
@@ -91,7 +96,11 @@ impl Engine {
         };
         let processor = DroidProcessor::new(&ckpt, prompt)?;
         let device = Device::Cpu;
-        let model = Gr00tModel::load(&ckpt, &device)?;
+        // Only DROID's embodiment-specific weights are kept (the others would cost ~0.6 GB).
+        let mut model =
+            Gr00tModel::load_for(&ckpt, &device, &[ckpt.embodiment_id(EMBODIMENT_TAG)?])?;
+        model.set_denoise_backend(backend);
+        model.set_vision_cache_capacity(cache_images);
         let info = EngineInfo {
             model_id: MODEL_REPO.into(),
             revision: MODEL_REVISION.into(),
@@ -100,7 +109,7 @@ impl Engine {
             synthetic_weights: ckpt.is_synthetic(),
             embodiment: EMBODIMENT_TAG.into(),
             action_horizon: ckpt.config.action_horizon,
-            denoise_backend: "reference".into(),
+            denoise_backend: model.denoise_backend().as_str().into(),
             dtype: format!("{:?}", model.dtype()).to_lowercase(),
             device: device_name(&device),
             threads: candle_core::utils::get_num_threads(),
@@ -120,7 +129,18 @@ impl Engine {
             .processor
             .parse(body)
             .map_err(PredictError::BadRequest)?;
-        let enc = self.processor.encode(&req).map_err(|e| {
+        self.predict_encoded(t0, &req, |p| p.encode(&req))
+    }
+
+    /// [`predict`](Self::predict) once the request is parsed (from `t0`): `encode` builds the
+    /// model inputs, so the binary protocols can hand over decoded frames (`protocols`).
+    pub fn predict_encoded(
+        &self,
+        t0: Instant,
+        req: &PredictRequest,
+        encode: impl FnOnce(&DroidProcessor) -> Result<EncodedRequest, RequestError>,
+    ) -> Result<PredictResponse, PredictError> {
+        let enc = encode(&self.processor).map_err(|e| {
             if e.field.is_empty() {
                 PredictError::Internal(e.message)
             } else {
@@ -135,7 +155,7 @@ impl Engine {
         let t2 = Instant::now();
         let chunk = self
             .processor
-            .decode(&out.action_pred, &req)
+            .decode(&out.action_pred, req)
             .map_err(PredictError::Internal)?;
         let t3 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
@@ -171,11 +191,60 @@ impl Engine {
     pub fn info(&self) -> &EngineInfo {
         &self.info
     }
+
+    /// Vision cache counters and occupancy.
+    pub fn vision_cache_stats(&self) -> VisionCacheStats {
+        self.model.vision_cache_stats()
+    }
+
+    /// Empties the vision cache, so the next request encodes every image (cold-request timing).
+    pub fn clear_vision_cache(&self) {
+        self.model.clear_vision_cache();
+    }
+}
+
+/// Environment variable bounding the vision cache, in images (0 disables it).
+pub const VISION_CACHE_ENV: &str = "GR00T_VISION_CACHE";
+
+/// The vision cache bound from [`VISION_CACHE_ENV`], or the default when it is unset.
+fn vision_cache_images_from_env() -> Result<usize, String> {
+    match std::env::var(VISION_CACHE_ENV) {
+        Err(std::env::VarError::NotPresent) => parse_vision_cache_images(None),
+        Ok(v) => parse_vision_cache_images(Some(&v)),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(format!("{VISION_CACHE_ENV} is not valid UTF-8"))
+        }
+    }
+}
+
+/// A [`VISION_CACHE_ENV`] value as a number of images; unset or empty = the default.
+fn parse_vision_cache_images(value: Option<&str>) -> Result<usize, String> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(DEFAULT_VISION_CACHE_IMAGES),
+        Some(v) => v.parse().map_err(|_| {
+            format!("{VISION_CACHE_ENV}={v:?} is not a number of images (0 disables the cache)")
+        }),
+    }
 }
 
 fn device_name(device: &Device) -> String {
     match device {
         Device::Cpu => "cpu".into(),
         other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+#[cfg(test)]
+mod vision_cache_env_tests {
+    use super::*;
+
+    #[test]
+    fn vision_cache_bound_parses_or_names_the_variable() {
+        assert_eq!(parse_vision_cache_images(None), Ok(16));
+        assert_eq!(parse_vision_cache_images(Some(" ")), Ok(16));
+        assert_eq!(parse_vision_cache_images(Some("0")), Ok(0));
+        assert_eq!(parse_vision_cache_images(Some("64")), Ok(64));
+        let e = parse_vision_cache_images(Some("lots")).unwrap_err();
+        assert!(e.contains(VISION_CACHE_ENV) && e.contains("lots"), "{e}");
     }
 }

@@ -1,7 +1,9 @@
 //! `gr00t`: the command-line entry point of gr00t-rs.
 
+mod bench;
 mod cli;
 mod engine;
+mod protocols;
 mod pull;
 mod server;
 

@@ -10,6 +10,10 @@
 //!   point, vertical pass in OpenCV's SIMD formula (reference_notes §1.3 step 2). OpenCV also
 //!   takes this path when one axis shrinks and the other enlarges, for both axes, so mixed
 //!   resizes here do the same.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use super::{Frame, ImageError};
 

@@ -1,5 +1,9 @@
 //! The GR00T eval transform (albumentations 1.4.18, `use_albumentations: true`):
 //! `SmallestMaxSize(s, INTER_AREA)` → `FractionalCenterCrop(f)` → `SmallestMaxSize(s, INTER_AREA)`.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use super::area::resize_area;
 use super::{Frame, ImageError};

@@ -5,6 +5,10 @@
 //! normalised, rounded to int16 fixed point with a per-axis precision; the horizontal pass runs
 //! first (into a uint8 buffer), then the vertical pass; a pass whose size does not change is
 //! skipped, as torch does.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use super::{Frame, ImageError};
 

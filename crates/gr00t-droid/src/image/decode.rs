@@ -3,6 +3,10 @@
 //!
 //! JPEG goes through the `image` crate's decoder, which is not libjpeg-turbo: decoded JPEG pixels
 //! may differ from PIL's by a few LSB. PNG decoding is exact.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use super::{Frame, ImageError};
 use base64::engine::general_purpose::STANDARD_PAD_INDIFFERENT;

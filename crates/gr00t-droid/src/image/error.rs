@@ -1,4 +1,8 @@
 //! The error type of the image pipeline.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use std::fmt;
 

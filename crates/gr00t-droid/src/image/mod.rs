@@ -2,6 +2,10 @@
 //!
 //! Every stage reproduces the reference (OpenCV 4.11 `INTER_AREA`, torch 2.7 uint8 antialiased
 //! bicubic, the Qwen2-VL fast image processor) bit for bit; see the module of each stage.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod area;
 pub mod augment;

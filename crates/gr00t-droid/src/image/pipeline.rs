@@ -1,6 +1,10 @@
 //! The whole image path of one request: eval transform and Qwen processing of each frame, then
 //! the frames' patch rows concatenated in input order (DROID: time-major
 //! `[exterior t−15, wrist t−15, exterior t0, wrist t0]`).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use super::augment::{AugStages, CropRect, EvalTransform};
 use super::qwen::QwenImageProcessor;

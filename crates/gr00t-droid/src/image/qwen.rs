@@ -1,6 +1,10 @@
 //! The Qwen2-VL fast image processor (transformers 4.57, `Qwen2VLImageProcessorFast`) as Qwen3-VL
 //! uses it: smart_resize → uint8 antialiased bicubic → `(x − mean')/std'` in f32 → temporal
 //! duplication → patch rows in merge-block order (qwen3_vl.md §2).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use super::bicubic::resize_bicubic_aa;
 use super::{Frame, ImageError};

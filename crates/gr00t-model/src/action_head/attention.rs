@@ -2,9 +2,10 @@
 //! biases, scale 1/√head_dim), the GELU-tanh `FeedForward`, a two-pass LayerNorm and boolean key
 //! masks as additive biases.
 
+use crate::linear::{linear, Linear};
 use crate::{Error, Result};
 use candle_core::{Device, Module, Tensor, D};
-use candle_nn::{Linear, VarBuilder};
+use candle_nn::VarBuilder;
 
 /// diffusers `Attention` with `AttnProcessor2_0` semantics (no QK norm, no upcast).
 pub(crate) struct Attention {
@@ -34,10 +35,10 @@ impl Attention {
     ) -> Result<Attention> {
         let inner = heads * head_dim;
         Ok(Attention {
-            to_q: candle_nn::linear(query_dim, inner, vb.pp("to_q"))?,
-            to_k: candle_nn::linear(kv_dim, inner, vb.pp("to_k"))?,
-            to_v: candle_nn::linear(kv_dim, inner, vb.pp("to_v"))?,
-            to_out: candle_nn::linear(inner, query_dim, vb.pp("to_out.0"))?,
+            to_q: linear(vb.pp("to_q"), query_dim, inner, true)?,
+            to_k: linear(vb.pp("to_k"), kv_dim, inner, true)?,
+            to_v: linear(vb.pp("to_v"), kv_dim, inner, true)?,
+            to_out: linear(vb.pp("to_out.0"), inner, query_dim, true)?,
             heads,
             head_dim,
             scale: 1.0 / (head_dim as f64).sqrt(),
@@ -101,8 +102,8 @@ impl FeedForward {
     /// Loads `net.0.proj` (dim → mult·dim) and `net.2` (mult·dim → dim).
     pub(crate) fn load(vb: VarBuilder, dim: usize, inner: usize) -> Result<FeedForward> {
         Ok(FeedForward {
-            proj_in: candle_nn::linear(dim, inner, vb.pp("net.0.proj"))?,
-            proj_out: candle_nn::linear(inner, dim, vb.pp("net.2"))?,
+            proj_in: linear(vb.pp("net.0.proj"), dim, inner, true)?,
+            proj_out: linear(vb.pp("net.2"), inner, dim, true)?,
         })
     }
 

@@ -2,6 +2,8 @@
 //! image-only cross-attention to `vl_embeds` with self-attention over the state+action tokens,
 //! and the AdaLN output projection.
 
+pub(crate) mod reference;
+
 use super::attention::{key_bias, Attention, FeedForward, KeyValues, LayerNorm};
 use crate::config::Gr00tConfig;
 use crate::{Error, Result};

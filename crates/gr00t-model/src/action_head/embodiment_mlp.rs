@@ -2,44 +2,90 @@
 //! `x @ W[id] + b[id]`, not transposed), the state encoder and action decoder MLPs
 //! (Linear → ReLU → Linear) and the multi-embodiment action encoder.
 
+use crate::weights::COMPACT;
 use crate::{Error, Result};
 use candle_core::{Device, Tensor, D};
 use candle_nn::VarBuilder;
 
 /// `CategorySpecificLinear`: one `[in, out]` matrix and `[out]` bias per embodiment.
 pub(crate) struct CategorySpecificLinear {
-    w: Tensor,
-    b: Tensor,
-    num_embodiments: usize,
+    /// Per embodiment: `W[id]` (a bf16 view of the stored table until
+    /// [`CategorySpecificLinear::retain`], then an f32 copy) and `b[id]`; `None` once dropped.
+    slots: Vec<Option<(Tensor, Tensor)>>,
 }
 
 impl CategorySpecificLinear {
-    /// Loads `W` `[E, in, out]` and `b` `[E, out]` under `vb`.
+    /// Loads `W` `[E, in, out]` (kept bf16 when stored so) and `b` `[E, out]` under `vb`.
     pub(crate) fn load(
         vb: VarBuilder,
         num_embodiments: usize,
         in_dim: usize,
         out_dim: usize,
     ) -> Result<CategorySpecificLinear> {
-        Ok(CategorySpecificLinear {
-            w: vb.get((num_embodiments, in_dim, out_dim), "W")?,
-            b: vb.get((num_embodiments, out_dim), "b")?,
-            num_embodiments,
-        })
+        let w = vb.get_with_hints_dtype(
+            (num_embodiments, in_dim, out_dim),
+            "W",
+            Default::default(),
+            COMPACT,
+        )?;
+        let b = vb.get((num_embodiments, out_dim), "b")?;
+        let slots = (0..num_embodiments)
+            .map(|id| Ok(Some((w.get(id)?, b.get(id)?))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(CategorySpecificLinear { slots })
     }
 
-    /// The slice of embodiment `id` (a view, no copy).
-    pub(crate) fn select(&self, id: usize) -> Result<SelectedLinear> {
-        if id >= self.num_embodiments {
-            return Err(Error::Input(format!(
-                "embodiment id {id} is out of range (the checkpoint has {} slots)",
-                self.num_embodiments
-            )));
+    /// Keeps only the embodiments in `keep`, widened to the compute dtype once; the others'
+    /// weights are freed and selecting them becomes an error.
+    pub(crate) fn retain(&mut self, keep: &[usize]) -> Result<()> {
+        if let Some(&bad) = keep.iter().find(|&&id| id >= self.slots.len()) {
+            return Err(self.out_of_range(bad));
         }
-        Ok(SelectedLinear {
-            w: self.w.get(id)?,
-            b: self.b.get(id)?,
-        })
+        for (id, slot) in self.slots.iter_mut().enumerate() {
+            *slot = match slot.take() {
+                // Own copies, so that the shared table is freed with the dropped slots.
+                Some((w, b)) if keep.contains(&id) => {
+                    let w = if w.dtype() == b.dtype() {
+                        w.copy()?
+                    } else {
+                        w.to_dtype(b.dtype())?
+                    };
+                    Some((w, b.copy()?))
+                }
+                _ => None,
+            };
+        }
+        Ok(())
+    }
+
+    /// The weights of embodiment `id` in the compute dtype (a view once retained).
+    pub(crate) fn select(&self, id: usize) -> Result<SelectedLinear> {
+        match self.slots.get(id) {
+            None => Err(self.out_of_range(id)),
+            Some(None) => {
+                let kept: Vec<usize> = (0..self.slots.len())
+                    .filter(|&i| self.slots[i].is_some())
+                    .collect();
+                Err(Error::Input(format!(
+                    "embodiment id {id} is not loaded (this model keeps embodiment ids {kept:?})"
+                )))
+            }
+            Some(Some((w, b))) => Ok(SelectedLinear {
+                w: if w.dtype() == b.dtype() {
+                    w.clone()
+                } else {
+                    w.to_dtype(b.dtype())?
+                },
+                b: b.clone(),
+            }),
+        }
+    }
+
+    fn out_of_range(&self, id: usize) -> Error {
+        Error::Input(format!(
+            "embodiment id {id} is out of range (the checkpoint has {} slots)",
+            self.slots.len()
+        ))
     }
 }
 
@@ -86,6 +132,12 @@ impl CategorySpecificMlp {
                 out_dim,
             )?,
         })
+    }
+
+    /// Keeps only the embodiments in `keep` (see [`CategorySpecificLinear::retain`]).
+    pub(crate) fn retain(&mut self, keep: &[usize]) -> Result<()> {
+        self.layer1.retain(keep)?;
+        self.layer2.retain(keep)
     }
 
     /// The MLP of embodiment `id`.
@@ -138,6 +190,13 @@ impl ActionEncoder {
     pub(crate) fn tau_embedding(&self, tau: i64, device: &Device) -> Result<Tensor> {
         let e = sin_cos_embedding(tau as f32, self.width);
         Ok(Tensor::from_vec(e, (1, 1, self.width), device)?)
+    }
+
+    /// Keeps only the embodiments in `keep` (see [`CategorySpecificLinear::retain`]).
+    pub(crate) fn retain(&mut self, keep: &[usize]) -> Result<()> {
+        self.w1.retain(keep)?;
+        self.w2.retain(keep)?;
+        self.w3.retain(keep)
     }
 
     /// The encoder of embodiment `id`.

@@ -7,6 +7,7 @@
 //! stage the reference's own input.
 
 mod attention;
+mod backend;
 mod dit;
 mod embodiment_mlp;
 mod sampler;
@@ -20,6 +21,8 @@ use candle_nn::VarBuilder;
 use dit::{Dit, StepModulation, VlMemory};
 use embodiment_mlp::{ActionEncoder, CategorySpecificMlp, SelectedActionEncoder, SelectedMlp};
 use vl_adapter::VlAdapter;
+
+pub use backend::{DenoiseBackend, DIT_BACKEND_ENV};
 
 /// Everything of one Euler step that depends only on its timestep bucket.
 struct StepConstants {
@@ -45,6 +48,7 @@ pub struct ActionHead {
     action_dim: usize,
     action_horizon: usize,
     dt: f64,
+    backend: DenoiseBackend,
 }
 
 /// Per-request state shared by all Euler steps: the embodiment's weight slices and the DiT's
@@ -123,7 +127,18 @@ impl ActionHead {
             action_dim: cfg.max_action_dim,
             action_horizon: cfg.action_horizon,
             dt: 1.0 / n as f64,
+            backend: DenoiseBackend::default(),
         })
+    }
+
+    /// Selects the implementation of the Euler loop used by [`ActionHead::denoise`].
+    pub fn set_backend(&mut self, backend: DenoiseBackend) {
+        self.backend = backend;
+    }
+
+    /// The implementation of the Euler loop in use.
+    pub fn backend(&self) -> DenoiseBackend {
+        self.backend
     }
 
     /// The VL adapter: `vlln` then the VL self-attention blocks → `vl_embeds` `[1, S, D_vl]`.
@@ -174,7 +189,8 @@ impl ActionHead {
     }
 
     /// The flow-matching part of [`ActionHead::get_action`], from the VL adapter's output
-    /// `vl_embeds` (see [`ActionHead::encode_vl`]) to `action_pred` `[1, H, A]`.
+    /// `vl_embeds` (see [`ActionHead::encode_vl`]) to `action_pred` `[1, H, A]`, by the
+    /// selected [`DenoiseBackend`].
     #[allow(clippy::too_many_arguments)]
     pub fn denoise(
         &self,
@@ -192,6 +208,18 @@ impl ActionHead {
                 "noise has shape {noise_dims:?}, expected [1, {}, {}]",
                 self.action_horizon, self.action_dim
             )));
+        }
+        if self.backend == DenoiseBackend::Reference {
+            return dit::reference::denoise(
+                self,
+                vl_embeds,
+                image_mask,
+                attention_mask,
+                state,
+                embodiment_id,
+                noise,
+                rec,
+            );
         }
         let ctx = self.prepare(vl_embeds, image_mask, attention_mask, embodiment_id)?;
         rec.record("head.state_input", state);
@@ -331,6 +359,14 @@ impl ActionHead {
     /// One Euler update `x + dt·v` with dt = 1/num_inference_timesteps.
     pub fn euler_step(&self, x: &Tensor, velocity: &Tensor) -> Result<Tensor> {
         Ok((x + (velocity * self.dt)?)?)
+    }
+
+    /// Keeps the embodiment-specific weights (state encoder, action encoder, decoder) of the
+    /// ids in `keep` only, widened once; requests for any other id become errors.
+    pub fn retain_embodiments(&mut self, keep: &[usize]) -> Result<()> {
+        self.state_encoder.retain(keep)?;
+        self.action_encoder.retain(keep)?;
+        self.decoder.retain(keep)
     }
 
     fn step(&self, k: usize) -> Result<&StepConstants> {

@@ -2,17 +2,10 @@
 //! attention), written with plain candle ops so that every candle device runs them.
 
 use candle_core::{DType, Module, Tensor, D};
-use candle_nn::{Linear, VarBuilder};
+use candle_nn::VarBuilder;
 
-/// `nn.Linear` (weight `[out, in]`, optional bias) loaded from `vb`.
-pub(crate) fn linear(
-    vb: VarBuilder,
-    in_dim: usize,
-    out_dim: usize,
-    bias: bool,
-) -> candle_core::Result<Linear> {
-    candle_nn::linear_b(in_dim, out_dim, bias, vb)
-}
+/// `nn.Linear` (weight `[out, in]`, kept bf16 when stored so, optional bias) loaded from `vb`.
+pub(crate) use crate::linear::linear;
 
 /// `nn.LayerNorm` with weight and bias.
 #[derive(Debug, Clone)]

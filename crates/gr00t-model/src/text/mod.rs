@@ -9,9 +9,11 @@ pub use rope::{rope_index, MropePositions};
 use crate::backbone::nn::{apply_rope, attention, linear, RmsNorm};
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
+use crate::linear::Linear;
 use crate::taps::Recorder;
+use crate::weights::COMPACT;
 use candle_core::{DType, Device, Module, Tensor};
-use candle_nn::{Linear, VarBuilder};
+use candle_nn::VarBuilder;
 
 /// Per-call state shared by every decoder layer: rotary tables and the causal mask.
 #[derive(Debug, Clone)]
@@ -24,7 +26,10 @@ pub struct TextPositions {
 /// The kept decoder layers and the token embedding.
 #[derive(Debug, Clone)]
 pub struct TextModel {
+    /// `[vocab, hidden]`, kept bf16 when stored so (rows are widened after the gather).
     embed_tokens: Tensor,
+    /// Compute dtype (the VarBuilder's).
+    dtype: DType,
     layers: Vec<DecoderLayer>,
     /// `1 / θ^(2j / head_dim)` in fp32 (production bf16 rounds these to bf16; the fp32 goldens
     /// and accuracy favour fp32).
@@ -65,7 +70,12 @@ impl TextModel {
                 cfg.hidden_act
             )));
         }
-        let embed_tokens = vb.get((cfg.vocab_size, cfg.hidden_size), "embed_tokens.weight")?;
+        let embed_tokens = vb.get_with_hints_dtype(
+            (cfg.vocab_size, cfg.hidden_size),
+            "embed_tokens.weight",
+            Default::default(),
+            COMPACT,
+        )?;
         let layers = (0..num_layers)
             .map(|l| DecoderLayer::load(vb.pp(format!("layers.{l}")), cfg))
             .collect::<Result<Vec<_>>>()?;
@@ -75,6 +85,7 @@ impl TextModel {
             .collect();
         Ok(TextModel {
             embed_tokens,
+            dtype: vb.dtype(),
             layers,
             inv_freq,
             mrope_section: section.clone(),
@@ -91,7 +102,7 @@ impl TextModel {
     }
 
     fn dtype(&self) -> DType {
-        self.embed_tokens.dtype()
+        self.dtype
     }
 
     /// Token embeddings `[1, S, hidden]`.
@@ -103,7 +114,11 @@ impl TextModel {
             )));
         }
         let ids = Tensor::from_slice(input_ids, input_ids.len(), self.device())?;
-        Ok(self.embed_tokens.index_select(&ids, 0)?.unsqueeze(0)?)
+        Ok(self
+            .embed_tokens
+            .index_select(&ids, 0)?
+            .to_dtype(self.dtype)?
+            .unsqueeze(0)?)
     }
 
     /// `inputs_embeds.masked_scatter(image_mask, image_embeds)`: the k-th masked row of

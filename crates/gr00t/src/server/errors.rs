@@ -1,4 +1,8 @@
 //! JSON refusals: every non-200 answer of the server is `{"error": "..."}` with a fitting status.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -3,9 +3,20 @@
 
 mod demo;
 mod errors;
+mod hardening;
+mod history;
+mod metrics;
+mod observe;
+mod request_log;
 mod routes;
 mod shutdown;
+mod ui;
 mod worker;
+
+pub use hardening::HardeningOptions;
+pub use observe::DEFAULT_HISTORY;
+pub use request_log::{init_logging, LogFormat};
+pub(crate) use worker::{SubmitError, WorkerHandle};
 
 #[cfg(test)]
 mod test_client;
@@ -13,8 +24,8 @@ mod test_client;
 mod tests;
 
 use crate::engine::{Engine, EngineInfo, EngineOptions};
-use axum::serve::ListenerExt;
 use gr00t_model::hub;
+use observe::{ObserveOptions, Observer};
 use routes::{AppState, Limits};
 use std::error::Error;
 use std::path::PathBuf;
@@ -39,6 +50,12 @@ pub struct ServeOptions {
     pub queue: usize,
     /// Largest `/predict` body in MiB.
     pub max_body_mb: usize,
+    /// Requests the status page at `/` keeps; 0 turns the page off (`--no-ui`).
+    pub history: usize,
+    /// The ZMQ and websocket listeners (`--zmq-port`, `--ws-port`, …).
+    pub protocols: crate::protocols::ProtocolOptions,
+    /// Connection cap, idle and body timeouts (`--max-connections`, …).
+    pub hardening: HardeningOptions,
 }
 
 /// Runs the server; returns the process exit code.
@@ -62,11 +79,12 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
     tracing::info!("loading checkpoint {}", checkpoint.display());
     let t0 = Instant::now();
     let engine = Engine::load(&EngineOptions {
-        checkpoint,
+        checkpoint: checkpoint.clone(),
         tokenizer: opts.tokenizer.clone(),
     })
     .map_err(|e| format!("cannot load the model: {e}"))?;
     let info = engine.info().clone();
+    let model_load_s = t0.elapsed().as_secs_f64();
     tracing::info!(
         "model loaded in {:.1} s (backend {}, {} on {}, {} threads, digest {})",
         t0.elapsed().as_secs_f64(),
@@ -80,9 +98,20 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         warn_synthetic(&info);
     }
     warm_up(&engine, &info)?;
+    // Shared with the metrics, which read the vision cache's counters at scrape time.
+    let engine = std::sync::Arc::new(engine);
+    let probe = engine.clone();
+    let vision_cache: observe::CacheProbe = std::sync::Arc::new(move || {
+        let s = probe.vision_cache_stats();
+        metrics::CacheCounts {
+            hits: s.hits,
+            misses: s.misses,
+        }
+    });
+    let observer = observer(&opts, &checkpoint, &info, model_load_s, vision_cache)?;
 
     let (worker, handle) = worker::start(
-        Box::new(move |body: &[u8]| engine.predict(body)),
+        Box::new(move |body: &[u8]| crate::protocols::predict(&engine, body)),
         opts.queue,
     )?;
     let limits = Limits {
@@ -94,7 +123,9 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         .thread_name("gr00t-http")
         .enable_all()
         .build()?;
-    let served = runtime.block_on(serve(&opts, AppState::new(handle, info, limits)));
+    let protocols = (handle.clone(), info.clone());
+    let state = AppState::with_observer(handle, info, limits, observer);
+    let served = runtime.block_on(serve(&opts, state, protocols));
     // Dropping the runtime drops the router and with it the last queue handle, so the worker ends.
     drop(runtime);
     worker.join();
@@ -103,23 +134,93 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
     Ok(0)
 }
 
-async fn serve(opts: &ServeOptions, state: AppState) -> Result<(), Box<dyn Error>> {
+/// Metrics and, unless `--no-ui`, the status page's history with the checkpoint's image
+/// pipeline (to show the frames as the model saw them).
+fn observer(
+    opts: &ServeOptions,
+    checkpoint: &std::path::Path,
+    info: &EngineInfo,
+    model_load_s: f64,
+    vision_cache: observe::CacheProbe,
+) -> Result<Observer, Box<dyn Error>> {
+    let pipeline = if opts.history > 0 {
+        let ckpt = gr00t_model::Checkpoint::open(checkpoint)?;
+        Some(gr00t_droid::image::ImagePipeline::from_checkpoint(&ckpt)?)
+    } else {
+        None
+    };
+    Ok(Observer::new(ObserveOptions {
+        history: opts.history,
+        pipeline,
+        model_load_s,
+        build: vec![
+            ("version", info.version.clone()),
+            ("model", info.model_id.clone()),
+            ("revision", info.revision.clone()),
+            ("checkpoint_digest", info.checkpoint_digest.clone()),
+            ("backend", info.denoise_backend.clone()),
+        ],
+        vision_cache: Some(vision_cache),
+    })?)
+}
+
+async fn serve(
+    opts: &ServeOptions,
+    state: AppState,
+    protocols: (WorkerHandle, EngineInfo),
+) -> Result<(), Box<dyn Error>> {
     let listener = bind(&opts.host, opts.port).await?;
     let addr = listener.local_addr()?;
     if opts.port != 0 && addr.port() != opts.port {
         tracing::warn!("port {} is taken; using {}", opts.port, addr.port());
     }
     let shutdown = shutdown::Shutdown::register()?;
+    // One switch stops every listener: the first signal, or the ZMQ `kill` endpoint.
+    let stop = crate::protocols::Stop::new();
+    let max_message = opts.max_body_mb.saturating_mul(1024 * 1024);
+    let (worker, info) = protocols;
+    let listeners = crate::protocols::start(
+        &opts.protocols,
+        &opts.host,
+        max_message,
+        &worker,
+        &info,
+        &stop,
+    )
+    .await?;
+    drop(worker);
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            shutdown.requested().await;
+            stop.trigger();
+        }
+    });
     tracing::info!("listening on http://{addr}");
     // Printed bare (not through the log formatter): tooling waits for exactly this line.
     eprintln!("Application startup complete");
-    // Answers are written whole: no reason to let Nagle hold their tail back.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
+    // Connection cap and idle timeout (the listener also sets TCP_NODELAY).
+    let listener = hardening::LimitedListener::new(listener, &opts.hardening);
+    let guard = hardening::Guard {
+        api_token: opts.protocols.api_token.as_deref().map(Into::into),
+        body_timeout: hardening::seconds(opts.hardening.body_timeout_s),
+        max_body_bytes: max_message,
+    };
+    let http_stop = stop.clone();
+    let app = routes::router_with(state, |r| {
+        r.layer(axum::middleware::from_fn_with_state(
+            guard,
+            hardening::guard,
+        ))
     });
-    axum::serve(listener, routes::router(state))
-        .with_graceful_shutdown(shutdown.requested())
-        .await?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<hardening::ConnInfo>(),
+    )
+    .with_graceful_shutdown(async move { http_stop.wait().await })
+    .await?;
+    stop.trigger();
+    listeners.join().await;
     Ok(())
 }
 

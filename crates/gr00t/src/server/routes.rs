@@ -1,14 +1,20 @@
 //! The HTTP surface of docs/API.md: routes, handlers, and the one-line-per-request log.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use super::demo::demo_body;
-use super::errors::{json_response, ApiError, ErrorNote};
-use super::worker::{SubmitError, WorkerHandle};
+use super::errors::{json_response, ApiError};
+use super::observe::Observer;
+use super::request_log::{self, PredictNote};
+use super::worker::{QueueState, SubmitError, WorkerHandle};
 use crate::engine::{EngineInfo, PredictError};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -35,11 +41,24 @@ struct Inner {
     limits: Limits,
     started_unix: u64,
     demo: Bytes,
+    observer: Observer,
 }
 
 impl AppState {
-    /// State over a running worker and the engine's description.
+    /// State with default observation (metrics, and a status page without frames), for tests.
+    #[cfg(test)]
     pub fn new(worker: WorkerHandle, info: EngineInfo, limits: Limits) -> AppState {
+        let observer = Observer::new(Default::default()).expect("start the history thread");
+        AppState::with_observer(worker, info, limits, observer)
+    }
+
+    /// State over a running worker, the engine's description and an observer.
+    pub fn with_observer(
+        worker: WorkerHandle,
+        info: EngineInfo,
+        limits: Limits,
+        observer: Observer,
+    ) -> AppState {
         let started_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -50,14 +69,35 @@ impl AppState {
             limits,
             started_unix,
             demo: Bytes::from(demo_body()),
+            observer,
         }))
+    }
+
+    /// Metrics and history.
+    pub fn observer(&self) -> &Observer {
+        &self.0.observer
+    }
+
+    /// The queue's live state.
+    pub fn queue_state(&self) -> QueueState {
+        self.0.worker.state()
     }
 }
 
 /// All routes, JSON fallbacks for unknown paths and methods, and the request log.
+#[cfg(test)]
 pub fn router(state: AppState) -> Router {
+    router_with(state, |r| r)
+}
+
+/// [`router`] with `inner` layers (e.g. access checks) applied inside the request log, so
+/// that their refusals are logged, counted and carry an `x-request-id` like any answer.
+pub fn router_with(
+    state: AppState,
+    inner: impl FnOnce(Router<AppState>) -> Router<AppState>,
+) -> Router {
     let limit = state.0.limits.max_body_bytes;
-    Router::new()
+    let routes = Router::new()
         .route(
             "/predict",
             post(predict).layer(DefaultBodyLimit::max(limit)),
@@ -66,13 +106,43 @@ pub fn router(state: AppState) -> Router {
         .route("/info", get(info))
         .route("/demo", get(demo))
         .route("/v1/models", get(models))
+        .merge(super::ui::routes(state.observer().history().is_some()))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn(log_request))
+        .method_not_allowed_fallback(method_not_allowed);
+    inner(routes)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            request_log::observe,
+        ))
         .with_state(state)
 }
 
-async fn predict(State(app): State<AppState>, req: Request) -> Result<Response, ApiError> {
+/// Answers `/predict`, leaving a [`PredictNote`] on the response for the log and metrics.
+async fn predict(State(app): State<AppState>, req: Request) -> Response {
+    match compute(&app, req).await {
+        Ok((body, response, queue_ms)) => {
+            let mut r = json_response(StatusCode::OK, &response);
+            r.extensions_mut().insert(PredictNote::Served {
+                body,
+                response: Arc::new(response),
+                queue_ms,
+            });
+            r
+        }
+        Err(e) => {
+            let field = e.field.clone();
+            let mut r = e.into_response();
+            r.extensions_mut().insert(PredictNote::Refused { field });
+            r
+        }
+    }
+}
+
+/// The body, the answer and the time it waited in the queue.
+async fn compute(
+    app: &AppState,
+    req: Request,
+) -> Result<(Bytes, gr00t_droid::response::PredictResponse, f64), ApiError> {
     check_content_type(req.headers())?;
     let limit = app.0.limits.max_body_bytes;
     // Refuse a declared oversize body before reading any of it.
@@ -92,12 +162,18 @@ async fn predict(State(app): State<AppState>, req: Request) -> Result<Response, 
         }
     };
     let worker = &app.0.worker;
-    let reply = worker.submit(body).map_err(|e| match e {
+    let queued = Instant::now();
+    let reply = worker.submit(body.clone()).map_err(|e| match e {
         SubmitError::Full => ApiError::busy(app.0.limits.queue, worker.retry_after_s()),
         SubmitError::Stopped => ApiError::internal("the inference worker has stopped"),
     })?;
     match reply.await {
-        Ok(Ok(response)) => Ok(json_response(StatusCode::OK, &response)),
+        Ok(Ok(response)) => {
+            // Waiting = time to the answer minus the worker's own measure of its job.
+            let queue_ms =
+                (queued.elapsed().as_secs_f64() * 1e3 - response.timing_ms.total).max(0.0);
+            Ok((body, response, queue_ms))
+        }
         Ok(Err(PredictError::BadRequest(e))) => Err(ApiError::bad_field(&e.field, e.message)),
         Ok(Err(PredictError::Internal(m))) => {
             Err(ApiError::internal(format!("internal error: {m}")))
@@ -200,20 +276,6 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         StatusCode::METHOD_NOT_ALLOWED,
         format!("method {method} is not allowed on {}", uri.path()),
     )
-}
-
-async fn log_request(req: Request, next: Next) -> Response {
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let t0 = Instant::now();
-    let response = next.run(req).await;
-    let ms = t0.elapsed().as_secs_f64() * 1e3;
-    let status = response.status().as_u16();
-    match response.extensions().get::<ErrorNote>() {
-        Some(ErrorNote(note)) => tracing::info!("{method} {path} {status} {ms:.1} ms: {note}"),
-        None => tracing::info!("{method} {path} {status} {ms:.1} ms"),
-    }
-    response
 }
 
 #[cfg(test)]

@@ -1,5 +1,9 @@
 //! The inference worker: one thread owns the model and answers requests in arrival order from a
 //! bounded queue, so the async runtime never runs model code and a full queue is refused early.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use crate::engine::PredictError;
 use axum::body::Bytes;

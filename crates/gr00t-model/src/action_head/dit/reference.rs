@@ -1,0 +1,152 @@
+//! The "reference" denoise backend: the flow-matching loop laid out as upstream's
+//! `get_action_with_features` and `AlternateVLDiT.forward` are, with nothing hoisted out of the
+//! loop. Every Euler step recomputes the action encoder's sinusoid and the DiT timestep embedding;
+//! every block recomputes its AdaLN modulation row and, in cross-attention blocks, the keys and
+//! values of `vl_embeds` and the key mask. It shares the weights of the fused backend and exists
+//! to check it (and to measure what the hoisting buys).
+
+use super::{time_projection, Attend, Dit, TIME_PROJ_DIM};
+use crate::action_head::attention::key_bias;
+use crate::action_head::ActionHead;
+use crate::taps::Recorder;
+use crate::{Error, Result};
+use candle_core::{Module, Tensor};
+
+/// Runs every Euler step from `noise` `[1, H, A]` (shape already checked) and returns
+/// `action_pred` `[1, H, A]`, recording the same taps as the fused backend.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn denoise(
+    head: &ActionHead,
+    vl_embeds: &Tensor,
+    image_mask: &[bool],
+    attention_mask: &[bool],
+    state: &Tensor,
+    embodiment_id: usize,
+    noise: &Tensor,
+    rec: &Recorder,
+) -> Result<Tensor> {
+    let s = head.check_features(vl_embeds)?;
+    if image_mask.len() != s || attention_mask.len() != s {
+        return Err(Error::Input(format!(
+            "mask lengths (image {}, attention {}) differ from the sequence length {s}",
+            image_mask.len(),
+            attention_mask.len()
+        )));
+    }
+    let state_encoder = head.state_encoder.select(embodiment_id)?;
+    let action_encoder = head.action_encoder.select(embodiment_id)?;
+    let decoder = head.decoder.select(embodiment_id)?;
+    rec.record("head.state_input", state);
+    let dims = state.dims();
+    if dims != [1, 1, head.state_dim] {
+        return Err(Error::Input(format!(
+            "state has shape {dims:?}, expected [1, 1, {}]",
+            head.state_dim
+        )));
+    }
+    let state_features = state_encoder.forward(state)?;
+    rec.record("head.state_features", &state_features);
+    let device = noise.device();
+    let mut x = noise.clone();
+    for k in 0..head.num_steps() {
+        let p = format!("head.step{k}");
+        let tau = head.timestep(k)?;
+        rec.record(format!("{p}.actions_in"), &x);
+        if rec.is_enabled() {
+            rec.record(format!("{p}.timestep"), &Tensor::new(&[tau], device)?);
+        }
+        let tau_emb = head.action_encoder.tau_embedding(tau, device)?;
+        let action_features = action_encoder.forward(&x, &tau_emb)?;
+        rec.record(format!("{p}.action_features"), &action_features);
+        let sa_embs = head.dit_input(&state_features, &action_features)?;
+        rec.record(format!("{p}.sa_embs"), &sa_embs);
+        let dit_out = forward(
+            &head.dit,
+            &sa_embs,
+            vl_embeds,
+            tau,
+            image_mask,
+            attention_mask,
+            rec,
+            &p,
+        )?;
+        rec.record(format!("{p}.dit_out"), &dit_out);
+        let decoder_out = decoder.forward(&dit_out)?;
+        rec.record(format!("{p}.decoder_out"), &decoder_out);
+        let velocity = head.velocity(&decoder_out)?;
+        rec.record(format!("{p}.velocity"), &velocity);
+        x = head.euler_step(&x, &velocity)?;
+    }
+    rec.record("head.action_pred", &x);
+    Ok(x)
+}
+
+/// `AlternateVLDiT.forward(hidden_states, encoder_hidden_states, timestep, image_mask,
+/// backbone_attention_mask)` → `[1, T, output_dim]`.
+#[allow(clippy::too_many_arguments)]
+fn forward(
+    dit: &Dit,
+    hidden_states: &Tensor,
+    vl: &Tensor,
+    tau: i64,
+    image_mask: &[bool],
+    attention_mask: &[bool],
+    rec: &Recorder,
+    prefix: &str,
+) -> Result<Tensor> {
+    let device = hidden_states.device();
+    let proj = Tensor::from_vec(time_projection(tau as f32), (1, TIME_PROJ_DIM), device)?;
+    let temb = dit
+        .linear_2
+        .forward(&dit.linear_1.forward(&proj)?.silu()?)?;
+    rec.record(format!("{prefix}.temb"), &temb);
+    let image_keep: Vec<bool> = image_mask
+        .iter()
+        .zip(attention_mask)
+        .map(|(&img, &att)| img && att)
+        .collect();
+    let text_keep: Vec<bool> = image_mask
+        .iter()
+        .zip(attention_mask)
+        .map(|(&img, &att)| !img && att)
+        .collect();
+    let d = dit.dim;
+    let mut h = hidden_states.clone();
+    for (b, blk) in dit.blocks.iter().enumerate() {
+        // AdaLayerNorm: scale is the first chunk.
+        let emb = blk.ada_linear.forward(&temb.silu()?)?;
+        let scale = emb.narrow(1, 0, d)?.unsqueeze(1)?;
+        let shift = emb.narrow(1, d, d)?.unsqueeze(1)?;
+        let n = dit
+            .norm
+            .forward(&h)?
+            .broadcast_mul(&(scale + 1.0)?)?
+            .broadcast_add(&shift)?;
+        let attn = match blk.attend {
+            Attend::SelfTokens => blk.attn.self_attend(&n)?,
+            Attend::Text | Attend::Image => {
+                let (keep, what) = if blk.attend == Attend::Text {
+                    (&text_keep, "text")
+                } else {
+                    (&image_keep, "image")
+                };
+                let bias = key_bias(keep, device, what)?;
+                let kv = blk.attn.key_values(vl)?;
+                blk.attn.attend(&n, &kv, Some(&bias))?
+            }
+        };
+        h = (attn + h)?;
+        h = (blk.ff.forward(&dit.norm.forward(&h)?)? + h)?;
+        rec.record(format!("{prefix}.dit_block_out.{b}"), &h);
+    }
+    // Output AdaLN: shift is the first chunk here.
+    let emb = dit.proj_out_1.forward(&temb.silu()?)?;
+    let shift = emb.narrow(1, 0, d)?.unsqueeze(1)?;
+    let scale = emb.narrow(1, d, d)?.unsqueeze(1)?;
+    let n = dit
+        .norm_out
+        .forward(&h)?
+        .broadcast_mul(&(scale + 1.0)?)?
+        .broadcast_add(&shift)?;
+    Ok(dit.proj_out_2.forward(&n)?)
+}

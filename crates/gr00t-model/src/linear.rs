@@ -1,0 +1,233 @@
+//! `nn.Linear` whose weight may stay bf16 in memory (half the bytes of f32) while the product
+//! is computed in f32: on the CPU, slabs of weight rows are widened exactly into a small
+//! per-thread f32 buffer and multiplied straight into their columns of the output. The math is
+//! the f32 product of the stored values; only the summation order inside the GEMM may differ.
+
+use crate::weights::COMPACT;
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Storage, Tensor, D};
+use candle_nn::VarBuilder;
+use half::bf16;
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// `y = x·Wᵀ + b` with `W` `[out, in]` in f32 or bf16 and `x`, `b` in the compute dtype.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// Wraps a `[out, in]` weight (bf16 is kept as is) and an optional `[out]` bias.
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> candle_core::Result<Linear> {
+        weight.dims2()?;
+        Ok(Linear {
+            weight: weight.contiguous()?,
+            bias,
+        })
+    }
+
+    /// The `[out, in]` weight in its kept dtype.
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// The `[out]` bias.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
+}
+
+/// Loads `weight` `[out, in]` (kept bf16 when the checkpoint stores bf16) and, when `bias`,
+/// `bias` `[out]` in the VarBuilder's dtype.
+pub fn linear(
+    vb: VarBuilder,
+    in_dim: usize,
+    out_dim: usize,
+    bias: bool,
+) -> candle_core::Result<Linear> {
+    let weight =
+        vb.get_with_hints_dtype((out_dim, in_dim), "weight", Default::default(), COMPACT)?;
+    let bias = if bias {
+        Some(vb.get(out_dim, "bias")?)
+    } else {
+        None
+    };
+    Linear::new(weight, bias)
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let w = &self.weight;
+        if w.dtype() == x.dtype() {
+            // Exactly candle's own Linear.
+            return candle_nn::Linear::new(w.clone(), self.bias.clone()).forward(x);
+        }
+        let y = if w.dtype() == DType::BF16 && x.dtype() == DType::F32 && x.device().is_cpu() {
+            let k = x.dim(D::Minus1)?;
+            let mut dims = x.dims().to_vec();
+            let m: usize = dims[..dims.len() - 1].iter().product();
+            if let Some(last) = dims.last_mut() {
+                *last = w.dim(0)?;
+            }
+            x.contiguous()?
+                .reshape((m, k))?
+                .apply_op1_no_bwd(&WidenedMatMul { weight: w })?
+                .reshape(dims)?
+        } else {
+            let w = w.to_dtype(x.dtype())?;
+            return candle_nn::Linear::new(w, self.bias.clone()).forward(x);
+        };
+        match &self.bias {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// `x·Wᵀ` for f32 `x` `[M, K]` and a contiguous bf16 `W` `[N, K]` on the CPU.
+struct WidenedMatMul<'a> {
+    weight: &'a Tensor,
+}
+
+impl CustomOp1 for WidenedMatMul<'_> {
+    fn name(&self) -> &'static str {
+        "widened-bf16-matmul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (m, k) = layout.shape().dims2()?;
+        let x = match (storage, layout.contiguous_offsets()) {
+            (CpuStorage::F32(v), Some((a, b))) => &v[a..b],
+            _ => candle_core::bail!("widened matmul: input must be contiguous f32"),
+        };
+        let (n, wk) = self.weight.dims2()?;
+        if wk != k {
+            candle_core::bail!("widened matmul: input width {k} but weight [{n}, {wk}]");
+        }
+        let (guard, wl) = self.weight.storage_and_layout();
+        let w = match (&*guard, wl.contiguous_offsets()) {
+            (Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) => &v[a..b],
+            _ => candle_core::bail!("widened matmul: weight must be a contiguous CPU bf16 tensor"),
+        };
+        let out = widened_matmul(x, m, k, w, n);
+        Ok((CpuStorage::F32(out), Shape::from((m, n))))
+    }
+}
+
+thread_local! {
+    /// Per-thread f32 copy of the weight rows being multiplied (reused across calls).
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Output pointer shared by the workers; each writes a disjoint set of columns.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: workers write disjoint column ranges of one live buffer.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The pointer `off` elements in (a method, so closures capture the whole `Sync` wrapper).
+    fn add(self, off: usize) -> *mut f32 {
+        self.0.wrapping_add(off)
+    }
+}
+
+/// `x` `[m, k]` · `w` `[n, k]`ᵀ → `[m, n]`, row-major, slabs of `w` rows in parallel.
+pub(crate) fn widened_matmul(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; m * n];
+    if m == 0 || n == 0 {
+        return out;
+    }
+    let rows = slab_rows(m, n, rayon::current_num_threads());
+    let slabs = n.div_ceil(rows);
+    let dst = OutPtr(out.as_mut_ptr());
+    let run = |s: usize| {
+        let n0 = s * rows;
+        let nr = rows.min(n - n0);
+        SCRATCH.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            if buf.len() < nr * k {
+                buf.resize(nr * k, 0.0);
+            }
+            widen(&w[n0 * k..(n0 + nr) * k], &mut buf[..nr * k]);
+            // SAFETY: `dst` has m·n elements and this call writes only columns n0..n0+nr of
+            // each row (row stride n); `x` is m·k, `buf` holds nr·k; no other slab overlaps.
+            unsafe {
+                gemm::gemm(
+                    m,
+                    nr,
+                    k,
+                    dst.add(n0),
+                    1,
+                    n as isize,
+                    false,
+                    x.as_ptr(),
+                    1,
+                    k as isize,
+                    buf.as_ptr(),
+                    k as isize,
+                    1,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+        });
+    };
+    if slabs == 1 {
+        run(0);
+    } else {
+        (0..slabs).into_par_iter().for_each(run);
+    }
+    out
+}
+
+/// Weight rows per slab: big enough that re-packing `x` per slab is cheap, small enough that
+/// the widened slab stays in cache, and a slab count the threads share evenly.
+fn slab_rows(m: usize, n: usize, threads: usize) -> usize {
+    const ALIGN: usize = 16;
+    let target = if m <= 128 { 128 } else { 256 };
+    let threads = threads.max(1);
+    let mut slabs = n.div_ceil(target).next_multiple_of(threads);
+    // Never split below ALIGN rows per slab.
+    slabs = slabs.min(n.div_ceil(ALIGN)).max(1);
+    n.div_ceil(slabs).next_multiple_of(ALIGN).min(n)
+}
+
+/// Exact bf16 → f32 (the bf16 bits are the high half of the f32).
+fn widen(src: &[bf16], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = f32::from_bits(u32::from(s.to_bits()) << 16);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slab_rows;
+
+    #[test]
+    fn slabs_cover_every_row_and_share_evenly() {
+        for &(m, n, t) in &[
+            (41, 1536, 2),
+            (1792, 4096, 2),
+            (469, 1000, 2),
+            (5, 7, 2),
+            (3, 1, 4),
+        ] {
+            let r = slab_rows(m, n, t);
+            assert!(r >= 1 && r <= n, "{m} {n} {t} → {r}");
+            let slabs = n.div_ceil(r);
+            assert!(slabs * r >= n);
+        }
+        assert_eq!(1536usize.div_ceil(slab_rows(41, 1536, 2)) % 2, 0);
+    }
+}

@@ -1,0 +1,377 @@
+//! `gr00t bench`: per-stage timings of the DROID demo request on a warm engine, with the FLOPs
+//! of each network stage, the achieved GFLOP/s, peak RSS and threads. Two scenarios:
+//! - cold (default): the vision cache is emptied before every run, so every run encodes all
+//!   four frames, as a first request does;
+//! - `--loop`: a simulated control loop, where request k+1's t−15 frames are request k's t
+//!   frames (two of four images come from the vision cache) and the t frames are new.
+
+use crate::engine::{Engine, EngineOptions, PredictError};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use gr00t_droid::image::decode::decode_base64_frame;
+use gr00t_droid::response::TimingMs;
+use gr00t_model::action_head::DenoiseBackend;
+use gr00t_model::flops::{request_flops, RequestShape, StageFlops};
+use gr00t_model::Checkpoint;
+use serde_json::{json, Value};
+use std::error::Error;
+use std::path::PathBuf;
+
+/// The demo `/predict` body (fixture case0: DROID frames, state, instruction, noise).
+const DEMO_REQUEST: &str = include_str!("../../../assets/demo/request.json");
+
+/// Camera fields of the request, in the order of `images`.
+const CAMERAS: [&str; 2] = ["exterior_image_1_left", "wrist_image_left"];
+
+/// Stages reported, in pipeline order.
+const STAGES: [&str; 7] = [
+    "decode",
+    "encode",
+    "vision",
+    "llm",
+    "adapter",
+    "denoise",
+    "decode_actions",
+];
+
+/// What `gr00t bench` runs.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Checkpoint folder.
+    pub checkpoint: PathBuf,
+    /// Timed runs (after the warm-up).
+    pub runs: usize,
+    /// Untimed runs first.
+    pub warmup: usize,
+    /// Print one JSON object instead of a table.
+    pub json: bool,
+    /// Simulate a control loop instead of cold requests.
+    pub control_loop: bool,
+}
+
+/// Medians of one scenario.
+struct Summary {
+    /// Per stage, in [`STAGES`] order: median ms.
+    stages: Vec<f64>,
+    total_ms: f64,
+    /// Vision cache hits and misses per timed request (loop mode), summed.
+    hits: u64,
+    misses: u64,
+    /// Prompt length of the timed requests.
+    seq_len: usize,
+}
+
+/// Runs the benchmark; returns the process exit code.
+pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
+    if opts.runs == 0 {
+        return Err("--runs must be at least 1".into());
+    }
+    let ckpt = Checkpoint::open(&opts.checkpoint)?;
+    let engine = Engine::load(&EngineOptions {
+        checkpoint: opts.checkpoint.clone(),
+        tokenizer: None,
+    })
+    .map_err(|e| format!("cannot load the model: {e}"))?;
+    let info = engine.info().clone();
+    if info.synthetic_weights {
+        tracing::warn!("SYNTHETIC checkpoint: pseudo-random weights (fine for timing)");
+    }
+    let summary = if opts.control_loop {
+        control_loop(&engine, opts)?
+    } else {
+        cold(&engine, opts)?
+    };
+    let backend = DenoiseBackend::from_env_value(Some(&info.denoise_backend))?;
+    let seq_len = summary.seq_len;
+    let mut flops = request_flops(
+        &ckpt.config,
+        &ckpt.backbone,
+        &RequestShape::droid(seq_len),
+        backend,
+    );
+    // In the loop only the images missing from the cache go through the tower.
+    if summary.hits + summary.misses > 0 {
+        flops.vision *= summary.misses as f64 / (summary.hits + summary.misses) as f64;
+    }
+    let peak_rss_mb = peak_rss_mb()?;
+    if opts.json {
+        let mut stages = serde_json::Map::new();
+        for (name, &ms) in STAGES.iter().zip(&summary.stages) {
+            stages.insert(
+                name.to_string(),
+                json!({"median_ms": round3(ms), "gflop": round3(stage_flops(&flops, name) / 1e9)}),
+            );
+        }
+        let out = json!({
+            "stages": stages,
+            "total_ms": round3(summary.total_ms),
+            "peak_rss_mb": round3(peak_rss_mb),
+            "threads": info.threads,
+        });
+        println!("{out}");
+        return Ok(0);
+    }
+    let scenario = if opts.control_loop {
+        "control loop (t−15 frames = previous t frames; vision cache on)"
+    } else {
+        "cold request (vision cache emptied before each run)"
+    };
+    println!(
+        "gr00t bench: {}{}",
+        opts.checkpoint.display(),
+        if info.synthetic_weights {
+            " (synthetic weights)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "scenario: {scenario}; {} timed runs after {} warm-up; seq_len {seq_len}",
+        opts.runs, opts.warmup
+    );
+    println!(
+        "threads {}, dtype {}, denoise backend {}, device {}",
+        info.threads, info.dtype, info.denoise_backend, info.device
+    );
+    if opts.control_loop {
+        println!(
+            "vision cache per timed request: {:.1} hits, {:.1} misses",
+            summary.hits as f64 / opts.runs as f64,
+            summary.misses as f64 / opts.runs as f64
+        );
+    }
+    println!(
+        "{:<16}{:>12}{:>12}{:>12}",
+        "stage", "median ms", "GFLOP", "GFLOP/s"
+    );
+    for (name, &ms) in STAGES.iter().zip(&summary.stages) {
+        let gflop = stage_flops(&flops, name) / 1e9;
+        if gflop > 0.0 {
+            println!(
+                "{name:<16}{ms:>12.1}{gflop:>12.1}{:>12.1}",
+                gflop / (ms / 1e3)
+            );
+        } else {
+            println!("{name:<16}{ms:>12.1}{:>12}{:>12}", "-", "-");
+        }
+    }
+    let total_gflop = flops.total() / 1e9;
+    println!(
+        "{:<16}{:>12.1}{total_gflop:>12.1}{:>12.1}",
+        "total",
+        summary.total_ms,
+        total_gflop / (summary.total_ms / 1e3)
+    );
+    println!("peak RSS {peak_rss_mb:.0} MB (VmHWM)");
+    Ok(0)
+}
+
+/// Cold requests: every run encodes all four frames.
+fn cold(engine: &Engine, opts: &BenchOptions) -> Result<Summary, Box<dyn Error>> {
+    let body = DEMO_REQUEST.as_bytes();
+    for _ in 0..opts.warmup {
+        engine.clear_vision_cache();
+        predict(engine, body)?;
+    }
+    let mut timings = Vec::with_capacity(opts.runs);
+    for _ in 0..opts.runs {
+        engine.clear_vision_cache();
+        timings.push(predict(engine, body)?);
+    }
+    Ok(summarise(&timings, 0, 0))
+}
+
+/// A control loop over distinct frames: request k shows frames k and k+1 of each camera.
+fn control_loop(engine: &Engine, opts: &BenchOptions) -> Result<Summary, Box<dyn Error>> {
+    let requests = opts.warmup.max(1) + opts.runs;
+    let bodies = loop_requests(requests)?;
+    engine.clear_vision_cache();
+    // The first request of a loop is cold: always untimed.
+    let timed_from = opts.warmup.max(1);
+    let mut timings = Vec::with_capacity(opts.runs);
+    let (mut hits, mut misses) = (0, 0);
+    for (k, body) in bodies.iter().enumerate() {
+        let before = engine.vision_cache_stats();
+        let t = predict(engine, body)?;
+        let after = engine.vision_cache_stats();
+        if k >= timed_from {
+            hits += after.hits - before.hits;
+            misses += after.misses - before.misses;
+            timings.push(t);
+        }
+    }
+    Ok(summarise(&timings, hits, misses))
+}
+
+/// `count` demo bodies whose frames walk through a sequence: camera c's frame j is the demo's
+/// t frame of c shifted right by j pixels (wrapping), so every frame is new pixels, and request
+/// k sends frames k (as t−15) and k+1 (as t).
+fn loop_requests(count: usize) -> Result<Vec<Vec<u8>>, Box<dyn Error>> {
+    let demo: Value = serde_json::from_str(DEMO_REQUEST)?;
+    let mut sequences = Vec::with_capacity(CAMERAS.len());
+    for cam in CAMERAS {
+        let t_frame = demo["images"][cam][1]
+            .as_str()
+            .ok_or_else(|| format!("demo request lacks images.{cam}[1]"))?;
+        let frame = decode_base64_frame(t_frame)?;
+        let frames = (0..=count)
+            .map(|j| {
+                encode_png(
+                    frame.width,
+                    frame.height,
+                    &shift_right(&frame.data, frame.width, j),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        sequences.push(frames);
+    }
+    let mut bodies = Vec::with_capacity(count);
+    for k in 0..count {
+        let mut req = demo.clone();
+        for (cam, frames) in CAMERAS.iter().zip(&sequences) {
+            req["images"][*cam] = json!([frames[k], frames[k + 1]]);
+        }
+        bodies.push(serde_json::to_vec(&req)?);
+    }
+    Ok(bodies)
+}
+
+/// RGB8 rows shifted right by `by` pixels, wrapping around.
+fn shift_right(data: &[u8], width: usize, by: usize) -> Vec<u8> {
+    let row = 3 * width;
+    let cut = 3 * (width - by % width);
+    data.chunks(row)
+        .flat_map(|r| r[cut..].iter().chain(&r[..cut]).copied())
+        .collect()
+}
+
+/// A base64 PNG of an RGB8 frame.
+fn encode_png(width: usize, height: usize, rgb: &[u8]) -> Result<String, Box<dyn Error>> {
+    let img = image::RgbImage::from_raw(width as u32, height as u32, rgb.to_vec())
+        .ok_or("frame size mismatch")?;
+    let mut png = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut png, image::ImageFormat::Png)?;
+    Ok(STANDARD.encode(png.into_inner()))
+}
+
+/// Stage timings and sequence length of one request.
+fn predict(engine: &Engine, body: &[u8]) -> Result<(TimingMs, usize), Box<dyn Error>> {
+    match engine.predict(body) {
+        Ok(resp) => Ok((resp.timing_ms, resp.seq_len)),
+        Err(PredictError::BadRequest(e)) => {
+            Err(format!("the bench request was refused: {e}").into())
+        }
+        Err(PredictError::Internal(m)) => Err(m.into()),
+    }
+}
+
+fn summarise(runs: &[(TimingMs, usize)], hits: u64, misses: u64) -> Summary {
+    let timings: Vec<&TimingMs> = runs.iter().map(|(t, _)| t).collect();
+    let pick = |f: &dyn Fn(&TimingMs) -> f64| median(timings.iter().map(|t| f(t)).collect());
+    let stages = STAGES
+        .iter()
+        .map(|&name| pick(&|t: &TimingMs| stage_ms(t, name)))
+        .collect();
+    Summary {
+        stages,
+        total_ms: pick(&|t: &TimingMs| t.total),
+        hits,
+        misses,
+        seq_len: runs.last().map_or(0, |(_, s)| *s),
+    }
+}
+
+fn stage_ms(t: &TimingMs, name: &str) -> f64 {
+    match name {
+        "decode" => t.decode,
+        "encode" => t.encode,
+        "vision" => t.vision.unwrap_or(0.0),
+        "llm" => t.llm.unwrap_or(0.0),
+        "adapter" => t.adapter.unwrap_or(0.0),
+        "denoise" => t.denoise.unwrap_or(0.0),
+        "decode_actions" => t.decode_actions,
+        _ => 0.0,
+    }
+}
+
+fn stage_flops(f: &StageFlops, name: &str) -> f64 {
+    match name {
+        "vision" => f.vision,
+        "llm" => f.llm,
+        "adapter" => f.adapter,
+        "denoise" => f.denoise,
+        _ => 0.0,
+    }
+}
+
+/// Median (mean of the middle two for an even count); 0 for none.
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1e3).round() / 1e3
+}
+
+/// Peak resident set size of this process in MB (`VmHWM` of /proc/self/status).
+fn peak_rss_mb() -> Result<f64, Box<dyn Error>> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or("no VmHWM line in /proc/self/status")?;
+    Ok(kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn shifting_wraps_each_row() {
+        // Two rows of three pixels (one byte per channel shown as the pixel index).
+        let px = |i: u8| [i, i, i];
+        let data: Vec<u8> = (0..6).flat_map(px).collect();
+        let shifted = shift_right(&data, 3, 1);
+        let want: Vec<u8> = [2, 0, 1, 5, 3, 4].into_iter().flat_map(px).collect();
+        assert_eq!(shifted, want);
+        assert_eq!(shift_right(&data, 3, 3), data);
+    }
+
+    #[test]
+    fn loop_requests_pass_each_t_frame_on_as_the_next_t_minus_15() {
+        let bodies = loop_requests(3).unwrap();
+        let parsed: Vec<Value> = bodies
+            .iter()
+            .map(|b| serde_json::from_slice(b).unwrap())
+            .collect();
+        for cam in CAMERAS {
+            for k in 0..2 {
+                assert_eq!(parsed[k]["images"][cam][1], parsed[k + 1]["images"][cam][0]);
+                assert_ne!(parsed[k]["images"][cam][0], parsed[k]["images"][cam][1]);
+            }
+        }
+    }
+
+    #[test]
+    fn peak_rss_is_read() {
+        assert!(peak_rss_mb().unwrap() > 0.0);
+    }
+}

@@ -1,0 +1,276 @@
+//! openpi's DROID observation (`examples/droid/main.py` keys) → a model request, with the
+//! per-connection frame history and the Euler → `eef_9d` conversion.
+//!
+//! History: the model wants each camera at t−15 and t. A client that sends one frame `[H,W,3]`
+//! per camera gets, as t−15, the frame it sent 15 observations earlier on the same connection
+//! (the oldest one kept until 15 earlier ones exist: the first observation is paired with
+//! itself). A client that sends `[2,H,W,3]` (`[t−15, t]`) chooses both frames itself and the
+//! history is not used for that camera.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+use super::engine_ext::RawRequest;
+use super::msgpack_numpy::{from_openpi_array, get, scalar, type_name};
+use super::ndarray::{DType, Kind};
+use gr00t_droid::image::{check_frame_geometry, Frame};
+use gr00t_droid::request::{NoiseSource, RawState, CAMERAS, DEFAULT_SEED};
+use rmpv::Value;
+use std::collections::VecDeque;
+
+/// How many observations back the t−15 frame is taken from.
+pub const HISTORY_STEPS: usize = 15;
+
+/// DROID's egocentric frame correction, post-multiplied after the Euler rotation.
+const EEF_ROTATION_CORRECT: [[f64; 3]; 3] = [[0.0, 0.0, -1.0], [-1.0, 0.0, 0.0], [0.0, 1.0, 0.0]];
+
+/// One camera's input: the current frame only, or `[t−15, t]`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CameraInput {
+    /// `[H, W, 3]`: t−15 comes from the connection's history.
+    Current(Frame),
+    /// `[2, H, W, 3]`.
+    Pair([Frame; 2]),
+}
+
+/// A validated observation before the history is applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DroidObservation {
+    /// Per camera in model order.
+    pub cameras: [CameraInput; 2],
+    /// Raw state.
+    pub state: RawState,
+    /// `prompt`.
+    pub instruction: String,
+    /// `__noise_seed__` or the default seed.
+    pub noise: NoiseSource,
+}
+
+/// Each camera's last frames on one connection.
+#[derive(Debug, Default)]
+pub struct FrameHistory {
+    cams: [VecDeque<Frame>; 2],
+}
+
+impl FrameHistory {
+    /// Records the observation's current frames and returns the request with its t−15 frames.
+    pub fn resolve(&mut self, obs: DroidObservation) -> RawRequest {
+        let [ext, wrist] = obs.cameras;
+        let mut pick = |c: usize, input: CameraInput| -> [Frame; 2] {
+            match input {
+                CameraInput::Pair(pair) => pair,
+                CameraInput::Current(frame) => {
+                    let kept = &mut self.cams[c];
+                    kept.push_back(frame.clone());
+                    // Keep t and the 15 before it; the front is then t−15, or the oldest.
+                    while kept.len() > HISTORY_STEPS + 1 {
+                        kept.pop_front();
+                    }
+                    let past = kept.front().cloned().unwrap_or_else(|| frame.clone());
+                    [past, frame]
+                }
+            }
+        };
+        let frames = [pick(0, ext), pick(1, wrist)];
+        RawRequest {
+            frames,
+            state: obs.state,
+            instruction: obs.instruction,
+            noise: obs.noise,
+        }
+    }
+}
+
+/// The observation key of a camera.
+pub fn camera_key(cam: &str) -> String {
+    format!("observation/{cam}")
+}
+
+fn camera(m: &[(Value, Value)], cam: &str) -> Result<CameraInput, String> {
+    let key = camera_key(cam);
+    let v = get(m, &key).ok_or_else(|| format!("{key} is missing"))?;
+    let a = match from_openpi_array(v) {
+        Some(a) => a.map_err(|e| format!("{key}: {e}"))?,
+        None => {
+            return Err(format!(
+                "{key} must be a uint8 numpy array [H, W, 3]. Got {}",
+                type_name(v)
+            ))
+        }
+    };
+    if a.dtype != DType::U8 {
+        return Err(format!(
+            "{key} must be a uint8 numpy array [H, W, 3]. Got dtype {}",
+            a.dtype.name()
+        ));
+    }
+    let (t, h, w) = match a.shape[..] {
+        [h, w, 3] => (1, h, w),
+        [2, h, w, 3] => (2, h, w),
+        _ => {
+            return Err(format!(
+                "{key} must have shape (H, W, 3) or (2, H, W, 3) [t-15, t]. Got {}",
+                a.shape_text()
+            ))
+        }
+    };
+    check_frame_geometry(w, h).map_err(|e| {
+        format!("{key}: {e}; send 16:9 frames, e.g. image_tools.resize_with_pad(img, 180, 320)")
+    })?;
+    let mut frames = a
+        .data
+        .chunks_exact(h * w * 3)
+        .map(|c| Frame::new(w, h, c.to_vec()).map_err(|e| format!("{key}: {e}")));
+    Ok(if t == 1 {
+        CameraInput::Current(frames.next().ok_or("empty frame")??)
+    } else {
+        let past = frames.next().ok_or("empty frame")??;
+        let now = frames.next().ok_or("empty frame")??;
+        CameraInput::Pair([past, now])
+    })
+}
+
+/// `n` values from a numeric array, a numpy scalar, a number or a list; `None` when absent.
+fn numbers(m: &[(Value, Value)], key: &str, n: usize) -> Result<Option<Vec<f64>>, String> {
+    let Some(v) = get(m, key) else {
+        return Ok(None);
+    };
+    let values: Vec<f64> = if let Some(a) = from_openpi_array(v) {
+        let a = a.map_err(|e| format!("{key}: {e}"))?;
+        if a.dtype.kind == Kind::Bool {
+            return Err(format!("{key} must be numeric. Got dtype bool"));
+        }
+        a.to_f64s()
+    } else if let Some(x) = scalar(v) {
+        vec![x]
+    } else if let Value::Array(items) = v {
+        items
+            .iter()
+            .map(|x| scalar(x).ok_or_else(|| format!("{key} must hold numbers")))
+            .collect::<Result<_, _>>()?
+    } else {
+        return Err(format!(
+            "{key} must be a numeric array of {n}. Got {}",
+            type_name(v)
+        ));
+    };
+    if values.len() != n {
+        return Err(format!("{key} must hold {n} values. Got {}", values.len()));
+    }
+    if values.iter().any(|x| !(*x as f32).is_finite()) {
+        return Err(format!("{key} must be finite (as float32)"));
+    }
+    Ok(Some(values))
+}
+
+/// The values as float32, as numpy's `astype(np.float32)` rounds them.
+fn f32s(values: &[f64]) -> Vec<f32> {
+    values.iter().map(|&x| x as f32).collect()
+}
+
+/// `eef_9d` from DROID's `cartesian_position` `[x, y, z, rx, ry, rz]`, exactly as Isaac-GR00T's
+/// `compute_eef_9d` (`gr00t/data/state_action/droid_frame.py`) builds it for training and its
+/// DROID client: `R = Rotation.from_euler("xyz", e).as_matrix() @ C` (lowercase = extrinsic,
+/// `R = Rz·Ry·Rx`), then xyz and the first two **rows** of `R`, in f64, cast to f32. The action
+/// decoder reads these six numbers as the two columns of its rotation, which is therefore `Rᵀ`;
+/// the model was trained on these numbers, so they are what it must be given.
+pub fn eef_9d_from_cartesian(c: &[f64; 6]) -> [f32; 9] {
+    let (sx, cx) = c[3].sin_cos();
+    let (sy, cy) = c[4].sin_cos();
+    let (sz, cz) = c[5].sin_cos();
+    // Rz(rz)·Ry(ry)·Rx(rx).
+    let r = [
+        [cz * cy, cz * sy * sx - sz * cx, cz * sy * cx + sz * sx],
+        [sz * cy, sz * sy * sx + cz * cx, sz * sy * cx - cz * sx],
+        [-sy, cy * sx, cy * cx],
+    ];
+    let k = EEF_ROTATION_CORRECT;
+    let mut m = [[0.0f64; 3]; 3];
+    for (i, row) in m.iter_mut().enumerate() {
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = r[i][0] * k[0][j] + r[i][1] * k[1][j] + r[i][2] * k[2][j];
+        }
+    }
+    [
+        c[0] as f32,
+        c[1] as f32,
+        c[2] as f32,
+        m[0][0] as f32,
+        m[0][1] as f32,
+        m[0][2] as f32,
+        m[1][0] as f32,
+        m[1][1] as f32,
+        m[1][2] as f32,
+    ]
+}
+
+/// Validates one openpi DROID observation map.
+pub fn parse(m: &[(Value, Value)]) -> Result<DroidObservation, String> {
+    let cameras = [camera(m, CAMERAS[0])?, camera(m, CAMERAS[1])?];
+    let need = |key: &str, n: usize| -> Result<Vec<f32>, String> {
+        let v = numbers(m, key, n)?.ok_or_else(|| format!("{key} is missing"))?;
+        Ok(f32s(&v))
+    };
+    let joint = need("observation/joint_position", 7)?;
+    let gripper = need("observation/gripper_position", 1)?;
+    let eef = match numbers(m, "observation/eef_9d", 9)? {
+        Some(e) => f32s(&e),
+        None => match numbers(m, "observation/cartesian_position", 6)? {
+            Some(c) => {
+                let mut arr = [0.0; 6];
+                arr.copy_from_slice(&c);
+                eef_9d_from_cartesian(&arr).to_vec()
+            }
+            None => {
+                return Err(
+                    "observation/eef_9d (xyz + rot6d) or observation/cartesian_position \
+                     (xyz + extrinsic xyz Euler) is required"
+                        .into(),
+                )
+            }
+        },
+    };
+    let instruction = match get(m, "prompt") {
+        Some(Value::String(s)) => s.as_str().map(str::to_string),
+        Some(Value::Binary(b)) => String::from_utf8(b.clone()).ok(),
+        None => return Err("prompt is missing".into()),
+        Some(v) => return Err(format!("prompt must be a str. Got {}", type_name(v))),
+    }
+    .ok_or("prompt is not valid UTF-8")?;
+    if instruction.trim().is_empty() {
+        return Err("prompt must not be empty".into());
+    }
+    let noise = match get(m, "__noise_seed__") {
+        None | Some(Value::Nil) => NoiseSource::Seed(DEFAULT_SEED),
+        Some(v) => {
+            let seed = match v {
+                Value::Integer(i) => i.as_u64(),
+                Value::Map(_) => scalar(v)
+                    .filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x < 2f64.powi(53))
+                    .map(|x| x as u64),
+                _ => None,
+            };
+            NoiseSource::Seed(seed.ok_or_else(|| {
+                format!(
+                    "__noise_seed__ must be a non-negative int. Got {}",
+                    type_name(v)
+                )
+            })?)
+        }
+    };
+    let mut state = RawState {
+        eef_9d: [0.0; 9],
+        gripper_position: [0.0; 1],
+        joint_position: [0.0; 7],
+    };
+    state.eef_9d.copy_from_slice(&eef);
+    state.gripper_position.copy_from_slice(&gripper);
+    state.joint_position.copy_from_slice(&joint);
+    Ok(DroidObservation {
+        cameras,
+        state,
+        instruction,
+        noise,
+    })
+}

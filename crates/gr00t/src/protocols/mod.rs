@@ -1,0 +1,158 @@
+//! The peers' wire protocols beside the HTTP API, on the same model and the same queue:
+//! Isaac-GR00T's ZMQ `PolicyClient` protocol (`--zmq-port`) and openpi's websocket protocol
+//! (`--ws-port`). Both are off unless their port is given.
+
+mod droid_obs;
+mod engine_ext;
+mod msgpack_numpy;
+mod ndarray;
+mod npy;
+mod observation;
+mod websocket;
+mod zmq;
+
+#[cfg(test)]
+mod tests;
+
+pub use engine_ext::predict;
+
+use crate::engine::EngineInfo;
+use crate::server::WorkerHandle;
+use gr00t_droid::EMBODIMENT_TAG;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Flags of `gr00t serve` for the extra listeners (flattened into its command line).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ProtocolOptions {
+    /// Also serve Isaac-GR00T's ZMQ policy protocol (PolicyClient) on this port, e.g. 5555
+    /// (0: any free port).
+    #[arg(long, value_name = "PORT")]
+    pub zmq_port: Option<u16>,
+    /// Also serve openpi's websocket policy protocol (and GET /healthz) on this port, e.g. 8000
+    /// (0: any free port).
+    #[arg(long, value_name = "PORT")]
+    pub ws_port: Option<u16>,
+    /// Token that ZMQ requests (`api_token`), websocket handshakes
+    /// (`Authorization: Api-Key <token>`) and HTTP requests other than GET /health
+    /// (`Authorization: Bearer <token>`) must carry.
+    #[arg(long, value_name = "TOKEN")]
+    pub api_token: Option<String>,
+    /// Let the ZMQ `kill` endpoint shut the server down.
+    #[arg(long)]
+    pub allow_kill: bool,
+    /// ZMQ observations and actions use the flat `video.<cam>` / `state.<key>` /
+    /// `action.<key>` form of Isaac-GR00T's `--use_sim_policy_wrapper`.
+    #[arg(long, alias = "use_sim_policy_wrapper")]
+    pub use_sim_policy_wrapper: bool,
+}
+
+/// A shutdown switch shared by every listener; the ZMQ `kill` endpoint flips it too.
+#[derive(Clone)]
+pub struct Stop(Arc<watch::Sender<bool>>);
+
+impl Stop {
+    /// A switch that has not fired.
+    pub fn new() -> Stop {
+        Stop(Arc::new(watch::channel(false).0))
+    }
+
+    /// Fires the switch (idempotent).
+    pub fn trigger(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Resolves once the switch has fired.
+    pub async fn wait(&self) {
+        let mut rx = self.0.subscribe();
+        // The sender lives in `self`, so this only ends when the value turns true.
+        let _ = rx.wait_for(|stopped| *stopped).await;
+    }
+}
+
+/// The running listeners.
+pub struct Listeners {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Listeners {
+    /// Waits until every listener has ended (after the stop switch fired).
+    pub async fn join(self) {
+        for t in self.tasks {
+            if let Err(e) = t.await {
+                tracing::error!("a protocol listener ended abnormally: {e}");
+            }
+        }
+    }
+}
+
+/// Binds every enabled listener (a taken port is an error: clients are configured with it),
+/// logs where each listens and starts serving until `stop` fires.
+/// `host` is the HTTP `--host`; `max_message_bytes` bounds a websocket message (the HTTP body
+/// limit).
+pub async fn start(
+    opts: &ProtocolOptions,
+    host: &str,
+    max_message_bytes: usize,
+    worker: &WorkerHandle,
+    info: &EngineInfo,
+    stop: &Stop,
+) -> Result<Listeners, Box<dyn std::error::Error>> {
+    let mut tasks = Vec::new();
+    if let Some(port) = opts.zmq_port {
+        let ckpt = gr00t_model::Checkpoint::open(&info.checkpoint)?;
+        let modalities = ckpt
+            .processor
+            .modality_configs
+            .get(EMBODIMENT_TAG)
+            .ok_or_else(|| format!("the checkpoint has no modality config for {EMBODIMENT_TAG}"))?;
+        let schema = observation::Schema::new(
+            modalities,
+            ckpt.config.action_horizon,
+            ckpt.config.max_action_dim,
+            opts.use_sim_policy_wrapper,
+        );
+        let (socket, addr) = zmq::bind(host, port).await?;
+        tracing::info!(
+            "ZMQ policy server (Isaac-GR00T PolicyClient, {} observations) listening on tcp://{addr}",
+            if opts.use_sim_policy_wrapper { "flat" } else { "nested" }
+        );
+        let ctx = zmq::ZmqContext {
+            worker: worker.clone(),
+            schema,
+            api_token: opts.api_token.clone(),
+            allow_kill: opts.allow_kill,
+        };
+        tasks.push(tokio::spawn(zmq::serve(socket, ctx, stop.clone())));
+    }
+    if let Some(port) = opts.ws_port {
+        let listener = tokio::net::TcpListener::bind((host, port))
+            .await
+            .map_err(|e| format!("cannot listen for websockets on {host}:{port}: {e}"))?;
+        let addr = listener.local_addr()?;
+        tracing::info!("websocket policy server (openpi) listening on ws://{addr}");
+        // Every connection holds the context; its sender closes when the last one ends.
+        let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
+        let ctx = Arc::new(websocket::WsContext {
+            worker: worker.clone(),
+            metadata: websocket::metadata(info),
+            api_token: opts.api_token.clone(),
+            max_message_bytes,
+            stop: stop.clone(),
+            alive,
+        });
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let served = axum::serve(listener, websocket::router(ctx))
+                .with_graceful_shutdown(async move { stop.wait().await })
+                .await;
+            if let Err(e) = served {
+                tracing::error!("websocket listener failed: {e}");
+            }
+            // Open connections finish their request in progress, then close (1001).
+            let _ = all_closed.recv().await;
+        }));
+    }
+    Ok(Listeners { tasks })
+}

@@ -1,0 +1,199 @@
+//! A numpy array as the wire protocols carry it: element type, C-order shape and raw bytes.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+/// What kind of number an element is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `b`: bool, one byte.
+    Bool,
+    /// `i`: signed integer.
+    Int,
+    /// `u`: unsigned integer.
+    UInt,
+    /// `f`: IEEE float.
+    Float,
+}
+
+/// An element type as numpy's `dtype.str` spells it (`"<f4"`, `"|u1"`, `">i8"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DType {
+    /// Number kind.
+    pub kind: Kind,
+    /// Bytes per element.
+    pub size: usize,
+    /// Byte order of multi-byte elements.
+    pub big_endian: bool,
+}
+
+impl DType {
+    /// `uint8` (`|u1`).
+    pub const U8: DType = DType {
+        kind: Kind::UInt,
+        size: 1,
+        big_endian: false,
+    };
+    /// Little-endian `float32` (`<f4`).
+    pub const F32: DType = DType {
+        kind: Kind::Float,
+        size: 4,
+        big_endian: false,
+    };
+
+    /// Parses a numpy type string such as `<f4`; only plain numbers are accepted.
+    pub fn parse(descr: &str) -> Result<DType, String> {
+        let bad = || {
+            format!("unsupported dtype {descr:?} (expected a number type such as '<f4' or '|u1')")
+        };
+        let mut chars = descr.chars();
+        let order = chars.next().ok_or_else(bad)?;
+        let kind = chars.next().ok_or_else(bad)?;
+        let size: usize = chars.as_str().parse().map_err(|_| bad())?;
+        let big_endian = match order {
+            '<' | '|' => false,
+            '>' => true,
+            _ => return Err(bad()),
+        };
+        let kind = match (kind, size) {
+            ('b', 1) => Kind::Bool,
+            ('i', 1 | 2 | 4 | 8) => Kind::Int,
+            ('u', 1 | 2 | 4 | 8) => Kind::UInt,
+            ('f', 4 | 8) => Kind::Float,
+            _ => return Err(bad()),
+        };
+        Ok(DType {
+            kind,
+            size,
+            big_endian,
+        })
+    }
+
+    /// The numpy type string: `|` for one-byte types, else `<` or `>`.
+    pub fn descr(&self) -> String {
+        let order = if self.size == 1 {
+            '|'
+        } else if self.big_endian {
+            '>'
+        } else {
+            '<'
+        };
+        let kind = match self.kind {
+            Kind::Bool => 'b',
+            Kind::Int => 'i',
+            Kind::UInt => 'u',
+            Kind::Float => 'f',
+        };
+        format!("{order}{kind}{}", self.size)
+    }
+
+    /// The numpy name (`float32`, `uint8`, …) for messages.
+    pub fn name(&self) -> String {
+        match self.kind {
+            Kind::Bool => "bool".into(),
+            Kind::Int => format!("int{}", self.size * 8),
+            Kind::UInt => format!("uint{}", self.size * 8),
+            Kind::Float => format!("float{}", self.size * 8),
+        }
+    }
+}
+
+/// A C-order array.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NdArray {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions; empty for a scalar.
+    pub shape: Vec<usize>,
+    /// `product(shape) · dtype.size` bytes, C order.
+    pub data: Vec<u8>,
+}
+
+impl NdArray {
+    /// An array over `data`; refuses a byte count that does not match the shape.
+    pub fn new(dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> Result<NdArray, String> {
+        let want = byte_len(dtype, &shape)?;
+        if data.len() != want {
+            return Err(format!(
+                "array of shape {shape:?} and dtype {} needs {want} bytes, got {}",
+                dtype.descr(),
+                data.len()
+            ));
+        }
+        Ok(NdArray { dtype, shape, data })
+    }
+
+    /// A little-endian float32 array.
+    pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> NdArray {
+        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        NdArray {
+            dtype: DType::F32,
+            shape,
+            data,
+        }
+    }
+
+    /// The shape as numpy prints it, e.g. `(1, 2, 180, 320, 3)`.
+    pub fn shape_text(&self) -> String {
+        shape_text(&self.shape)
+    }
+
+    /// Every element as f64 (exact for every accepted type but 64-bit integers beyond 2^53).
+    pub fn to_f64s(&self) -> Vec<f64> {
+        let size = self.dtype.size;
+        self.data
+            .chunks_exact(size)
+            .map(|c| {
+                let mut b = [0u8; 8];
+                b[..size].copy_from_slice(c);
+                if self.dtype.big_endian {
+                    b[..size].reverse();
+                }
+                let bits = u64::from_le_bytes(b);
+                match (self.dtype.kind, size) {
+                    (Kind::Float, 4) => f32::from_bits(bits as u32) as f64,
+                    (Kind::Float, _) => f64::from_bits(bits),
+                    (Kind::Int, _) => {
+                        // Sign-extend from `size` bytes.
+                        let shift = 64 - 8 * size as u32;
+                        (((bits << shift) as i64) >> shift) as f64
+                    }
+                    (Kind::UInt | Kind::Bool, _) => bits as f64,
+                }
+            })
+            .collect()
+    }
+
+    /// Every element as f32, the way numpy's `astype(np.float32)` rounds.
+    pub fn to_f32s(&self) -> Vec<f32> {
+        if self.dtype == DType::F32 {
+            return self
+                .data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+        }
+        self.to_f64s().into_iter().map(|v| v as f32).collect()
+    }
+}
+
+/// `product(shape) · size`, refusing overflow.
+pub fn byte_len(dtype: DType, shape: &[usize]) -> Result<usize, String> {
+    shape
+        .iter()
+        .try_fold(dtype.size, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| format!("array shape {shape:?} is too large"))
+}
+
+/// A shape as numpy prints it: `()`, `(7,)`, `(1, 40, 9)`.
+pub fn shape_text(shape: &[usize]) -> String {
+    match shape {
+        [] => "()".into(),
+        [d] => format!("({d},)"),
+        dims => {
+            let parts: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+            format!("({})", parts.join(", "))
+        }
+    }
+}

@@ -1,0 +1,463 @@
+//! Isaac-GR00T's policy observation and action formats (`Gr00tPolicy.check_observation` /
+//! `_get_action` and `Gr00tSimPolicyWrapper`) for the DROID embodiment:
+//!
+//! - nested: `{"video": {cam: uint8 [B,T,H,W,3]}, "state": {key: float32 [B,T,D]},
+//!   "language": {lang_key: [[str]] * B}}`, actions `{key: float32 [B,H,D]}`;
+//! - flat (`--use-sim-policy-wrapper`): `{"video.<cam>": .., "state.<key>": .., lang_key:
+//!   [str] * B}`, actions `{"action.<key>": ..}`.
+//!
+//! Refusals reuse upstream's assertion texts so clients see the messages they know.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+use super::engine_ext::RawRequest;
+use super::msgpack_numpy::{from_gr00t_array, get, gr00t_array, str_map, type_name};
+use super::ndarray::{DType, Kind, NdArray};
+use gr00t_droid::image::{check_frame_geometry, Frame};
+use gr00t_droid::request::{NoiseSource, RawState, CAMERAS, DEFAULT_SEED, STATE_KEYS};
+use gr00t_droid::response::PredictResponse;
+use gr00t_model::checkpoint::ModalityConfigs;
+use rmpv::Value;
+
+/// The observation layout the server expects, from the checkpoint's modality config.
+#[derive(Debug, Clone)]
+pub struct Schema {
+    /// Video frames per camera (`len(video.delta_indices)`, 2 for DROID).
+    pub video_t: usize,
+    /// State steps (`len(state.delta_indices)`, 1 for DROID).
+    pub state_t: usize,
+    /// The language key (`annotation.language.language_instruction`).
+    pub language_key: String,
+    /// Action keys in reply order.
+    pub action_keys: Vec<String>,
+    /// Action chunk length.
+    pub horizon: usize,
+    /// Width of one noise row (`max_action_dim`).
+    pub action_dim: usize,
+    /// `--use-sim-policy-wrapper`: flat keys.
+    pub flat: bool,
+    /// `get_modality_config`'s reply.
+    pub modality_config: Value,
+}
+
+impl Schema {
+    /// The schema of a checkpoint's DROID modality config.
+    pub fn new(m: &ModalityConfigs, horizon: usize, action_dim: usize, flat: bool) -> Schema {
+        Schema {
+            video_t: m.video.delta_indices.len(),
+            state_t: m.state.delta_indices.len(),
+            language_key: m
+                .language
+                .modality_keys
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "annotation.language.language_instruction".into()),
+            action_keys: m.action.modality_keys.clone(),
+            horizon,
+            action_dim,
+            flat,
+            modality_config: modality_config_value(m),
+        }
+    }
+}
+
+/// `{modality: {"__ModalityConfig_class__": True, "as_json": {...}}}` with the dataclass
+/// fields in declaration order, as `MsgSerializer` writes a `ModalityConfig`.
+fn modality_config_value(m: &ModalityConfigs) -> Value {
+    let one = |c: &gr00t_model::checkpoint::ModalityConfig| {
+        let ints = Value::Array(c.delta_indices.iter().map(|&d| Value::from(d)).collect());
+        let keys = Value::Array(
+            c.modality_keys
+                .iter()
+                .map(|k| Value::from(k.as_str()))
+                .collect(),
+        );
+        let actions = match &c.action_configs {
+            None => Value::Nil,
+            Some(list) => Value::Array(
+                list.iter()
+                    .map(|a| {
+                        str_map([
+                            ("rep", Value::from(a.rep.as_str())),
+                            ("type", Value::from(a.kind.as_str())),
+                            ("format", Value::from(a.format.as_str())),
+                            (
+                                "state_key",
+                                a.state_key
+                                    .as_deref()
+                                    .map(Value::from)
+                                    .unwrap_or(Value::Nil),
+                            ),
+                        ])
+                    })
+                    .collect(),
+            ),
+        };
+        let json = str_map([
+            ("delta_indices", ints),
+            ("modality_keys", keys),
+            ("sin_cos_embedding_keys", Value::Nil),
+            ("mean_std_embedding_keys", Value::Nil),
+            ("action_configs", actions),
+        ]);
+        str_map([
+            ("__ModalityConfig_class__", Value::Boolean(true)),
+            ("as_json", json),
+        ])
+    };
+    str_map([
+        ("video", one(&m.video)),
+        ("state", one(&m.state)),
+        ("action", one(&m.action)),
+        ("language", one(&m.language)),
+    ])
+}
+
+/// A decoded array under `key`, or the upstream-style refusal.
+fn array(v: Option<&Value>, what: &str, key: &str) -> Result<NdArray, String> {
+    let v = v.ok_or_else(|| format!("{what} key '{key}' must be in observation"))?;
+    match from_gr00t_array(v) {
+        Some(a) => a.map_err(|e| format!("{what} key '{key}': {e}")),
+        None => Err(format!(
+            "{what} key '{key}' must be a numpy array. Got {}",
+            type_name(v)
+        )),
+    }
+}
+
+/// One camera's frames `[B][T]`.
+type CameraFrames = Vec<Vec<Frame>>;
+
+/// Checks a video array like `check_observation` and cuts it into frames.
+fn video(a: &NdArray, key: &str, t: usize) -> Result<CameraFrames, String> {
+    if a.dtype != DType::U8 {
+        return Err(format!(
+            "Video key '{key}' must be a numpy array of type np.uint8. Got {}",
+            a.dtype.name()
+        ));
+    }
+    let [b, tt, h, w, c] = a.shape[..] else {
+        return Err(format!(
+            "Video key '{key}' must be a numpy array of shape (B, T, H, W, C), got {}",
+            a.shape_text()
+        ));
+    };
+    if tt != t {
+        return Err(format!("Video key '{key}'s horizon must be {t}. Got {tt}"));
+    }
+    if c != 3 {
+        return Err(format!("Video key '{key}'s channel 'C' must be 3. Got {c}"));
+    }
+    check_frame_geometry(w, h).map_err(|e| format!("Video key '{key}': {e}"))?;
+    let frame_len = h * w * 3;
+    let mut chunks = a.data.chunks_exact(frame_len.max(1));
+    let mut out = Vec::with_capacity(b);
+    for _ in 0..b {
+        let mut frames = Vec::with_capacity(t);
+        for _ in 0..t {
+            let bytes = chunks.next().ok_or("video data is short")?.to_vec();
+            frames.push(Frame::new(w, h, bytes).map_err(|e| format!("Video key '{key}': {e}"))?);
+        }
+        out.push(frames);
+    }
+    Ok(out)
+}
+
+/// Checks a state array like `check_observation`; returns each item's last step.
+fn state(a: &NdArray, key: &str, t: usize, dim: usize) -> Result<Vec<Vec<f32>>, String> {
+    if a.dtype != DType::F32 {
+        return Err(format!(
+            "State key '{key}' must be a numpy array of type np.float32. Got {}",
+            a.dtype.name()
+        ));
+    }
+    let [b, tt, d] = a.shape[..] else {
+        return Err(format!(
+            "State key '{key}' must be a numpy array of shape (B, T, D), got {}",
+            a.shape_text()
+        ));
+    };
+    if tt != t {
+        return Err(format!("State key '{key}'s horizon must be {t}. Got {tt}"));
+    }
+    if d != dim {
+        return Err(format!(
+            "State key '{key}' must have {dim} values (D). Got {d}"
+        ));
+    }
+    let values = a.to_f32s();
+    if values.iter().any(|v| !v.is_finite()) {
+        return Err(format!("State key '{key}' must be finite"));
+    }
+    // The state delta is [0]: the current step is the last one sent.
+    Ok((0..b)
+        .map(|i| values[(i * t + t - 1) * d..(i * t + t) * d].to_vec())
+        .collect())
+}
+
+fn check_batch(bs: &mut Option<usize>, n: usize, what: &str, key: &str) -> Result<(), String> {
+    match *bs {
+        None if n == 0 => Err(format!("{what} key '{key}' has batch size 0")),
+        None => {
+            *bs = Some(n);
+            Ok(())
+        }
+        Some(b) if b != n => Err(format!(
+            "{what} key '{key}' must have batch size {b}. Got {n}"
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+fn dict<'a>(obs: &'a [(Value, Value)], modality: &str) -> Result<&'a [(Value, Value)], String> {
+    match get(obs, modality) {
+        None => Err(format!("Observation must contain a '{modality}' key")),
+        Some(Value::Map(m)) => Ok(m),
+        Some(v) => Err(format!(
+            "Observation '{modality}' must be a dictionary. Got {}",
+            type_name(v)
+        )),
+    }
+}
+
+/// The instructions of a language entry: `[[str]] * B` nested, `[str] * B` flat.
+fn language(v: Option<&Value>, key: &str, flat: bool) -> Result<Vec<String>, String> {
+    let v = v.ok_or_else(|| format!("Language key '{key}' must be in observation"))?;
+    let Value::Array(items) = v else {
+        return Err(format!(
+            "Language key '{key}' must be a list. Got {}",
+            type_name(v)
+        ));
+    };
+    items
+        .iter()
+        .map(|item| {
+            let s = if flat {
+                item
+            } else {
+                match item {
+                    Value::Array(inner) if inner.len() == 1 => &inner[0],
+                    Value::Array(inner) => {
+                        return Err(format!(
+                            "Language batch item must have exactly one item. Got {}",
+                            inner.len()
+                        ))
+                    }
+                    other => {
+                        return Err(format!(
+                            "Language batch item must be a list. Got {}",
+                            type_name(other)
+                        ))
+                    }
+                }
+            };
+            match s {
+                Value::String(s) => s
+                    .as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| "Language batch item is not valid UTF-8".to_string()),
+                other => Err(format!(
+                    "Language batch item must be a string. Got {}",
+                    type_name(other)
+                )),
+            }
+        })
+        .collect()
+}
+
+/// The noise of `options`: `seed` (int) or `noise` (float [H, A] or [B, H, A]); the default
+/// seed otherwise. One entry per batch item.
+fn noise(options: Option<&Value>, schema: &Schema, b: usize) -> Result<Vec<NoiseSource>, String> {
+    let opts = match options {
+        None | Some(Value::Nil) => return Ok(vec![NoiseSource::Seed(DEFAULT_SEED); b]),
+        Some(Value::Map(m)) => m,
+        Some(v) => {
+            return Err(format!(
+                "options must be a dict or None. Got {}",
+                type_name(v)
+            ))
+        }
+    };
+    let seed = get(opts, "seed").filter(|v| !v.is_nil());
+    let noise = get(opts, "noise").filter(|v| !v.is_nil());
+    match (seed, noise) {
+        (Some(_), Some(_)) => Err("options: give either seed or noise, not both".into()),
+        (Some(s), None) => {
+            let s = s
+                .as_u64()
+                .ok_or_else(|| format!("options.seed must be a non-negative int. Got {s}"))?;
+            Ok(vec![NoiseSource::Seed(s); b])
+        }
+        (None, Some(n)) => {
+            let a = match from_gr00t_array(n) {
+                Some(a) => a.map_err(|e| format!("options.noise: {e}"))?,
+                None => {
+                    return Err(format!(
+                        "options.noise must be a numpy array. Got {}",
+                        type_name(n)
+                    ))
+                }
+            };
+            let (h, d) = (schema.horizon, schema.action_dim);
+            let per_item = match a.shape[..] {
+                [hh, dd] if hh == h && dd == d => false,
+                [bb, hh, dd] if (bb == b || bb == 1) && hh == h && dd == d => bb == b && b > 1,
+                _ => {
+                    return Err(format!(
+                        "options.noise must have shape ({h}, {d}) or (B, {h}, {d}). Got {}",
+                        a.shape_text()
+                    ))
+                }
+            };
+            if a.dtype.kind != Kind::Float {
+                return Err(format!(
+                    "options.noise must be a float array. Got {}",
+                    a.dtype.name()
+                ));
+            }
+            let values = a.to_f32s();
+            if values.iter().any(|v| !v.is_finite()) {
+                return Err("options.noise must be finite (as float32)".into());
+            }
+            Ok((0..b)
+                .map(|i| {
+                    let at = if per_item { i * h * d } else { 0 };
+                    NoiseSource::Client(values[at..at + h * d].to_vec())
+                })
+                .collect())
+        }
+        (None, None) => Ok(vec![NoiseSource::Seed(DEFAULT_SEED); b]),
+    }
+}
+
+/// Turns `get_action`'s `observation` and `options` into one request per batch item.
+pub fn parse(
+    observation: Option<&Value>,
+    options: Option<&Value>,
+    schema: &Schema,
+) -> Result<Vec<RawRequest>, String> {
+    let obs = match observation {
+        Some(Value::Map(m)) => m.as_slice(),
+        Some(v) => return Err(format!("observation must be a dict. Got {}", type_name(v))),
+        None => return Err("get_action needs data {'observation': ..., 'options': ...}".into()),
+    };
+    // Upstream checks the three modalities in this order: video, state, language.
+    let (videos, states, langs) = if schema.flat {
+        (obs, obs, obs)
+    } else {
+        if get(obs, "video").is_none() && obs.iter().any(|(k, _)| is_flat_key(k)) {
+            return Err("Observation must contain a 'video' key (this is the flat \
+                        'video.<camera>' form: start the server with --use-sim-policy-wrapper)"
+                .into());
+        }
+        (
+            dict(obs, "video")?,
+            dict(obs, "state")?,
+            dict(obs, "language")?,
+        )
+    };
+    let mut bs = None;
+    let mut cams: Vec<CameraFrames> = Vec::new();
+    let mut state_rows: Vec<Vec<Vec<f32>>> = Vec::new();
+    let prefix = |modality: &str, key: &str| {
+        if schema.flat {
+            format!("{modality}.{key}")
+        } else {
+            key.to_string()
+        }
+    };
+    for cam in CAMERAS {
+        let key = prefix("video", cam);
+        let a = array(get(videos, &key), "Video", &key)?;
+        check_batch(
+            &mut bs,
+            a.shape.first().copied().unwrap_or(0),
+            "Video",
+            &key,
+        )?;
+        cams.push(video(&a, &key, schema.video_t)?);
+    }
+    for (name, dim) in STATE_KEYS {
+        let key = prefix("state", name);
+        let a = array(get(states, &key), "State", &key)?;
+        check_batch(
+            &mut bs,
+            a.shape.first().copied().unwrap_or(0),
+            "State",
+            &key,
+        )?;
+        state_rows.push(state(&a, &key, schema.state_t, dim)?);
+    }
+    let key = &schema.language_key;
+    let lang = language(get(langs, key), key, schema.flat)?;
+    let b = bs.unwrap_or(0);
+    check_batch(&mut bs, lang.len(), "Language", key)?;
+    if schema.video_t != 2 {
+        return Err(format!(
+            "the DROID model takes 2 frames per camera; the modality config says {}",
+            schema.video_t
+        ));
+    }
+    let noises = noise(options, schema, b)?;
+    let mut out = Vec::with_capacity(b);
+    for (i, (instruction, noise)) in lang.into_iter().zip(noises).enumerate() {
+        let mut frames = cams.iter().map(|c| {
+            let f = &c[i];
+            [f[0].clone(), f[1].clone()]
+        });
+        let (ext, wrist) = match (frames.next(), frames.next()) {
+            (Some(e), Some(w)) => (e, w),
+            _ => return Err("internal: camera count".into()),
+        };
+        let mut state = RawState {
+            eef_9d: [0.0; 9],
+            gripper_position: [0.0; 1],
+            joint_position: [0.0; 7],
+        };
+        state.eef_9d.copy_from_slice(&state_rows[0][i]);
+        state.gripper_position.copy_from_slice(&state_rows[1][i]);
+        state.joint_position.copy_from_slice(&state_rows[2][i]);
+        out.push(RawRequest {
+            frames: [ext, wrist],
+            state,
+            instruction,
+            noise,
+        });
+    }
+    Ok(out)
+}
+
+fn is_flat_key(k: &Value) -> bool {
+    super::msgpack_numpy::key_bytes(k).is_some_and(|b| b.starts_with(b"video."))
+}
+
+/// `[action_dict, info]`: float32 `[B, horizon, D]` per action key (flat: `action.<key>`).
+pub fn action_reply(responses: &[PredictResponse], schema: &Schema) -> Result<Value, String> {
+    let mut actions = Vec::new();
+    for key in &schema.action_keys {
+        let (mut values, mut horizon, mut dim) = (Vec::new(), 0, 0);
+        for r in responses {
+            let rows = match key.as_str() {
+                "eef_9d" => &r.actions.eef_9d,
+                "gripper_position" => &r.actions.gripper_position,
+                "joint_position" => &r.actions.joint_position,
+                other => return Err(format!("no actions for key {other:?}")),
+            };
+            (horizon, dim) = (rows.len(), rows.first().map_or(0, Vec::len));
+            values.extend(rows.iter().flatten().copied());
+        }
+        if values.len() != responses.len() * horizon * dim {
+            return Err(format!("ragged {key} actions"));
+        }
+        let a = NdArray::from_f32(vec![responses.len(), horizon, dim], &values);
+        let name = if schema.flat {
+            format!("action.{key}")
+        } else {
+            key.clone()
+        };
+        actions.push((Value::from(name), gr00t_array(&a)));
+    }
+    Ok(Value::Array(vec![Value::Map(actions), Value::Map(vec![])]))
+}

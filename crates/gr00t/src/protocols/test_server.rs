@@ -1,0 +1,195 @@
+//! Test support shared by `tests/zmq.rs` and `tests/websocket.rs` (included there with
+//! `#[path]`; not part of the binary): a `gr00t serve` child on the tiny fixture checkpoint with
+//! its listener addresses, and the fixture case0 observation as raw frames.
+#![allow(dead_code)]
+
+use gr00t_fixtures::{case_dir, request_json, tiny_checkpoint, Taps};
+use serde_json::Value as Json;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
+/// The fixture's camera names in model order.
+pub const CAMERAS: [&str; 2] = ["exterior_image_1_left", "wrist_image_left"];
+/// Action groups in the order the fixture taps name them.
+pub const GROUPS: [&str; 3] = ["eef_9d", "gripper_position", "joint_position"];
+
+/// A `gr00t serve` child (killed on drop) and where it listens.
+pub struct Server {
+    child: Option<Child>,
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<JoinHandle<()>>,
+    /// `host:port` of the HTTP API.
+    pub http: String,
+    /// `host:port` of the ZMQ socket, when `--zmq-port` was given.
+    pub zmq: Option<String>,
+    /// `host:port` of the websocket listener, when `--ws-port` was given.
+    pub ws: Option<String>,
+}
+
+impl Server {
+    /// Starts the server on free ports with `extra` flags and waits until it is ready.
+    pub fn start(extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gr00t"))
+            .arg("serve")
+            .arg("--checkpoint")
+            .arg(tiny_checkpoint())
+            .args(["--port", "0"])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn gr00t serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = channel();
+        let sink = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        let mut server = Server {
+            child: Some(child),
+            log,
+            reader: Some(reader),
+            http: String::new(),
+            zmq: None,
+            ws: None,
+        };
+        server.wait_ready(&rx);
+        server
+    }
+
+    fn wait_ready(&mut self, lines: &Receiver<String>) {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = lines.recv_timeout(left).unwrap_or_else(|_| {
+                panic!(
+                    "server not ready within {STARTUP_TIMEOUT:?}:\n{}",
+                    self.log_text()
+                )
+            });
+            let after = |marker: &str| line.split(marker).nth(1).map(|a| a.trim().to_string());
+            if let Some(a) = after("listening on http://") {
+                self.http = a;
+            }
+            if let Some(a) = after("listening on tcp://") {
+                self.zmq = Some(a);
+            }
+            if let Some(a) = after("listening on ws://") {
+                self.ws = Some(a);
+            }
+            if line.trim_end() == "Application startup complete" {
+                assert!(
+                    !self.http.is_empty(),
+                    "no HTTP address:\n{}",
+                    self.log_text()
+                );
+                return;
+            }
+        }
+    }
+
+    /// Everything the server logged so far.
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Waits (bounded) for the process to exit by itself; returns its status and log.
+    pub fn wait_exit(mut self, timeout: Duration) -> (ExitStatus, String) {
+        let mut child = self.child.take().expect("child");
+        let pid = child.id();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        match rx.recv_timeout(timeout) {
+            Ok(status) => {
+                // The reader ends at EOF, after the last line the process wrote.
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                }
+                (status.expect("wait"), self.log_text())
+            }
+            Err(_) => {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+                panic!(
+                    "server did not exit within {timeout:?}:\n{}",
+                    self.log_text()
+                )
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A fixture frame as (width, height, RGB8 HWC bytes), decoded from its PNG.
+pub fn frame(case: &str, cam: &str, t: &str) -> (usize, usize, Vec<u8>) {
+    let path = case_dir(case).join(format!("{cam}_{t}.png"));
+    let img = image::open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .to_rgb8();
+    (img.width() as usize, img.height() as usize, img.into_raw())
+}
+
+/// The case's HTTP request body (`request.json`).
+pub fn request(case: &str) -> Json {
+    serde_json::from_str(&request_json(case)).expect("request.json")
+}
+
+/// A state group of the case as f32.
+pub fn state(case: &str, group: &str) -> Vec<f32> {
+    floats(&request(case)["state"][group])
+}
+
+/// The case's noise, row-major `[40 × 132]`.
+pub fn noise(case: &str) -> Vec<f32> {
+    request(case)["noise"]
+        .as_array()
+        .expect("noise")
+        .iter()
+        .flat_map(floats)
+        .collect()
+}
+
+fn floats(v: &Json) -> Vec<f32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_f64().expect("number") as f32)
+        .collect()
+}
+
+/// The reference actions of a case for one group, `[40 × D]` row-major.
+pub fn fixture_actions(case: &str, group: &str) -> Vec<f32> {
+    Taps::load(case).f32s(&format!("output.{group}"))
+}
+
+/// The actions of an HTTP `/predict` response for one group, row-major.
+pub fn http_actions(resp: &Json, group: &str) -> Vec<f32> {
+    resp["actions"][group]
+        .as_array()
+        .unwrap_or_else(|| panic!("actions.{group} missing: {resp}"))
+        .iter()
+        .flat_map(floats)
+        .collect()
+}

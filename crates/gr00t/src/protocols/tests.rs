@@ -1,0 +1,469 @@
+//! Unit tests of the wire encodings against bytes numpy 2.4 / msgpack-python 1.2 / openpi-client
+//! produce (pasted from those libraries), and of the observation parsers.
+
+use super::droid_obs::{self, eef_9d_from_cartesian, CameraInput, FrameHistory};
+use super::engine_ext::RawRequest;
+use super::msgpack_numpy::{self as mp, pack, str_map, unpack};
+use super::ndarray::{DType, Kind, NdArray};
+use super::npy;
+use super::observation::{self, Schema};
+use gr00t_droid::image::Frame;
+use gr00t_droid::request::{NoiseSource, RawState};
+use rmpv::Value;
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// What `np.save` writes before the data of an array with this header dict text: the dict,
+/// then spaces up to the 64-byte boundary (118 header bytes here) and `\n`.
+fn npy_header(dict: &str) -> Vec<u8> {
+    let mut h = b"\x93NUMPY\x01\x00\x76\x00".to_vec();
+    h.extend_from_slice(dict.as_bytes());
+    h.resize(127, b' ');
+    h.push(b'\n');
+    h
+}
+
+#[test]
+fn npy_bytes_match_numpy_save() {
+    // np.save(f, np.zeros((2, 3), np.float32)): 152 bytes.
+    let a = NdArray::from_f32(vec![2, 3], &[0.0; 6]);
+    let mut want = npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }");
+    want.extend([0u8; 24]);
+    let got = npy::encode(&a);
+    assert_eq!(got.len(), 152);
+    assert_eq!(got, want);
+    assert_eq!(npy::decode(&got).unwrap(), a);
+
+    // The shape numpy's DROID client sends back and forth: (1, 40, 9).
+    let a = NdArray::from_f32(vec![1, 40, 9], &[0.0; 360]);
+    let got = npy::encode(&a);
+    assert_eq!(
+        &got[..128],
+        &npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 40, 9), }")[..]
+    );
+    // A 0-d array has no growth padding, only alignment.
+    let s = NdArray::new(DType::parse("<f8").unwrap(), vec![], vec![0; 8]).unwrap();
+    assert_eq!(
+        &npy::encode(&s)[..128],
+        &npy_header("{'descr': '<f8', 'fortran_order': False, 'shape': (), }")[..]
+    );
+}
+
+#[test]
+fn npy_reads_fortran_order_and_refuses_bad_files() {
+    // np.save(f, np.asfortranarray(np.arange(6, dtype='<i2').reshape(2, 3))).
+    let mut file = npy_header("{'descr': '<i2', 'fortran_order': True, 'shape': (2, 3), }");
+    file.extend(hex("000003000100040002000500"));
+    let a = npy::decode(&file).unwrap();
+    assert_eq!(a.shape, vec![2, 3]);
+    assert_eq!(a.to_f64s(), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+
+    let good = npy::encode(&NdArray::from_f32(vec![2], &[1.0, 2.0]));
+    assert!(npy::decode(&good[..good.len() - 1]).is_err(), "short data");
+    assert!(npy::decode(b"not npy at all").is_err());
+    let mut obj = npy_header("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }");
+    obj.extend([0u8; 8]);
+    assert!(npy::decode(&obj).unwrap_err().contains("dtype"));
+    let mut structured =
+        npy_header("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }");
+    structured.extend([0u8; 4]);
+    assert!(npy::decode(&structured).is_err());
+}
+
+#[test]
+fn dtypes_parse_and_convert() {
+    assert_eq!(DType::parse("|u1").unwrap(), DType::U8);
+    assert_eq!(DType::parse("<f4").unwrap(), DType::F32);
+    assert_eq!(DType::F32.descr(), "<f4");
+    assert_eq!(DType::U8.descr(), "|u1");
+    for bad in ["<c8", "|O", "<U5", "f4", "<f2", ""] {
+        assert!(DType::parse(bad).is_err(), "{bad}");
+    }
+    let be = NdArray::new(
+        DType::parse(">f8").unwrap(),
+        vec![1],
+        1.5f64.to_be_bytes().to_vec(),
+    );
+    assert_eq!(be.unwrap().to_f64s(), vec![1.5]);
+    let i = NdArray::new(
+        DType::parse("<i2").unwrap(),
+        vec![2],
+        vec![0xfe, 0xff, 7, 0],
+    )
+    .unwrap();
+    assert_eq!(i.to_f64s(), vec![-2.0, 7.0]);
+    assert_eq!(i.dtype.kind, Kind::Int);
+    assert!(NdArray::new(DType::F32, vec![3], vec![0; 8]).is_err());
+}
+
+#[test]
+fn openpi_encoding_matches_openpi_client() {
+    // openpi_client.msgpack_numpy.packb(np.array([1.5, -2.0], np.float32)).
+    let a = NdArray::from_f32(vec![2], &[1.5, -2.0]);
+    let want = hex(
+        "84c40b5f5f6e6461727261795f5fc3c40464617461c4080000c03f000000c0c4056474797065a33c6634c4057368617065\
+         9102",
+    );
+    assert_eq!(pack(&mp::openpi_array(&a)), want);
+    let back = mp::from_openpi_array(&unpack(&want).unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(back, a);
+    // A plain dict is not an array; a numpy scalar reads as a number.
+    assert!(mp::from_openpi_array(&str_map([("x", Value::from(1))])).is_none());
+    let scalar = Value::Map(vec![
+        (
+            Value::Binary(b"__npgeneric__".to_vec()),
+            Value::Boolean(true),
+        ),
+        (Value::Binary(b"data".to_vec()), Value::F64(0.25)),
+        (Value::Binary(b"dtype".to_vec()), Value::from("<f8")),
+    ]);
+    assert_eq!(mp::scalar(&scalar), Some(0.25));
+}
+
+#[test]
+fn gr00t_encoding_matches_msg_serializer() {
+    // msgpack.packb({"a": np.array([[7]], np.uint8)}, default=MsgSerializer.encode_custom_classes)
+    let a = NdArray::new(DType::U8, vec![1, 1], vec![7]).unwrap();
+    let mut want = hex(
+        "81a16182b15f5f6e6461727261795f636c6173735f5fc3a661735f6e7079c481934e554d5059010076007b2764\
+         65736372273a20277c7531272c2027666f727472616e5f6f72646572273a2046616c73652c2027736861706527\
+         3a2028312c2031292c207d",
+    );
+    // 58 spaces of padding, the header's '\n', then the one data byte.
+    want.extend([b' '; 58]);
+    want.extend([b'\n', 7]);
+    assert_eq!(pack(&str_map([("a", mp::gr00t_array(&a))])), want);
+    // msgpack.packb({"status": "ok", "message": "Server is running"}): the ping reply.
+    let ping = str_map([
+        ("status", Value::from("ok")),
+        ("message", Value::from("Server is running")),
+    ]);
+    assert_eq!(
+        pack(&ping),
+        hex("82a6737461747573a26f6ba76d657373616765b15365727665722069732072756e6e696e67")
+    );
+    assert!(unpack(&hex("81a161")).is_err(), "truncated msgpack");
+    assert!(unpack(&[0x01, 0x02]).is_err(), "trailing bytes");
+}
+
+#[test]
+fn cartesian_to_eef_9d_uses_extrinsic_xyz_and_rows() {
+    // Zero rotation: the rows of the DROID correction matrix.
+    let e = eef_9d_from_cartesian(&[1.0, 2.0, 3.0, 0.0, 0.0, 0.0]);
+    assert_eq!(e, [1.0, 2.0, 3.0, 0.0, 0.0, -1.0, -1.0, 0.0, 0.0]);
+    // (π/2, π/2, 0) extrinsic = Ry(90°)·Rx(90°) = [[0,1,0],[0,0,-1],[-1,0,0]]; then @C.
+    let h = std::f64::consts::FRAC_PI_2;
+    let e = eef_9d_from_cartesian(&[0.0, 0.0, 0.0, h, h, 0.0]);
+    let want = [-1.0, 0.0, 0.0, 0.0, -1.0, 0.0];
+    for (g, w) in e[3..].iter().zip(want) {
+        assert!((g - w).abs() < 1e-7, "{e:?}");
+    }
+    // scipy: Rotation.from_euler("xyz", [3.0, -0.2, 0.5]).as_matrix() @ C, rows 0-1, float32.
+    let e = eef_9d_from_cartesian(&[0.4, 0.1, 0.3, 3.0, -0.2, 0.5]);
+    let want = [
+        0.4f32,
+        0.1,
+        0.3,
+        -0.4500236,
+        0.24026048,
+        -0.86008936,
+        0.8822414,
+        -0.02955049,
+        -0.46986896,
+    ];
+    for (g, w) in e.iter().zip(want) {
+        assert!((g - w).abs() <= 6e-8, "{e:?} vs {want:?}");
+    }
+}
+
+fn frame(v: u8) -> Frame {
+    Frame::new(4, 2, vec![v; 4 * 2 * 3]).unwrap()
+}
+
+fn observation(v: u8) -> droid_obs::DroidObservation {
+    droid_obs::DroidObservation {
+        cameras: [
+            CameraInput::Current(frame(v)),
+            CameraInput::Current(frame(v + 100)),
+        ],
+        state: state(),
+        instruction: "go".into(),
+        noise: NoiseSource::Seed(42),
+    }
+}
+
+fn state() -> RawState {
+    RawState {
+        eef_9d: [0.5; 9],
+        gripper_position: [0.25],
+        joint_position: [0.125; 7],
+    }
+}
+
+#[test]
+fn history_pairs_each_frame_with_the_one_15_observations_back() {
+    let mut h = FrameHistory::default();
+    // Until 15 earlier frames exist, t−15 is the oldest one kept (the first: itself at first).
+    let r = h.resolve(observation(0));
+    assert_eq!(r.frames[0], [frame(0), frame(0)]);
+    assert_eq!(r.frames[1], [frame(100), frame(100)]);
+    for v in 1..15 {
+        let r = h.resolve(observation(v));
+        assert_eq!(r.frames[0], [frame(0), frame(v)]);
+    }
+    for v in 15..20 {
+        let r = h.resolve(observation(v));
+        assert_eq!(r.frames[0], [frame(v - 15), frame(v)], "observation {v}");
+        assert_eq!(r.frames[1], [frame(v - 15 + 100), frame(v + 100)]);
+    }
+    // An explicit pair bypasses the history.
+    let mut o = observation(50);
+    o.cameras[0] = CameraInput::Pair([frame(1), frame(2)]);
+    assert_eq!(h.resolve(o).frames[0], [frame(1), frame(2)]);
+}
+
+fn openpi_image(shape: Vec<usize>, dtype: DType) -> Value {
+    let n: usize = shape.iter().product::<usize>() * dtype.size;
+    mp::openpi_array(&NdArray::new(dtype, shape, vec![9; n]).unwrap())
+}
+
+fn droid_map() -> Vec<(Value, Value)> {
+    let f64s = |v: &[f64]| {
+        let data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        mp::openpi_array(&NdArray::new(DType::parse("<f8").unwrap(), vec![v.len()], data).unwrap())
+    };
+    vec![
+        (
+            Value::from("observation/exterior_image_1_left"),
+            openpi_image(vec![180, 320, 3], DType::U8),
+        ),
+        (
+            Value::from("observation/wrist_image_left"),
+            openpi_image(vec![2, 180, 320, 3], DType::U8),
+        ),
+        (Value::from("observation/joint_position"), f64s(&[0.1; 7])),
+        (
+            Value::from("observation/gripper_position"),
+            Value::Array(vec![Value::F64(0.5)]),
+        ),
+        (
+            Value::from("observation/cartesian_position"),
+            f64s(&[0.0; 6]),
+        ),
+        (Value::from("prompt"), Value::from("pick")),
+        (Value::from("__noise_seed__"), Value::from(7)),
+    ]
+}
+
+#[test]
+fn droid_observation_parses_and_names_what_is_wrong() {
+    let o = droid_obs::parse(&droid_map()).unwrap();
+    assert!(matches!(o.cameras[0], CameraInput::Current(_)));
+    assert!(matches!(o.cameras[1], CameraInput::Pair(_)));
+    assert_eq!(o.state.joint_position, [0.1f32; 7]);
+    assert_eq!(o.state.gripper_position, [0.5]);
+    assert_eq!(
+        o.state.eef_9d,
+        [0.0, 0.0, 0.0, 0.0, 0.0, -1.0, -1.0, 0.0, 0.0]
+    );
+    assert_eq!(o.noise, NoiseSource::Seed(7));
+    assert_eq!(o.instruction, "pick");
+
+    let with = |key: &str, v: Option<Value>| {
+        let mut m: Vec<_> = droid_map()
+            .into_iter()
+            .filter(|(k, _)| k.as_str() != Some(key))
+            .collect();
+        if let Some(v) = v {
+            m.push((Value::from(key), v));
+        }
+        droid_obs::parse(&m).unwrap_err()
+    };
+    let cases = [
+        (
+            "observation/wrist_image_left",
+            Some(openpi_image(vec![224, 224, 3], DType::U8)),
+            "resize_with_pad",
+        ),
+        (
+            "observation/wrist_image_left",
+            Some(openpi_image(vec![180, 320, 3], DType::F32)),
+            "uint8",
+        ),
+        (
+            "observation/joint_position",
+            None,
+            "joint_position is missing",
+        ),
+        (
+            "observation/joint_position",
+            Some(Value::Array(vec![Value::F64(1.0); 6])),
+            "7 values",
+        ),
+        ("observation/cartesian_position", None, "cartesian_position"),
+        ("prompt", Some(Value::from("  ")), "empty"),
+        ("__noise_seed__", Some(Value::from(-1)), "__noise_seed__"),
+    ];
+    for (key, v, want) in cases {
+        let e = with(key, v);
+        assert!(e.contains(want), "{key}: {e}");
+    }
+    // eef_9d, when given, wins over cartesian_position.
+    let mut m = droid_map();
+    m.push((
+        Value::from("observation/eef_9d"),
+        Value::Array(vec![Value::F64(2.0); 9]),
+    ));
+    assert_eq!(droid_obs::parse(&m).unwrap().state.eef_9d, [2.0; 9]);
+}
+
+fn schema(flat: bool) -> Schema {
+    let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+    let m = &ckpt.processor.modality_configs[gr00t_droid::EMBODIMENT_TAG];
+    Schema::new(m, 40, 132, flat)
+}
+
+fn gr00t_obs(b: usize, t: usize, flat: bool) -> Value {
+    let video = |v: u8| {
+        let a = NdArray::new(
+            DType::U8,
+            vec![b, t, 180, 320, 3],
+            vec![v; b * t * 180 * 320 * 3],
+        );
+        mp::gr00t_array(&a.unwrap())
+    };
+    let st = |d: usize| mp::gr00t_array(&NdArray::from_f32(vec![b, 1, d], &vec![0.5; b * d]));
+    let lang = |flat: bool| {
+        let one = Value::from("pick it");
+        Value::Array(vec![if flat { one } else { Value::Array(vec![one]) }; b])
+    };
+    let lang_key = "annotation.language.language_instruction";
+    if flat {
+        str_map([
+            ("video.exterior_image_1_left", video(1)),
+            ("video.wrist_image_left", video(2)),
+            ("state.eef_9d", st(9)),
+            ("state.gripper_position", st(1)),
+            ("state.joint_position", st(7)),
+            (lang_key, lang(true)),
+        ])
+    } else {
+        str_map([
+            (
+                "video",
+                str_map([
+                    ("exterior_image_1_left", video(1)),
+                    ("wrist_image_left", video(2)),
+                ]),
+            ),
+            (
+                "state",
+                str_map([
+                    ("eef_9d", st(9)),
+                    ("gripper_position", st(1)),
+                    ("joint_position", st(7)),
+                ]),
+            ),
+            ("language", str_map([(lang_key, lang(false))])),
+        ])
+    }
+}
+
+#[test]
+fn gr00t_observation_nested_and_flat() {
+    for flat in [false, true] {
+        let s = schema(flat);
+        let items = observation::parse(Some(&gr00t_obs(2, 2, flat)), None, &s).unwrap();
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[1].frames[0][1].data[0], 1);
+        assert_eq!(items[1].frames[1][0].data[0], 2);
+        assert_eq!(items[0].state.joint_position, [0.5; 7]);
+        assert_eq!(items[0].instruction, "pick it");
+        assert_eq!(items[0].noise, NoiseSource::Seed(42));
+    }
+    // The nested server names the flag a flat client needs.
+    let e = observation::parse(Some(&gr00t_obs(1, 2, true)), None, &schema(false)).unwrap_err();
+    assert!(e.contains("--use-sim-policy-wrapper"), "{e}");
+    let e = observation::parse(Some(&gr00t_obs(1, 1, false)), None, &schema(false)).unwrap_err();
+    assert_eq!(
+        e,
+        "Video key 'exterior_image_1_left's horizon must be 2. Got 1"
+    );
+}
+
+#[test]
+fn gr00t_options_seed_and_noise() {
+    let s = schema(false);
+    let obs = gr00t_obs(2, 2, false);
+    let opts = |pairs: Vec<(&str, Value)>| str_map(pairs);
+    let seeds = observation::parse(Some(&obs), Some(&opts(vec![("seed", Value::from(5))])), &s);
+    assert_eq!(seeds.unwrap()[1].noise, NoiseSource::Seed(5));
+    let noise = |shape: Vec<usize>| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        mp::gr00t_array(&NdArray::from_f32(shape, &v))
+    };
+    // [B, H, A]: one row block per item; [H, A]: shared.
+    let items = observation::parse(
+        Some(&obs),
+        Some(&opts(vec![("noise", noise(vec![2, 40, 132]))])),
+        &s,
+    )
+    .unwrap();
+    match (&items[0].noise, &items[1].noise) {
+        (NoiseSource::Client(a), NoiseSource::Client(b)) => {
+            assert_eq!((a[0], b[0], b.len()), (0.0, 5280.0, 5280));
+        }
+        other => panic!("{other:?}"),
+    }
+    let items = observation::parse(
+        Some(&obs),
+        Some(&opts(vec![("noise", noise(vec![40, 132]))])),
+        &s,
+    )
+    .unwrap();
+    assert_eq!(items[0].noise, items[1].noise);
+    let e = observation::parse(
+        Some(&obs),
+        Some(&opts(vec![("noise", noise(vec![40, 8]))])),
+        &s,
+    )
+    .unwrap_err();
+    assert!(e.contains("(40, 132)"), "{e}");
+    let both = opts(vec![
+        ("seed", Value::from(1)),
+        ("noise", noise(vec![40, 132])),
+    ]);
+    assert!(observation::parse(Some(&obs), Some(&both), &s).is_err());
+}
+
+#[test]
+fn raw_requests_travel_through_the_queue_body() {
+    let req = RawRequest {
+        frames: [[frame(1), frame(2)], [frame(3), frame(4)]],
+        state: state(),
+        instruction: "put it back".into(),
+        noise: NoiseSource::Client(vec![0.5, -1.0]),
+    };
+    let body = req.to_body();
+    assert_eq!(RawRequest::from_body(&body).unwrap().unwrap(), req);
+    let seeded = RawRequest {
+        noise: NoiseSource::Seed(9),
+        ..req
+    };
+    assert_eq!(
+        RawRequest::from_body(&seeded.to_body()).unwrap().unwrap(),
+        seeded
+    );
+    // HTTP bodies, including ones that start with NUL, are not raw requests.
+    assert!(RawRequest::from_body(b"{\"images\": {}}").is_none());
+    assert!(RawRequest::from_body(&body[..8]).is_none());
+    assert!(RawRequest::from_body(&body[..30]).unwrap().is_err());
+}

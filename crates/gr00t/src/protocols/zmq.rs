@@ -1,0 +1,204 @@
+//! Isaac-GR00T's ZMQ policy protocol (`gr00t/policy/server_client.py` `PolicyServer`): a REP
+//! socket, one msgpack request `{"endpoint", "data", "api_token"}` per message and one reply,
+//! endpoints `ping`, `get_action`, `reset`, `get_modality_config` and (with `--allow-kill`)
+//! `kill`. Every failure is answered `{"error": "..."}` and the socket keeps serving.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+use super::engine_ext::{infer, RawRequest};
+use super::msgpack_numpy::{get, pack, str_map, type_name, unpack};
+use super::observation::{action_reply, parse, Schema};
+use super::Stop;
+use crate::server::WorkerHandle;
+use rmpv::Value;
+use std::net::SocketAddr;
+use std::time::Instant;
+use zeromq::{RepSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+
+/// What the ZMQ endpoint needs.
+pub struct ZmqContext {
+    /// The shared inference queue.
+    pub worker: WorkerHandle,
+    /// Observation layout and modality config.
+    pub schema: Schema,
+    /// `--api-token`.
+    pub api_token: Option<String>,
+    /// `--allow-kill`.
+    pub allow_kill: bool,
+}
+
+/// Binds a REP socket on `host:port` (port 0: any free port).
+pub async fn bind(host: &str, port: u16) -> std::io::Result<(RepSocket, SocketAddr)> {
+    let listener = std::net::TcpListener::bind((host, port)).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot listen for ZMQ on {host}:{port}: {e}"),
+        )
+    })?;
+    let addr = listener.local_addr()?;
+    let mut socket = RepSocket::new();
+    socket
+        .bind_listener(listener)
+        .await
+        .map_err(|e| std::io::Error::other(format!("ZMQ bind on {addr}: {e}")))?;
+    Ok((socket, addr))
+}
+
+/// Answers requests until `stop` fires (a request in progress is answered first).
+pub async fn serve(mut socket: RepSocket, ctx: ZmqContext, stop: Stop) {
+    loop {
+        let msg = tokio::select! {
+            biased;
+            _ = stop.wait() => break,
+            m = socket.recv() => m,
+        };
+        let msg = match msg {
+            Ok(m) => m,
+            Err(e) => {
+                // A peer that broke the ZMTP framing or went away; the others go on.
+                tracing::debug!("zmq: receive error: {e}");
+                continue;
+            }
+        };
+        let (reply, kill) = if msg.len() == 1 {
+            let body = msg.get(0).map(|b| b.as_ref()).unwrap_or_default();
+            handle(&ctx, body).await
+        } else {
+            (
+                error(format!(
+                    "expected a single-frame message, got {} frames",
+                    msg.len()
+                )),
+                false,
+            )
+        };
+        if let Err(e) = socket.send(ZmqMessage::from(pack(&reply))).await {
+            tracing::debug!("zmq: reply not delivered: {e}");
+        }
+        if kill {
+            tracing::info!("zmq: kill requested: shutting the server down");
+            stop.trigger();
+            break;
+        }
+    }
+}
+
+fn error(message: impl Into<String>) -> Value {
+    str_map([("error", Value::from(message.into()))])
+}
+
+/// Same-length comparison that does not stop at the first difference.
+fn token_matches(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len()
+        && given
+            .iter()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// One request → its reply, and whether the server should stop afterwards (`kill`).
+async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
+    let request = match unpack(body) {
+        Ok(v) => v,
+        Err(e) => return (error(e), false),
+    };
+    let Value::Map(req) = &request else {
+        return (
+            error(format!(
+                "the request must be a dict {{'endpoint', 'data', 'api_token'}}. Got {}",
+                type_name(&request)
+            )),
+            false,
+        );
+    };
+    if let Some(expected) = &ctx.api_token {
+        let given = match get(req, "api_token") {
+            Some(Value::String(s)) => s.as_bytes(),
+            _ => &[][..],
+        };
+        if !token_matches(given, expected.as_bytes()) {
+            return (error("Unauthorized: Invalid API token"), false);
+        }
+    }
+    let endpoint = match get(req, "endpoint") {
+        None => "get_action",
+        Some(Value::String(s)) => s.as_str().unwrap_or(""),
+        Some(v) => {
+            return (
+                error(format!("endpoint must be a str. Got {}", type_name(v))),
+                false,
+            )
+        }
+    };
+    let data = match get(req, "data") {
+        None | Some(Value::Nil) => None,
+        Some(Value::Map(m)) => Some(m.as_slice()),
+        Some(v) => {
+            return (
+                error(format!("data must be a dict. Got {}", type_name(v))),
+                false,
+            )
+        }
+    };
+    match endpoint {
+        "ping" => (
+            str_map([
+                ("status", Value::from("ok")),
+                ("message", Value::from("Server is running")),
+            ]),
+            false,
+        ),
+        "kill" if ctx.allow_kill => (Value::Nil, true),
+        "kill" => (
+            error("kill is disabled on this server (start it with --allow-kill)"),
+            false,
+        ),
+        // The policy keeps no state between calls: `Gr00tPolicy.reset` answers `{}` too.
+        "reset" => (Value::Map(vec![]), false),
+        "get_modality_config" => (ctx.schema.modality_config.clone(), false),
+        "get_action" => {
+            let data = data.unwrap_or(&[]);
+            (
+                get_action(ctx, get(data, "observation"), get(data, "options")).await,
+                false,
+            )
+        }
+        other => (error(format!("Unknown endpoint: {other}")), false),
+    }
+}
+
+async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Value>) -> Value {
+    let t0 = Instant::now();
+    let items: Vec<RawRequest> = match parse(obs, options, &ctx.schema) {
+        Ok(items) => items,
+        Err(e) => {
+            tracing::info!("zmq get_action refused: {e}");
+            return error(e);
+        }
+    };
+    // One queue entry per batch item, in order, so a batch never overflows the queue.
+    let mut responses = Vec::with_capacity(items.len());
+    for item in &items {
+        match infer(&ctx.worker, item).await {
+            Ok(r) => responses.push(r),
+            Err(e) => {
+                tracing::info!("zmq get_action failed: {e}");
+                return error(e.to_string());
+            }
+        }
+    }
+    match action_reply(&responses, &ctx.schema) {
+        Ok(v) => {
+            tracing::info!(
+                "zmq get_action: batch {} in {:.0} ms",
+                items.len(),
+                t0.elapsed().as_secs_f64() * 1e3
+            );
+            v
+        }
+        Err(e) => error(format!("internal error: {e}")),
+    }
+}

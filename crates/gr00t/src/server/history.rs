@@ -1,0 +1,420 @@
+//! The status page's memory: the last N requests, each kept as a ready-to-send JSON object.
+//!
+//! Entries are built on their own thread after the answer has gone out, so the request path
+//! only pays for handing over a reference-counted body. For a computed request the four frames
+//! are run again through the checkpoint's image pipeline (deterministic, so these are exactly
+//! the 448×256 `qwen_resized` frames the model saw) and sent as small JPEG data URLs.
+
+use axum::body::Bytes;
+use base64::Engine as _;
+use gr00t_droid::image::{decode_base64_frame, ImagePipeline};
+use gr00t_droid::request::{CAMERAS, FRAMES_PER_CAMERA};
+use gr00t_droid::response::PredictResponse;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+
+/// JPEG quality of the page's frames: small (~15 kB each) and still sharp enough to judge a crop.
+const JPEG_QUALITY: u8 = 85;
+/// Finished requests that may wait for the entry builder; beyond that, entries are skipped
+/// rather than slowing anything down.
+const PENDING: usize = 16;
+
+/// A finished request handed to the history.
+pub enum Pending {
+    /// A computed prediction: the body as sent and the answer.
+    Served {
+        /// The request id.
+        request_id: String,
+        /// When it finished, ms since the Unix epoch.
+        unix_ms: u64,
+        /// The `/predict` body.
+        body: Bytes,
+        /// The answer.
+        response: Arc<PredictResponse>,
+        /// Time spent waiting for the worker.
+        queue_ms: f64,
+    },
+    /// A refused or failed prediction.
+    Refused {
+        /// The request id.
+        request_id: String,
+        /// When it finished, ms since the Unix epoch.
+        unix_ms: u64,
+        /// HTTP status.
+        status: u16,
+        /// The error message sent to the client.
+        message: String,
+    },
+}
+
+struct Entry {
+    seq: u64,
+    json: Arc<str>,
+}
+
+struct Ring {
+    entries: VecDeque<Entry>,
+    next_seq: u64,
+}
+
+/// The bounded list of recent requests; cloning shares it.
+#[derive(Clone)]
+pub struct History {
+    ring: Arc<Mutex<Ring>>,
+    capacity: usize,
+    tx: SyncSender<Pending>,
+}
+
+/// What the page's poll gets: entries newer than the one it has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Since {
+    /// Sequence number of the newest entry (0 when none yet).
+    pub latest: u64,
+    /// The newer entries' JSON objects, oldest first.
+    pub entries: Vec<Arc<str>>,
+}
+
+impl History {
+    /// A history of `capacity` entries (at least 1) with its builder thread; `pipeline` turns
+    /// request frames into what the model saw (`None`: entries carry no frames).
+    pub fn start(capacity: usize, pipeline: Option<ImagePipeline>) -> std::io::Result<History> {
+        let capacity = capacity.max(1);
+        let (tx, rx) = sync_channel(PENDING);
+        let ring = Arc::new(Mutex::new(Ring {
+            entries: VecDeque::with_capacity(capacity),
+            next_seq: 1,
+        }));
+        let history = History {
+            ring: ring.clone(),
+            capacity,
+            tx,
+        };
+        // The thread ends when the last `History` (and with it the sender) is dropped.
+        let builder = history.clone_ring_only();
+        std::thread::Builder::new()
+            .name("gr00t-ui".into())
+            .spawn(move || builder.run(rx, pipeline))?;
+        Ok(history)
+    }
+
+    fn clone_ring_only(&self) -> RingHandle {
+        RingHandle {
+            ring: self.ring.clone(),
+            capacity: self.capacity,
+        }
+    }
+
+    /// Hands a finished request over; never blocks (a full backlog drops it and says so).
+    pub fn offer(&self, pending: Pending) -> bool {
+        match self.tx.try_send(pending) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                tracing::debug!("status page backlog full; request left out of the history");
+                false
+            }
+            Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    /// Entries newer than `after`, oldest first.
+    pub fn since(&self, after: u64) -> Since {
+        let ring = lock(&self.ring);
+        Since {
+            latest: ring.next_seq - 1,
+            entries: ring
+                .entries
+                .iter()
+                .filter(|e| e.seq > after)
+                .map(|e| e.json.clone())
+                .collect(),
+        }
+    }
+
+    /// Entries held now.
+    pub fn len(&self) -> usize {
+        lock(&self.ring).entries.len()
+    }
+
+    /// The most entries kept.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+fn lock(ring: &Mutex<Ring>) -> std::sync::MutexGuard<'_, Ring> {
+    // Every update is a push plus a pop: a panicking holder cannot leave it half-done.
+    ring.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The builder thread's view: the ring without the sender, so it does not keep itself alive.
+struct RingHandle {
+    ring: Arc<Mutex<Ring>>,
+    capacity: usize,
+}
+
+impl RingHandle {
+    fn run(self, rx: Receiver<Pending>, pipeline: Option<ImagePipeline>) {
+        while let Ok(p) = rx.recv() {
+            let t0 = std::time::Instant::now();
+            self.push(entry_json(&p, pipeline.as_ref()));
+            tracing::debug!(
+                "status page entry built in {:.1} ms",
+                t0.elapsed().as_secs_f64() * 1e3
+            );
+        }
+    }
+
+    /// Numbers an entry and appends it, dropping the oldest beyond capacity.
+    fn push(&self, mut value: Value) {
+        let mut ring = lock(&self.ring);
+        let seq = ring.next_seq;
+        ring.next_seq += 1;
+        value["seq"] = seq.into();
+        ring.entries.push_back(Entry {
+            seq,
+            json: value.to_string().into(),
+        });
+        while ring.entries.len() > self.capacity {
+            ring.entries.pop_front();
+        }
+    }
+}
+
+/// The page's view of one request (without `seq`, which the ring assigns).
+pub fn entry_json(p: &Pending, pipeline: Option<&ImagePipeline>) -> Value {
+    match p {
+        Pending::Refused {
+            request_id,
+            unix_ms,
+            status,
+            message,
+        } => json!({
+            "request_id": request_id,
+            "unix_ms": unix_ms,
+            "status": status,
+            "error": message,
+        }),
+        Pending::Served {
+            request_id,
+            unix_ms,
+            body,
+            response,
+            queue_ms,
+        } => {
+            // The body was accepted by the processor, so it is a JSON object; be lenient anyway.
+            let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            let (frames, frames_error) = match pipeline {
+                Some(p) => match model_frames(&request, p) {
+                    Ok(f) => (f, None),
+                    Err(e) => (Vec::new(), Some(e)),
+                },
+                None => (Vec::new(), None),
+            };
+            let mut v = json!({
+                "request_id": request_id,
+                "unix_ms": unix_ms,
+                "status": 200,
+                "instruction": request.get("instruction").cloned().unwrap_or(Value::Null),
+                "state": request.get("state").cloned().unwrap_or(Value::Null),
+                "frames": frames,
+                "actions": response.actions,
+                "action_horizon": response.action_horizon,
+                "timing_ms": response.timing_ms,
+                "queue_ms": queue_ms,
+                "seq_len": response.seq_len,
+                "noise_source": response.noise_source,
+                "seed": response.seed,
+            });
+            if let Some(e) = frames_error {
+                v["frames_error"] = e.into();
+            }
+            v
+        }
+    }
+}
+
+/// The four frames in model order (`[ext t−15, wrist t−15, ext t, wrist t]`) after the eval
+/// crop and the Qwen resize, as `{label, camera, t, width, height, src}` with a JPEG data URL.
+pub fn model_frames(request: &Value, pipeline: &ImagePipeline) -> Result<Vec<Value>, String> {
+    let mut out = Vec::with_capacity(CAMERAS.len() * FRAMES_PER_CAMERA);
+    for t in 0..FRAMES_PER_CAMERA {
+        for cam in CAMERAS {
+            let field = format!("images.{cam}[{t}]");
+            let b64 = request["images"][cam][t]
+                .as_str()
+                .ok_or_else(|| format!("{field}: not a string"))?;
+            let frame = decode_base64_frame(b64).map_err(|e| format!("{field}: {e}"))?;
+            let seen = pipeline
+                .frame_stages(&frame)
+                .map_err(|e| format!("{field}: {e}"))?
+                .qwen_resized;
+            let jpeg = encode_jpeg(&seen.data, seen.width, seen.height)
+                .map_err(|e| format!("{field}: cannot encode JPEG: {e}"))?;
+            let short = if cam.starts_with("wrist") {
+                "wrist"
+            } else {
+                "exterior"
+            };
+            let when = if t + 1 == FRAMES_PER_CAMERA {
+                "t"
+            } else {
+                "t−15"
+            };
+            out.push(json!({
+                "label": format!("{short} {when}"),
+                "camera": cam,
+                "t": t,
+                "width": seen.width,
+                "height": seen.height,
+                "src": format!(
+                    "data:image/jpeg;base64,{}",
+                    base64::engine::general_purpose::STANDARD.encode(jpeg)
+                ),
+            }));
+        }
+    }
+    Ok(out)
+}
+
+fn encode_jpeg(rgb: &[u8], width: usize, height: usize) -> Result<Vec<u8>, image::ImageError> {
+    let mut buf = Vec::with_capacity(24 * 1024);
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut buf, JPEG_QUALITY).encode(
+        rgb,
+        width as u32,
+        height as u32,
+        image::ExtendedColorType::Rgb8,
+    )?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gr00t_droid::response::{ActionGroups, TimingMs};
+
+    fn response() -> Arc<PredictResponse> {
+        Arc::new(PredictResponse {
+            actions: ActionGroups {
+                eef_9d: vec![vec![0.5; 9]; 40],
+                gripper_position: vec![vec![0.1]; 40],
+                joint_position: vec![vec![0.2; 7]; 40],
+            },
+            action_horizon: 40,
+            embodiment: "x".into(),
+            seq_len: 517,
+            noise_source: "seed",
+            seed: Some(7),
+            actions_normalized: None,
+            timing_ms: TimingMs::default(),
+        })
+    }
+
+    fn refused(id: &str) -> Pending {
+        Pending::Refused {
+            request_id: id.into(),
+            unix_ms: 1,
+            status: 400,
+            message: "state: is required".into(),
+        }
+    }
+
+    #[test]
+    fn keeps_the_last_n_in_order() {
+        let h = History::start(3, None).unwrap();
+        // Built on this thread: the builder thread runs the same two calls.
+        let ring = h.clone_ring_only();
+        for i in 0..5 {
+            ring.push(entry_json(&refused(&format!("r{i}")), None));
+        }
+        let s = h.since(0);
+        assert_eq!(s.latest, 5);
+        let ids: Vec<Value> = s
+            .entries
+            .iter()
+            .map(|e| serde_json::from_str::<Value>(e).unwrap())
+            .collect();
+        assert_eq!(
+            ids.iter()
+                .map(|v| v["seq"].as_u64().unwrap())
+                .collect::<Vec<_>>(),
+            vec![3, 4, 5]
+        );
+        assert_eq!(ids[2]["request_id"], "r4");
+        assert_eq!(ids[2]["status"], 400);
+        assert_eq!(h.since(4).entries.len(), 1);
+        assert!(h.since(5).entries.is_empty());
+        assert_eq!((h.len(), h.capacity()), (3, 3));
+    }
+
+    #[test]
+    fn served_entry_carries_what_the_page_plots() {
+        let body = br#"{"instruction":"pick","state":{"eef_9d":[1,2,3,1,0,0,0,1,0],"gripper_position":[0.5],"joint_position":[1,2,3,4,5,6,7]}}"#;
+        let v = entry_json(
+            &Pending::Served {
+                request_id: "abc".into(),
+                unix_ms: 9,
+                body: Bytes::from_static(body),
+                response: response(),
+                queue_ms: 1.5,
+            },
+            None,
+        );
+        assert_eq!(v["instruction"], "pick");
+        assert_eq!(v["state"]["joint_position"][6], 7);
+        assert_eq!(v["actions"]["eef_9d"].as_array().unwrap().len(), 40);
+        assert_eq!(v["seq_len"], 517);
+        assert_eq!(v["noise_source"], "seed");
+        assert_eq!(v["queue_ms"], 1.5);
+        assert!(v["timing_ms"]["total"].is_number());
+        assert_eq!(v["frames"].as_array().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn frames_are_the_model_inputs_after_crop_and_resize() {
+        let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+        let pipeline = ImagePipeline::from_checkpoint(&ckpt).unwrap();
+        let request: Value = serde_json::from_str(&gr00t_fixtures::request_json("case0")).unwrap();
+        let frames = model_frames(&request, &pipeline).unwrap();
+        let labels: Vec<&str> = frames
+            .iter()
+            .map(|f| f["label"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            labels,
+            ["exterior t−15", "wrist t−15", "exterior t", "wrist t"]
+        );
+        // NVIDIA's pipeline output for this request: `[4, 3, 256, 448]` u8, model order.
+        let taps = gr00t_fixtures::Taps::load("case0");
+        assert_eq!(taps.dims("proc.qwen_resized_u8"), [4, 3, 256, 448]);
+        let want = taps.u8s("proc.qwen_resized_u8");
+        let plane = 256 * 448;
+        for (i, f) in frames.iter().enumerate() {
+            assert_eq!(
+                (f["width"].as_u64(), f["height"].as_u64()),
+                (Some(448), Some(256))
+            );
+            let src = f["src"].as_str().unwrap();
+            let b64 = src.strip_prefix("data:image/jpeg;base64,").unwrap();
+            let jpeg = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap();
+            assert!(jpeg.len() < 64 * 1024, "{} bytes", jpeg.len());
+            let back = image::load_from_memory(&jpeg).unwrap().to_rgb8();
+            assert_eq!(back.dimensions(), (448, 256));
+            let chw = &want[i * 3 * plane..(i + 1) * 3 * plane];
+            let mean_abs: f64 = back
+                .as_raw()
+                .chunks_exact(3)
+                .enumerate()
+                .flat_map(|(p, px)| (0..3).map(move |c| (px[c], p, c)))
+                .map(|(v, p, c)| (v as f64 - chw[c * plane + p] as f64).abs())
+                .sum::<f64>()
+                / (3 * plane) as f64;
+            // JPEG at quality 85 is lossy but close (~1 level); another frame, a shifted crop or
+            // swapped channels would be tens of levels off.
+            assert!(mean_abs < 3.0, "frame {i}: mean |Δ| {mean_abs}");
+        }
+    }
+}

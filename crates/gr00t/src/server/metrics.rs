@@ -1,0 +1,742 @@
+//! `GET /metrics`: request counters, per-stage latency histograms and process gauges, written in
+//! the Prometheus text exposition format (version 0.0.4) by hand.
+
+use gr00t_droid::response::TimingMs;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+
+/// Upper bounds (seconds) of the latency buckets: 0.5 ms to 2 min, roughly ×2.5 apart, so both
+/// the tiny test model and the full model on a CPU land in the middle.
+pub const BUCKETS_S: [f64; 18] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
+    40.0, 60.0, 120.0,
+];
+
+/// Request fields a 400 may name; anything else is counted as `other` (clients choose unknown
+/// field names, and a label must not grow without bound).
+const KNOWN_FIELDS: [&str; 14] = [
+    "body",
+    "content-type",
+    "images",
+    "images.exterior_image_1_left",
+    "images.wrist_image_left",
+    "instruction",
+    "state",
+    "state.eef_9d",
+    "state.gripper_position",
+    "state.joint_position",
+    "seed",
+    "noise",
+    "return_normalized",
+    "tokenizer",
+];
+
+/// The timed stages of a prediction, as the `stage` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// Waiting in the queue for the worker.
+    Queue,
+    /// JSON parse, base64 and image decode.
+    Decode,
+    /// Resize, patchify, tokenise, state normalisation, noise.
+    Encode,
+    /// Vision tower.
+    Vision,
+    /// Language model.
+    Llm,
+    /// VL adapter.
+    Adapter,
+    /// Flow-matching loop.
+    Denoise,
+    /// Un-normalisation and relative → absolute.
+    DecodeActions,
+    /// The whole computation in the worker.
+    Compute,
+    /// The whole `/predict` request as the HTTP layer saw it.
+    Request,
+}
+
+impl Stage {
+    /// Every stage, in the order they are rendered.
+    pub const ALL: [Stage; 10] = [
+        Stage::Queue,
+        Stage::Decode,
+        Stage::Encode,
+        Stage::Vision,
+        Stage::Llm,
+        Stage::Adapter,
+        Stage::Denoise,
+        Stage::DecodeActions,
+        Stage::Compute,
+        Stage::Request,
+    ];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Queue => "queue",
+            Stage::Decode => "decode",
+            Stage::Encode => "encode",
+            Stage::Vision => "vision",
+            Stage::Llm => "llm",
+            Stage::Adapter => "adapter",
+            Stage::Denoise => "denoise",
+            Stage::DecodeActions => "decode_actions",
+            Stage::Compute => "compute",
+            Stage::Request => "request",
+        }
+    }
+}
+
+/// How a `/predict` request ended, as the `outcome`/`code`/`field` labels.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    /// 200.
+    Ok,
+    /// 400, with the (normalised) field at fault.
+    BadRequest(String),
+    /// 413.
+    TooLarge,
+    /// 503: the queue was full.
+    Busy,
+    /// 500.
+    Internal,
+    /// Any other status.
+    Other(u16),
+}
+
+impl Outcome {
+    /// Classifies a status code; `field` is the refused field of a 400, if any.
+    pub fn from_status(status: u16, field: Option<&str>) -> Outcome {
+        match status {
+            200 => Outcome::Ok,
+            400 => Outcome::BadRequest(field_label(field.unwrap_or(""))),
+            413 => Outcome::TooLarge,
+            503 => Outcome::Busy,
+            500 => Outcome::Internal,
+            other => Outcome::Other(other),
+        }
+    }
+
+    /// The `outcome` label value.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::BadRequest(_) => "bad_request",
+            Outcome::TooLarge => "too_large",
+            Outcome::Busy => "busy",
+            Outcome::Internal => "error",
+            Outcome::Other(_) => "other",
+        }
+    }
+
+    /// The HTTP status.
+    pub fn code(&self) -> u16 {
+        match self {
+            Outcome::Ok => 200,
+            Outcome::BadRequest(_) => 400,
+            Outcome::TooLarge => 413,
+            Outcome::Busy => 503,
+            Outcome::Internal => 500,
+            Outcome::Other(c) => *c,
+        }
+    }
+}
+
+/// A refused field reduced to a bounded label: array indices dropped (`noise[3][7]` → `noise`),
+/// unknown names → `other`, no field → `none`.
+pub fn field_label(field: &str) -> String {
+    let base: String = {
+        let mut out = String::with_capacity(field.len());
+        let mut depth = 0usize;
+        for c in field.chars() {
+            match c {
+                '[' => depth += 1,
+                ']' => depth = depth.saturating_sub(1),
+                _ if depth == 0 => out.push(c),
+                _ => {}
+            }
+        }
+        out
+    };
+    if base.is_empty() {
+        return "none".into();
+    }
+    if KNOWN_FIELDS.contains(&base.as_str()) {
+        return base;
+    }
+    match base.split_once('.') {
+        Some((top, _)) if KNOWN_FIELDS.contains(&top) => top.to_string(),
+        _ => "other".into(),
+    }
+}
+
+/// A cumulative-on-render latency histogram over [`BUCKETS_S`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative); the last slot is `+Inf`.
+    counts: [u64; BUCKETS_S.len() + 1],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    /// Adds one observation in seconds (negative or NaN values are ignored).
+    pub fn observe(&mut self, seconds: f64) {
+        if seconds.is_nan() || seconds < 0.0 {
+            return;
+        }
+        let slot = BUCKETS_S
+            .iter()
+            .position(|&le| seconds <= le)
+            .unwrap_or(BUCKETS_S.len());
+        self.counts[slot] += 1;
+        self.sum += seconds;
+        self.count += 1;
+    }
+}
+
+/// Vision-cache counters read from the engine at scrape time (per image: 4 per request).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheCounts {
+    /// Images whose vision features came from the cache.
+    pub hits: u64,
+    /// Images the vision tower encoded.
+    pub misses: u64,
+}
+
+/// Values read at scrape time rather than accumulated.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Gauges {
+    /// Requests waiting in the queue.
+    pub queue_waiting: usize,
+    /// Queue capacity.
+    pub queue_capacity: usize,
+    /// Whether a request is being computed.
+    pub busy: bool,
+    /// Requests computed since start-up (any protocol).
+    pub computed: u64,
+    /// Resident set size of the process, when known.
+    pub rss_bytes: Option<u64>,
+    /// Vision cache counters (zero while the engine has no cache).
+    pub vision_cache: CacheCounts,
+    /// Entries held by the page's history (0 with `--no-ui`).
+    pub history_entries: usize,
+}
+
+#[derive(Default, Clone)]
+struct State {
+    requests: BTreeMap<Outcome, u64>,
+    stages: BTreeMap<Stage, Histogram>,
+}
+
+/// Counters and histograms shared by the handlers.
+pub struct Metrics {
+    state: Mutex<State>,
+    model_load_s: f64,
+    build: Vec<(&'static str, String)>,
+}
+
+impl Metrics {
+    /// Empty metrics; `model_load_s` and the `build` labels are fixed for the process.
+    pub fn new(model_load_s: f64, build: Vec<(&'static str, String)>) -> Metrics {
+        Metrics {
+            state: Mutex::new(State::default()),
+            model_load_s,
+            build,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // The state stays consistent even if a holder panicked: every update is one assignment.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts one `/predict` outcome.
+    pub fn count_request(&self, outcome: Outcome) {
+        *self.lock().requests.entry(outcome).or_insert(0) += 1;
+    }
+
+    /// Adds one latency observation to a stage.
+    pub fn observe(&self, stage: Stage, seconds: f64) {
+        self.lock()
+            .stages
+            .entry(stage)
+            .or_default()
+            .observe(seconds);
+    }
+
+    /// Adds a computed request's stage timings (ms, as the response reports them).
+    pub fn observe_timings(&self, t: &TimingMs, queue_ms: f64) {
+        let mut state = self.lock();
+        let mut put = |stage: Stage, ms: Option<f64>| {
+            if let Some(ms) = ms {
+                state.stages.entry(stage).or_default().observe(ms / 1e3);
+            }
+        };
+        put(Stage::Queue, Some(queue_ms));
+        put(Stage::Decode, Some(t.decode));
+        put(Stage::Encode, Some(t.encode));
+        put(Stage::Vision, t.vision);
+        put(Stage::Llm, t.llm);
+        put(Stage::Adapter, t.adapter);
+        put(Stage::Denoise, t.denoise);
+        put(Stage::DecodeActions, Some(t.decode_actions));
+        put(Stage::Compute, Some(t.total));
+    }
+
+    /// The whole exposition, `text/plain; version=0.0.4`.
+    pub fn render(&self, g: &Gauges) -> String {
+        let state = self.lock().clone();
+        let mut out = String::with_capacity(8 * 1024);
+        let w = &mut out;
+
+        header(
+            w,
+            "gr00t_predict_requests_total",
+            "counter",
+            "Prediction requests by outcome (400s by the refused field).",
+        );
+        let mut requests = state.requests;
+        // The common outcomes are always present, so a scraper sees them at 0.
+        for o in [
+            Outcome::Ok,
+            Outcome::TooLarge,
+            Outcome::Busy,
+            Outcome::Internal,
+        ] {
+            requests.entry(o).or_insert(0);
+        }
+        for (o, n) in &requests {
+            let code = o.code().to_string();
+            let mut labels = vec![("outcome", o.name()), ("code", code.as_str())];
+            if let Outcome::BadRequest(field) = o {
+                labels.push(("field", field.as_str()));
+            }
+            sample(w, "gr00t_predict_requests_total", &labels, *n as f64);
+        }
+
+        header(
+            w,
+            "gr00t_stage_duration_seconds",
+            "histogram",
+            "Latency of each stage of a prediction (queue = waiting for the worker, compute = \
+             the worker's whole job, request = the whole HTTP request).",
+        );
+        for stage in Stage::ALL {
+            let h = state.stages.get(&stage).cloned().unwrap_or_default();
+            let name = stage.name();
+            let mut cumulative = 0u64;
+            for (i, le) in BUCKETS_S.iter().enumerate() {
+                cumulative += h.counts[i];
+                let le = fmt_float(*le);
+                sample(
+                    w,
+                    "gr00t_stage_duration_seconds_bucket",
+                    &[("stage", name), ("le", &le)],
+                    cumulative as f64,
+                );
+            }
+            sample(
+                w,
+                "gr00t_stage_duration_seconds_bucket",
+                &[("stage", name), ("le", "+Inf")],
+                h.count as f64,
+            );
+            sample(
+                w,
+                "gr00t_stage_duration_seconds_sum",
+                &[("stage", name)],
+                h.sum,
+            );
+            sample(
+                w,
+                "gr00t_stage_duration_seconds_count",
+                &[("stage", name)],
+                h.count as f64,
+            );
+        }
+
+        let gauges: [(&str, &str, &str, f64); 8] = [
+            (
+                "gr00t_queue_depth",
+                "gauge",
+                "Requests waiting in the queue.",
+                g.queue_waiting as f64,
+            ),
+            (
+                "gr00t_queue_capacity",
+                "gauge",
+                "Requests that may wait; more are refused with 503.",
+                g.queue_capacity as f64,
+            ),
+            (
+                "gr00t_inference_busy",
+                "gauge",
+                "1 while a request is being computed.",
+                if g.busy { 1.0 } else { 0.0 },
+            ),
+            (
+                "gr00t_computed_requests_total",
+                "counter",
+                "Requests the worker took from the queue since start-up (400s it found included).",
+                g.computed as f64,
+            ),
+            (
+                "gr00t_vision_cache_hits_total",
+                "counter",
+                "Images whose vision-tower features came from the cache (4 images a request).",
+                g.vision_cache.hits as f64,
+            ),
+            (
+                "gr00t_vision_cache_misses_total",
+                "counter",
+                "Images the vision tower encoded (cache misses; 4 images a request).",
+                g.vision_cache.misses as f64,
+            ),
+            (
+                "gr00t_model_load_seconds",
+                "gauge",
+                "Time taken to load the model at start-up.",
+                self.model_load_s,
+            ),
+            (
+                "gr00t_ui_history_entries",
+                "gauge",
+                "Requests held for the status page.",
+                g.history_entries as f64,
+            ),
+        ];
+        for (name, kind, help, value) in gauges {
+            header(w, name, kind, help);
+            sample(w, name, &[], value);
+        }
+        if let Some(rss) = g.rss_bytes {
+            header(
+                w,
+                "process_resident_memory_bytes",
+                "gauge",
+                "Resident memory size in bytes.",
+            );
+            sample(w, "process_resident_memory_bytes", &[], rss as f64);
+        }
+        header(
+            w,
+            "gr00t_build_info",
+            "gauge",
+            "The served model and build, as labels.",
+        );
+        let labels: Vec<(&str, &str)> = self.build.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        sample(w, "gr00t_build_info", &labels, 1.0);
+        out
+    }
+}
+
+fn header(w: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(w, "# HELP {name} {}", escape_help(help));
+    let _ = writeln!(w, "# TYPE {name} {kind}");
+}
+
+fn sample(w: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
+    w.push_str(name);
+    if !labels.is_empty() {
+        w.push('{');
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                w.push(',');
+            }
+            let _ = write!(w, "{k}=\"{}\"", escape_label(v));
+        }
+        w.push('}');
+    }
+    let _ = writeln!(w, " {}", fmt_float(value));
+}
+
+/// A sample value as the format spells it (`+Inf`, `-Inf`, `NaN`, else shortest decimal).
+pub fn fmt_float(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v == f64::INFINITY {
+        "+Inf".into()
+    } else if v == f64::NEG_INFINITY {
+        "-Inf".into()
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Label values escape backslash, double quote and newline.
+pub fn escape_label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// HELP text escapes backslash and newline.
+fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// The process's resident set size (`VmRSS` of `/proc/self/status`, Linux); `None` elsewhere.
+pub fn process_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses the exposition into (name, sorted labels) → value, checking each line's syntax.
+    fn parse(text: &str) -> BTreeMap<(String, Vec<(String, String)>), f64> {
+        let mut out = BTreeMap::new();
+        let mut typed = std::collections::HashSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let mut it = rest.split(' ');
+                let name = it.next().unwrap();
+                let kind = it.next().unwrap();
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                assert!(typed.insert(name.to_string()), "TYPE twice: {line}");
+                continue;
+            }
+            if line.starts_with("# HELP ") {
+                continue;
+            }
+            assert!(!line.starts_with('#') && !line.is_empty(), "{line:?}");
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let value: f64 = match value {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().unwrap_or_else(|_| panic!("bad value in {line}")),
+            };
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => {
+                    let body = rest.strip_suffix('}').expect("closing brace");
+                    let mut labels: Vec<(String, String)> = body
+                        .split("\",")
+                        .map(|kv| {
+                            let (k, v) = kv.split_once("=\"").expect("k=\"v\"");
+                            (k.to_string(), v.trim_end_matches('"').to_string())
+                        })
+                        .collect();
+                    labels.sort();
+                    (name.to_string(), labels)
+                }
+                None => (series.to_string(), vec![]),
+            };
+            assert!(
+                name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "{name}"
+            );
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .filter(|f| typed.contains(*f))
+                .unwrap_or(&name)
+                .to_string();
+            assert!(typed.contains(&family), "sample before its TYPE: {line}");
+            assert!(out.insert((name, labels), value).is_none(), "dup: {line}");
+        }
+        out
+    }
+
+    fn key(name: &str, labels: &[(&str, &str)]) -> (String, Vec<(String, String)>) {
+        let mut l: Vec<(String, String)> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        l.sort();
+        (name.to_string(), l)
+    }
+
+    fn metrics() -> Metrics {
+        Metrics::new(
+            1.25,
+            vec![("version", "0.1.0".into()), ("model", "m\"x".into())],
+        )
+    }
+
+    #[test]
+    fn outcomes_are_counted_by_code_and_field() {
+        let m = metrics();
+        m.count_request(Outcome::from_status(200, None));
+        m.count_request(Outcome::from_status(200, None));
+        m.count_request(Outcome::from_status(400, Some("state.eef_9d")));
+        m.count_request(Outcome::from_status(400, Some("noise[3][17]")));
+        m.count_request(Outcome::from_status(400, Some("noise")));
+        m.count_request(Outcome::from_status(413, Some("body")));
+        m.count_request(Outcome::from_status(503, None));
+        let s = parse(&m.render(&Gauges::default()));
+        let n = |labels: &[(&str, &str)]| s[&key("gr00t_predict_requests_total", labels)];
+        assert_eq!(n(&[("outcome", "ok"), ("code", "200")]), 2.0);
+        assert_eq!(
+            n(&[
+                ("outcome", "bad_request"),
+                ("code", "400"),
+                ("field", "state.eef_9d")
+            ]),
+            1.0
+        );
+        assert_eq!(
+            n(&[
+                ("outcome", "bad_request"),
+                ("code", "400"),
+                ("field", "noise")
+            ]),
+            2.0
+        );
+        assert_eq!(n(&[("outcome", "too_large"), ("code", "413")]), 1.0);
+        assert_eq!(n(&[("outcome", "busy"), ("code", "503")]), 1.0);
+        // Never seen, still exported at zero.
+        assert_eq!(n(&[("outcome", "error"), ("code", "500")]), 0.0);
+    }
+
+    #[test]
+    fn field_labels_stay_bounded() {
+        assert_eq!(field_label("state.eef_9d"), "state.eef_9d");
+        assert_eq!(
+            field_label("images.wrist_image_left[1]"),
+            "images.wrist_image_left"
+        );
+        assert_eq!(field_label("images.front_cam"), "images");
+        assert_eq!(field_label("noise[39][131]"), "noise");
+        assert_eq!(field_label("my_custom_key"), "other");
+        assert_eq!(field_label(""), "none");
+    }
+
+    #[test]
+    fn histograms_are_cumulative_with_sum_and_count() {
+        let m = metrics();
+        let t = TimingMs {
+            decode: 2.0,
+            encode: 3.0,
+            device: 100.0,
+            decode_actions: 0.2,
+            total: 105.2,
+            vision: Some(30.0),
+            llm: Some(40.0),
+            adapter: None,
+            denoise: Some(30.0),
+        };
+        m.observe_timings(&t, 0.0);
+        m.observe_timings(&TimingMs { decode: 7.0, ..t }, 1500.0);
+        m.observe(Stage::Request, 0.2);
+        let s = parse(&m.render(&Gauges::default()));
+        let b = |stage: &str, le: &str| {
+            s[&key(
+                "gr00t_stage_duration_seconds_bucket",
+                &[("stage", stage), ("le", le)],
+            )]
+        };
+        // decode: 2 ms and 7 ms.
+        assert_eq!(b("decode", "0.001"), 0.0);
+        assert_eq!(b("decode", "0.0025"), 1.0);
+        assert_eq!(b("decode", "0.005"), 1.0);
+        assert_eq!(b("decode", "0.01"), 2.0);
+        assert_eq!(b("decode", "+Inf"), 2.0);
+        // queue: 0 s lands in the first bucket, 1.5 s in le=2.5.
+        assert_eq!(b("queue", "0.0005"), 1.0);
+        assert_eq!(b("queue", "1"), 1.0);
+        assert_eq!(b("queue", "2.5"), 2.0);
+        let sum = s[&key("gr00t_stage_duration_seconds_sum", &[("stage", "decode")])];
+        assert!((sum - 0.009).abs() < 1e-12, "{sum}");
+        assert_eq!(
+            s[&key(
+                "gr00t_stage_duration_seconds_count",
+                &[("stage", "compute")]
+            )],
+            2.0
+        );
+        // A stage the engine did not time is exported empty, not skipped.
+        assert_eq!(b("adapter", "+Inf"), 0.0);
+        assert_eq!(b("request", "0.25"), 1.0);
+        // Buckets never decrease.
+        for stage in Stage::ALL {
+            let mut last = 0.0;
+            for le in BUCKETS_S
+                .iter()
+                .map(|v| fmt_float(*v))
+                .chain(["+Inf".into()])
+            {
+                let v = b(stage.name(), &le);
+                assert!(v >= last, "{stage:?} le={le}");
+                last = v;
+            }
+        }
+    }
+
+    #[test]
+    fn gauges_and_build_info() {
+        let m = metrics();
+        let g = Gauges {
+            queue_waiting: 3,
+            queue_capacity: 8,
+            busy: true,
+            computed: 11,
+            rss_bytes: Some(123 * 4096),
+            vision_cache: CacheCounts { hits: 5, misses: 2 },
+            history_entries: 4,
+        };
+        let text = m.render(&g);
+        let s = parse(&text);
+        let v = |name: &str| s[&key(name, &[])];
+        assert_eq!(v("gr00t_queue_depth"), 3.0);
+        assert_eq!(v("gr00t_queue_capacity"), 8.0);
+        assert_eq!(v("gr00t_inference_busy"), 1.0);
+        assert_eq!(v("gr00t_computed_requests_total"), 11.0);
+        assert_eq!(v("gr00t_vision_cache_hits_total"), 5.0);
+        assert_eq!(v("gr00t_vision_cache_misses_total"), 2.0);
+        assert_eq!(v("gr00t_model_load_seconds"), 1.25);
+        assert_eq!(v("gr00t_ui_history_entries"), 4.0);
+        assert_eq!(v("process_resident_memory_bytes"), 503808.0);
+        assert!(
+            text.contains("gr00t_build_info{version=\"0.1.0\",model=\"m\\\"x\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.ends_with('\n'));
+        // Without a reading, the RSS series is left out rather than faked.
+        let text = m.render(&Gauges::default());
+        assert!(!text.contains("process_resident_memory_bytes"));
+    }
+
+    #[test]
+    fn value_and_label_escaping() {
+        assert_eq!(fmt_float(f64::INFINITY), "+Inf");
+        assert_eq!(fmt_float(f64::NAN), "NaN");
+        assert_eq!(fmt_float(0.0005), "0.0005");
+        assert_eq!(fmt_float(2.0), "2");
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn rss_agrees_with_statm() {
+        let Some(rss) = process_rss_bytes() else {
+            return; // not Linux
+        };
+        // statm's second field is the same counter in pages (4 KiB on x86_64 and aarch64 Linux
+        // with default kernels); the two reads are moments apart.
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let diff = (rss as i64 - (pages * 4096) as i64).unsigned_abs();
+        assert!(
+            rss > 0 && diff < 16 << 20,
+            "status {rss} vs statm {pages} pages"
+        );
+    }
+}

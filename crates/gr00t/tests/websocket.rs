@@ -1,0 +1,267 @@
+//! `gr00t serve --ws-port`: openpi's websocket policy protocol, spoken to by a client written
+//! like openpi-client's `WebsocketClientPolicy` (msgpack-numpy with binary keys), against the
+//! tiny fixture model: metadata on connect, case0 through the per-connection frame history
+//! gives the fixture's actions and exactly HTTP's, errors are a text frame then close 1011, and
+//! `GET /healthz` answers on the same port.
+
+#[path = "../src/server/test_client.rs"]
+mod test_client;
+#[path = "../src/protocols/test_server.rs"]
+mod test_server;
+
+#[allow(dead_code)]
+#[path = "../src/protocols/msgpack_numpy.rs"]
+mod msgpack_numpy;
+#[allow(dead_code)]
+#[path = "../src/protocols/ndarray.rs"]
+mod ndarray;
+#[allow(dead_code)]
+#[path = "../src/protocols/npy.rs"]
+mod npy;
+
+use gr00t_fixtures::max_abs_diff;
+use msgpack_numpy::{from_openpi_array, get, openpi_array, pack, unpack};
+use ndarray::{DType, NdArray};
+use rmpv::Value;
+use std::net::TcpStream;
+use std::time::Duration;
+use test_server::{fixture_actions, frame, http_actions, state, Server, CAMERAS, GROUPS};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::{Message, WebSocket};
+
+type Ws = WebSocket<TcpStream>;
+
+fn connect(addr: &str, api_key: Option<&str>) -> Result<(Ws, Value), tungstenite::Error> {
+    let stream = TcpStream::connect(addr).expect("tcp connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let mut req = format!("ws://{addr}/").into_client_request().unwrap();
+    if let Some(k) = api_key {
+        req.headers_mut()
+            .insert("Authorization", format!("Api-Key {k}").parse().unwrap());
+    }
+    let (mut ws, _) = tungstenite::client(req, stream).map_err(|e| match e {
+        tungstenite::HandshakeError::Failure(e) => e,
+        tungstenite::HandshakeError::Interrupted(_) => panic!("handshake interrupted"),
+    })?;
+    // The server speaks first: the metadata frame.
+    let meta = match ws.read().expect("metadata frame") {
+        Message::Binary(b) => unpack(&b).expect("metadata msgpack"),
+        other => panic!("expected binary metadata, got {other:?}"),
+    };
+    Ok((ws, meta))
+}
+
+fn infer(ws: &mut Ws, obs: &Value) -> Value {
+    ws.send(Message::Binary(pack(obs).into())).expect("send");
+    match ws.read().expect("reply") {
+        Message::Binary(b) => unpack(&b).expect("reply msgpack"),
+        other => panic!("expected a binary reply, got {other:?}"),
+    }
+}
+
+/// After a bad message: the error text frame, then close 1011.
+fn expect_error(ws: &mut Ws, msg: Message) -> String {
+    ws.send(msg).expect("send");
+    let text = match ws.read().expect("error frame") {
+        Message::Text(t) => t.to_string(),
+        other => panic!("expected a text error frame, got {other:?}"),
+    };
+    match ws.read() {
+        Ok(Message::Close(Some(f))) => assert_eq!(f.code, CloseCode::Error, "{text}"),
+        other => panic!("expected close 1011 after {text:?}, got {other:?}"),
+    }
+    text
+}
+
+fn image(shape: Vec<usize>, data: Vec<u8>) -> Value {
+    openpi_array(&NdArray::new(DType::U8, shape, data).unwrap())
+}
+
+/// case0's state, cameras at frame `t` (`[H,W,3]`), or both frames (`[2,H,W,3]`) when `t` is
+/// `None`; noise seed 0 (case0's).
+fn observation(t: Option<&str>) -> Vec<(Value, Value)> {
+    let mut m: Vec<(Value, Value)> = CAMERAS
+        .iter()
+        .map(|cam| {
+            let v = match t {
+                Some(t) => {
+                    let (w, h, data) = frame("case0", cam, t);
+                    image(vec![h, w, 3], data)
+                }
+                None => {
+                    let (w, h, mut data) = frame("case0", cam, "t-15");
+                    data.extend(frame("case0", cam, "t0").2);
+                    image(vec![2, h, w, 3], data)
+                }
+            };
+            (Value::from(format!("observation/{cam}")), v)
+        })
+        .collect();
+    for g in GROUPS {
+        let f64s: Vec<u8> = state("case0", g)
+            .iter()
+            .flat_map(|x| (*x as f64).to_le_bytes())
+            .collect();
+        let n = f64s.len() / 8;
+        let a = NdArray::new(DType::parse("<f8").unwrap(), vec![n], f64s).unwrap();
+        m.push((Value::from(format!("observation/{g}")), openpi_array(&a)));
+    }
+    m.push((
+        Value::from("prompt"),
+        Value::from("Put the blue block in the green bowl"),
+    ));
+    m.push((Value::from("__noise_seed__"), Value::from(0)));
+    m
+}
+
+fn array(reply: &Value, key: &str) -> NdArray {
+    let m = reply.as_map().expect("reply dict");
+    let v = get(m, key).unwrap_or_else(|| panic!("no {key} in {reply}"));
+    from_openpi_array(v)
+        .expect("ndarray")
+        .expect("valid ndarray")
+}
+
+fn groups(reply: &Value) -> Vec<Vec<f32>> {
+    GROUPS
+        .iter()
+        .map(|g| {
+            let a = array(reply, g);
+            assert_eq!(a.dtype, DType::F32);
+            assert_eq!(a.shape[0], 40);
+            a.to_f32s()
+        })
+        .collect()
+}
+
+#[test]
+fn websocket_serves_openpi_clients() {
+    let s = Server::start(&["--ws-port", "0"]);
+    let addr = s.ws.clone().expect("ws address");
+    let health = test_client::get(&addr, "/healthz").expect("GET /healthz");
+    assert_eq!((health.status, health.text().as_str()), (200, "OK\n"));
+
+    let (mut ws, meta) = connect(&addr, None).unwrap();
+    let meta = meta.as_map().expect("metadata dict").clone();
+    assert_eq!(get(&meta, "action_horizon"), Some(&Value::from(40)));
+
+    // The current frame only: the first observation is paired with itself, the second with
+    // the first, which makes it exactly case0 ([t−15, t0]).
+    let first = infer(&mut ws, &Value::Map(observation(Some("t-15"))));
+    let reply = infer(&mut ws, &Value::Map(observation(Some("t0"))));
+    let ours = groups(&reply);
+    for (g, got) in GROUPS.iter().zip(&ours) {
+        let d = max_abs_diff(got, &fixture_actions("case0", g));
+        assert!(d <= 1e-5, "{g}: max|Δ| {d:.3e} > 1e-5");
+    }
+    assert_ne!(groups(&first), ours, "the history frame made no difference");
+    let mut http_body = test_server::request("case0");
+    http_body.as_object_mut().unwrap().remove("noise");
+    http_body["seed"] = 0.into();
+    let r = test_client::post_json(
+        &s.http,
+        "/predict",
+        &serde_json::to_vec(&http_body).unwrap(),
+    )
+    .expect("POST /predict");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let http: Vec<Vec<f32>> = GROUPS.iter().map(|g| http_actions(&r.json(), g)).collect();
+    assert_eq!(ours, http, "websocket and HTTP differ");
+
+    // actions = [joint_position | gripper_position] per step; timings as openpi reports them.
+    let actions = array(&reply, "actions");
+    assert_eq!(actions.shape, vec![40, 8]);
+    let (joint, grip) = (&ours[2], &ours[1]);
+    let want: Vec<f32> = joint
+        .chunks(7)
+        .zip(grip)
+        .flat_map(|(j, g)| j.iter().chain([g]).copied())
+        .collect();
+    assert_eq!(actions.to_f32s(), want);
+    let timing = |r: &Value| {
+        get(r.as_map().unwrap(), "server_timing")
+            .and_then(|t| t.as_map())
+            .expect("server_timing")
+            .clone()
+    };
+    assert!(get(&timing(&first), "infer_ms").is_some_and(|v| v.as_f64().is_some()));
+    assert!(get(&timing(&first), "prev_total_ms").is_none());
+    assert!(get(&timing(&reply), "prev_total_ms").is_some());
+    // openpi's encoding: bin keys inside an array, str keys outside.
+    let m = reply.as_map().unwrap();
+    let Some(Value::Map(arr)) = get(m, "eef_9d") else {
+        panic!("eef_9d")
+    };
+    assert!(arr.iter().all(|(k, _)| matches!(k, Value::Binary(_))));
+    assert!(m.iter().all(|(k, _)| matches!(k, Value::String(_))));
+
+    // Both frames in one array: no history needed, same answer on a fresh connection.
+    let (mut ws2, _) = connect(&addr, None).unwrap();
+    assert_eq!(
+        groups(&infer(&mut ws2, &Value::Map(observation(None)))),
+        ours
+    );
+
+    // Errors: a text frame with the reason, close 1011; the server takes new connections.
+    let edit = |key: &str, v: Option<Value>| {
+        let mut m: Vec<_> = observation(Some("t0"))
+            .into_iter()
+            .filter(|(k, _)| k.as_str() != Some(key))
+            .collect();
+        if let Some(v) = v {
+            m.push((Value::from(key), v));
+        }
+        Message::Binary(pack(&Value::Map(m)).into())
+    };
+    let float_image = openpi_array(&NdArray::from_f32(vec![180, 320, 3], &vec![0.5; 172_800]));
+    let square = image(vec![224, 224, 3], vec![0; 224 * 224 * 3]);
+    let cases = vec![
+        (
+            edit("observation/wrist_image_left", Some(float_image)),
+            "uint8",
+        ),
+        (
+            edit("observation/exterior_image_1_left", Some(square)),
+            "resize_with_pad",
+        ),
+        (
+            edit("observation/joint_position", None),
+            "observation/joint_position is missing",
+        ),
+        (
+            Message::Binary(b"\xc1not msgpack".to_vec().into()),
+            "msgpack",
+        ),
+        (Message::Text("hello".into()), "binary"),
+    ];
+    for (msg, want) in cases {
+        let (mut bad, _) = connect(&addr, None).unwrap();
+        let text = expect_error(&mut bad, msg);
+        assert!(text.contains(want), "{text:?} lacks {want:?}");
+        assert!(!text.contains("Traceback"), "{text}");
+    }
+    assert_eq!(
+        groups(&infer(&mut ws2, &Value::Map(observation(None)))),
+        ours
+    );
+}
+
+#[test]
+fn websocket_requires_the_api_key_when_set() {
+    let s = Server::start(&["--ws-port", "0", "--api-token", "k3y"]);
+    let addr = s.ws.clone().expect("ws address");
+    for key in [None, Some("nope")] {
+        match connect(&addr, key) {
+            Err(tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 401),
+            Err(e) => panic!("expected 401, got {e}"),
+            Ok(_) => panic!("handshake with key {key:?} was accepted"),
+        }
+    }
+    let (_ws, meta) = connect(&addr, Some("k3y")).expect("handshake with the key");
+    assert!(meta.as_map().is_some());
+    let health = test_client::get(&addr, "/healthz").expect("GET /healthz");
+    assert_eq!(health.status, 200);
+}

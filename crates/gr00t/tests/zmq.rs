@@ -1,0 +1,427 @@
+//! `gr00t serve --zmq-port`: Isaac-GR00T's ZMQ policy protocol, spoken to by a ZMQ REQ client
+//! written like upstream's `PolicyClient` (msgpack envelope, `.npy` arrays), against the tiny
+//! fixture model: case0 gives the fixture's actions and exactly HTTP's, every endpoint answers,
+//! bad requests get `{"error": ...}` and the server keeps serving.
+
+#[path = "../src/server/test_client.rs"]
+mod test_client;
+#[path = "../src/protocols/test_server.rs"]
+mod test_server;
+
+#[allow(dead_code)]
+#[path = "../src/protocols/msgpack_numpy.rs"]
+mod msgpack_numpy;
+#[allow(dead_code)]
+#[path = "../src/protocols/ndarray.rs"]
+mod ndarray;
+#[allow(dead_code)]
+#[path = "../src/protocols/npy.rs"]
+mod npy;
+
+use gr00t_fixtures::max_abs_diff;
+use msgpack_numpy::{from_gr00t_array, get, gr00t_array, pack, str_map, unpack};
+use ndarray::{DType, NdArray};
+use rmpv::Value;
+use std::time::Duration;
+use test_server::{fixture_actions, frame, http_actions, noise, state, Server, CAMERAS, GROUPS};
+use zeromq::{ReqSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+
+/// A msgpack map's entries.
+type Map = Vec<(Value, Value)>;
+
+const LANG_KEY: &str = "annotation.language.language_instruction";
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A blocking REQ client: one request, one reply, like `PolicyClient.call_endpoint`.
+struct Client {
+    rt: tokio::runtime::Runtime,
+    socket: ReqSocket,
+}
+
+impl Client {
+    fn connect(addr: &str) -> Client {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut socket = ReqSocket::new();
+        rt.block_on(socket.connect(&format!("tcp://{addr}")))
+            .expect("connect");
+        Client { rt, socket }
+    }
+
+    /// Sends raw bytes, returns the raw reply.
+    fn exchange(&mut self, bytes: Vec<u8>) -> Vec<u8> {
+        let socket = &mut self.socket;
+        self.rt.block_on(async {
+            let fut = async {
+                socket.send(ZmqMessage::from(bytes)).await.expect("send");
+                socket.recv().await.expect("recv")
+            };
+            let reply = tokio::time::timeout(TIMEOUT, fut)
+                .await
+                .expect("reply in time");
+            assert_eq!(reply.len(), 1, "one frame per reply");
+            reply.get(0).unwrap().to_vec()
+        })
+    }
+
+    fn call(&mut self, endpoint: &str, data: Option<Value>, token: Option<&str>) -> Value {
+        let mut req = vec![("endpoint", Value::from(endpoint))];
+        if let Some(d) = data {
+            req.push(("data", d));
+        }
+        if let Some(t) = token {
+            req.push(("api_token", Value::from(t)));
+        }
+        unpack(&self.exchange(pack(&str_map(req)))).expect("msgpack reply")
+    }
+}
+
+fn error_text(v: &Value) -> String {
+    match v {
+        Value::Map(m) => match get(m, "error") {
+            Some(Value::String(s)) => s.as_str().unwrap().to_string(),
+            _ => panic!("no error in {v}"),
+        },
+        _ => panic!("not an error dict: {v}"),
+    }
+}
+
+/// case0 as the upstream DROID client sends it, with `b` copies (video `[B,2,H,W,3]` uint8,
+/// state `[B,1,D]` float32); flat = `--use_sim_policy_wrapper` keys.
+fn case0_observation(b: usize, flat: bool) -> Value {
+    let video = |cam: &str| {
+        let (w, h, mut data) = frame("case0", cam, "t-15");
+        data.extend(frame("case0", cam, "t0").2);
+        let data = data.repeat(b);
+        gr00t_array(&NdArray::new(DType::U8, vec![b, 2, h, w, 3], data).unwrap())
+    };
+    let st = |g: &str| {
+        let v = state("case0", g);
+        gr00t_array(&NdArray::from_f32(vec![b, 1, v.len()], &v.repeat(b)))
+    };
+    let instruction = Value::from("Put the blue block in the green bowl");
+    if flat {
+        let mut m = vec![];
+        for cam in CAMERAS {
+            m.push((Value::from(format!("video.{cam}")), video(cam)));
+        }
+        for g in GROUPS {
+            m.push((Value::from(format!("state.{g}")), st(g)));
+        }
+        m.push((Value::from(LANG_KEY), Value::Array(vec![instruction; b])));
+        Value::Map(m)
+    } else {
+        let videos = Value::Map(
+            CAMERAS
+                .iter()
+                .map(|c| (Value::from(*c), video(c)))
+                .collect(),
+        );
+        let states = Value::Map(GROUPS.iter().map(|g| (Value::from(*g), st(g))).collect());
+        let lang = Value::Array(vec![Value::Array(vec![instruction]); b]);
+        str_map([
+            ("video", videos),
+            ("state", states),
+            ("language", str_map([(LANG_KEY, lang)])),
+        ])
+    }
+}
+
+fn case0_noise() -> Value {
+    gr00t_array(&NdArray::from_f32(vec![1, 40, 132], &noise("case0")))
+}
+
+fn get_action(obs: Value, options: Value) -> Value {
+    str_map([("observation", obs), ("options", options)])
+}
+
+/// `[action_dict, info]` → per action key its float32 array.
+fn actions(reply: &Value) -> Vec<(String, NdArray)> {
+    let Value::Array(pair) = reply else {
+        panic!("reply is not [actions, info]: {reply}")
+    };
+    assert_eq!(pair.len(), 2, "{reply}");
+    assert_eq!(pair[1], Value::Map(vec![]), "info");
+    let Value::Map(m) = &pair[0] else {
+        panic!("actions is not a dict")
+    };
+    m.iter()
+        .map(|(k, v)| {
+            let a = from_gr00t_array(v).expect("ndarray").expect("npy");
+            assert_eq!(a.dtype, DType::F32);
+            (k.as_str().unwrap().to_string(), a)
+        })
+        .collect()
+}
+
+/// Rows of batch item `i` of each group, in GROUPS order.
+fn item(acts: &[(String, NdArray)], prefix: &str, i: usize) -> Vec<Vec<f32>> {
+    GROUPS
+        .iter()
+        .map(|g| {
+            let (_, a) = acts
+                .iter()
+                .find(|(k, _)| *k == format!("{prefix}{g}"))
+                .unwrap_or_else(|| panic!("no {prefix}{g}"));
+            assert_eq!(a.shape[1..2], [40]);
+            let per = a.shape[1] * a.shape[2];
+            a.to_f32s()[i * per..(i + 1) * per].to_vec()
+        })
+        .collect()
+}
+
+fn assert_fixture(groups: &[Vec<f32>]) {
+    for (g, ours) in GROUPS.iter().zip(groups) {
+        let d = max_abs_diff(ours, &fixture_actions("case0", g));
+        assert!(d <= 1e-5, "{g}: max|Δ| {d:.3e} > 1e-5");
+    }
+}
+
+fn http_predict(s: &Server, body: &serde_json::Value) -> Vec<Vec<f32>> {
+    let r = test_client::post_json(&s.http, "/predict", &serde_json::to_vec(body).unwrap())
+        .expect("POST /predict");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let json = r.json();
+    GROUPS.iter().map(|g| http_actions(&json, g)).collect()
+}
+
+#[test]
+fn zmq_get_action_matches_fixture_and_http_and_survives_bad_requests() {
+    let s = Server::start(&["--zmq-port", "0"]);
+    let mut c = Client::connect(s.zmq.as_deref().expect("zmq address"));
+
+    // ping / reset / get_modality_config, as upstream's PolicyServer answers them.
+    let ping = c.call("ping", None, None);
+    assert_eq!(
+        pack(&ping),
+        pack(&str_map([
+            ("status", Value::from("ok")),
+            ("message", Value::from("Server is running"))
+        ]))
+    );
+    let reset = c.call("reset", Some(str_map([("options", Value::Nil)])), None);
+    assert_eq!(reset, Value::Map(vec![]));
+    let mc = c.call("get_modality_config", None, None);
+    let Value::Map(mc) = &mc else { panic!("{mc}") };
+    let video = get(mc, "video").and_then(|v| v.as_map()).expect("video");
+    assert_eq!(
+        get(video, "__ModalityConfig_class__"),
+        Some(&Value::Boolean(true))
+    );
+    let json = get(video, "as_json")
+        .and_then(|v| v.as_map())
+        .expect("as_json");
+    assert_eq!(
+        get(json, "delta_indices"),
+        Some(&Value::Array(vec![Value::from(-15), Value::from(0)]))
+    );
+    let action = get(mc, "action").and_then(|v| v.as_map()).unwrap();
+    let action = get(action, "as_json").and_then(|v| v.as_map()).unwrap();
+    assert_eq!(
+        get(action, "delta_indices")
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        40
+    );
+
+    // case0 with its noise: the fixture's actions, and bit for bit what HTTP answers.
+    let options = str_map([("noise", case0_noise())]);
+    let reply = c.call(
+        "get_action",
+        Some(get_action(case0_observation(1, false), options)),
+        None,
+    );
+    let acts = actions(&reply);
+    let keys: Vec<&str> = acts.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, GROUPS);
+    assert_eq!(acts[0].1.shape, vec![1, 40, 9]);
+    let ours = item(&acts, "", 0);
+    assert_fixture(&ours);
+    let http_body = test_server::request("case0");
+    assert_eq!(ours, http_predict(&s, &http_body), "ZMQ and HTTP differ");
+
+    // Seed 0 (case0's noise seed) through options; no options = HTTP's default seed 42.
+    let seeded = c.call(
+        "get_action",
+        Some(get_action(
+            case0_observation(1, false),
+            str_map([("seed", Value::from(0))]),
+        )),
+        None,
+    );
+    assert_fixture(&item(&actions(&seeded), "", 0));
+    let default = c.call(
+        "get_action",
+        Some(get_action(case0_observation(1, false), Value::Nil)),
+        None,
+    );
+    let mut seed42 = http_body.clone();
+    seed42.as_object_mut().unwrap().remove("noise");
+    assert_eq!(item(&actions(&default), "", 0), http_predict(&s, &seed42));
+
+    // A batch of two: each item is the single answer.
+    let reply = c.call(
+        "get_action",
+        Some(get_action(
+            case0_observation(2, false),
+            str_map([("noise", case0_noise())]),
+        )),
+        None,
+    );
+    let acts = actions(&reply);
+    assert_eq!(acts[2].1.shape, vec![2, 40, 7]);
+    assert_eq!(item(&acts, "", 1), ours);
+
+    // Malformed requests: each gets {"error": ...}, naming what is wrong.
+    let edit = |f: &dyn Fn(&mut Map)| {
+        let mut obs = case0_observation(1, false);
+        if let Value::Map(m) = &mut obs {
+            f(m);
+        }
+        get_action(obs, Value::Nil)
+    };
+    let f64_state = edit(&|m| {
+        let st = GROUPS
+            .iter()
+            .map(|g| {
+                let v: Vec<u8> = state("case0", g)
+                    .iter()
+                    .flat_map(|x| (*x as f64).to_le_bytes())
+                    .collect();
+                let n = v.len() / 8;
+                let a = NdArray::new(DType::parse("<f8").unwrap(), vec![1, 1, n], v).unwrap();
+                (Value::from(*g), gr00t_array(&a))
+            })
+            .collect();
+        let slot = m
+            .iter_mut()
+            .find(|(k, _)| k.as_str() == Some("state"))
+            .unwrap();
+        slot.1 = Value::Map(st);
+    });
+    let one_frame = {
+        let (w, h, data) = frame("case0", "wrist_image_left", "t0");
+        let a = gr00t_array(&NdArray::new(DType::U8, vec![1, 1, h, w, 3], data).unwrap());
+        edit(&move |m: &mut Map| {
+            let slot = m
+                .iter_mut()
+                .find(|(k, _)| k.as_str() == Some("video"))
+                .unwrap();
+            if let Value::Map(v) = &mut slot.1 {
+                v[1].1 = a.clone();
+            }
+        })
+    };
+    let no_wrist = edit(&|m| {
+        let slot = m
+            .iter_mut()
+            .find(|(k, _)| k.as_str() == Some("video"))
+            .unwrap();
+        if let Value::Map(v) = &mut slot.1 {
+            v.truncate(1);
+        }
+    });
+    let bad_noise = get_action(
+        case0_observation(1, false),
+        str_map([(
+            "noise",
+            gr00t_array(&NdArray::from_f32(vec![40, 8], &[0.0; 320])),
+        )]),
+    );
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "float64 state",
+            f64_state,
+            "must be a numpy array of type np.float32. Got float64",
+        ),
+        (
+            "one frame",
+            one_frame,
+            "Video key 'wrist_image_left's horizon must be 2. Got 1",
+        ),
+        (
+            "missing camera",
+            no_wrist,
+            "Video key 'wrist_image_left' must be in observation",
+        ),
+        (
+            "noise shape",
+            bad_noise,
+            "options.noise must have shape (40, 132)",
+        ),
+        ("data not a dict", Value::from(3), "data must be a dict"),
+    ];
+    for (what, data, want) in cases {
+        let e = error_text(&c.call("get_action", Some(data), None));
+        assert!(e.contains(want), "{what}: {e}");
+    }
+    let e = error_text(&unpack(&c.exchange(b"\xc1garbage".to_vec())).unwrap());
+    assert!(e.contains("msgpack"), "garbage: {e}");
+    let e = error_text(&c.call("teleport", None, None));
+    assert_eq!(e, "Unknown endpoint: teleport");
+    let e = error_text(&c.call("kill", None, None));
+    assert!(e.contains("--allow-kill"), "{e}");
+
+    // Still serving, with the same answer.
+    let reply = c.call(
+        "get_action",
+        Some(get_action(
+            case0_observation(1, false),
+            str_map([("noise", case0_noise())]),
+        )),
+        None,
+    );
+    assert_eq!(item(&actions(&reply), "", 0), ours);
+}
+
+#[test]
+fn zmq_token_flat_form_and_kill() {
+    let s = Server::start(&[
+        "--zmq-port",
+        "0",
+        "--api-token",
+        "s3cret",
+        "--allow-kill",
+        "--use-sim-policy-wrapper",
+    ]);
+    let mut c = Client::connect(s.zmq.as_deref().expect("zmq address"));
+    for token in [None, Some("wrong")] {
+        let e = error_text(&c.call("ping", None, token));
+        assert_eq!(e, "Unauthorized: Invalid API token");
+    }
+    assert!(c.call("ping", None, Some("s3cret")).as_map().is_some());
+
+    // The flat form: video.<cam> / state.<key> / language list in, action.<key> out.
+    let reply = c.call(
+        "get_action",
+        Some(get_action(
+            case0_observation(1, true),
+            str_map([("noise", case0_noise())]),
+        )),
+        Some("s3cret"),
+    );
+    assert_fixture(&item(&actions(&reply), "action.", 0));
+    let e = error_text(&c.call(
+        "get_action",
+        Some(get_action(case0_observation(1, false), Value::Nil)),
+        Some("s3cret"),
+    ));
+    assert_eq!(
+        e,
+        "Video key 'video.exterior_image_1_left' must be in observation"
+    );
+
+    // kill: a nil reply, then the whole server shuts down cleanly.
+    let raw = c.exchange(pack(&str_map([
+        ("endpoint", Value::from("kill")),
+        ("api_token", Value::from("s3cret")),
+    ])));
+    assert_eq!(raw, vec![0xc0], "kill answers None");
+    let (status, log) = s.wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "{status}:\n{log}");
+    assert!(log.contains("server stopped"), "{log}");
+}

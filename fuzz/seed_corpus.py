@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Writes the fuzz seed corpora under fuzz/corpus/<target>/ from the bundled fixtures
+(request.json bodies, PNG frames) plus msgpack observations built like the Python peers'
+clients (needs numpy + msgpack). Run from the repository root: python3 fuzz/seed_corpus.py"""
+import glob, io, json, os
+import msgpack, numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIX = os.path.join(ROOT, "tests/fixtures/gr00t_n17_tiny")
+OUT = os.path.join(ROOT, "fuzz/corpus")
+
+def put(target, name, data):
+    d = os.path.join(OUT, target); os.makedirs(d, exist_ok=True)
+    open(os.path.join(d, name), "wb").write(data)
+
+for case in sorted(glob.glob(FIX + "/case*")):
+    c = os.path.basename(case)
+    body = open(case + "/request.json", "rb").read()
+    put("request_json", c + ".json", body)
+    req = json.loads(body)
+    req.pop("noise"); req["seed"] = 7
+    put("request_json", c + "_seed.json", json.dumps(req).encode())
+    for png in sorted(glob.glob(case + "/*.png")):
+        put("image_decode", c + "_" + os.path.basename(png), open(png, "rb").read())
+
+try:  # JPEG, gray and RGBA variants of one fixture frame (PIL optional)
+    from PIL import Image
+    im = Image.open(FIX + "/case0/exterior_image_1_left_t0.png")
+    for name, img, fmt, kw in (("case0_ext.jpg", im, "JPEG", {"quality": 80}),
+                               ("case0_gray.png", im.convert("L"), "PNG", {}),
+                               ("case0_rgba.png", im.convert("RGBA"), "PNG", {}),
+                               ("small.jpg", im.resize((32, 18)), "JPEG", {"quality": 50, "progressive": True})):
+        b = io.BytesIO(); img.save(b, fmt, **kw); put("image_decode", name, b.getvalue())
+except ImportError:
+    pass
+
+def npy(a):
+    b = io.BytesIO(); np.save(b, a, allow_pickle=False); return b.getvalue()
+
+def gr00t(a):  # Isaac-GR00T MsgSerializer form
+    return {"__ndarray_class__": True, "as_npy": npy(a)}
+
+def openpi(a):  # openpi msgpack_numpy form
+    return {b"__ndarray__": True, b"data": a.tobytes(), b"dtype": a.dtype.str, b"shape": list(a.shape)}
+
+H, W = 18, 32  # 16:9, small so mutations stay fast
+rng = np.random.default_rng(0)
+vid = lambda b, t: rng.integers(0, 256, (b, t, H, W, 3), dtype=np.uint8)
+st = lambda b, d: rng.standard_normal((b, 1, d)).astype(np.float32)
+lang = "annotation.language.language_instruction"
+for b in (1, 2):
+    nested = {"video": {"exterior_image_1_left": gr00t(vid(b, 2)), "wrist_image_left": gr00t(vid(b, 2))},
+              "state": {"eef_9d": gr00t(st(b, 9)), "gripper_position": gr00t(st(b, 1)),
+                        "joint_position": gr00t(st(b, 7))},
+              "language": {lang: [["pick up the block"]] * b}}
+    put("zmq_msgpack", f"nested_b{b}.msgpack", msgpack.packb(
+        {"endpoint": "get_action", "data": {"observation": nested, "options": {"seed": 3}}, "api_token": "t"}))
+    flat = {"video.exterior_image_1_left": gr00t(vid(b, 2)), "video.wrist_image_left": gr00t(vid(b, 2)),
+            "state.eef_9d": gr00t(st(b, 9)), "state.gripper_position": gr00t(st(b, 1)),
+            "state.joint_position": gr00t(st(b, 7)), lang: ["pick up the block"] * b}
+    put("zmq_msgpack", f"flat_b{b}.msgpack", msgpack.packb({"endpoint": "get_action", "data": {"observation": flat}}))
+put("zmq_msgpack", "ping.msgpack", msgpack.packb({"endpoint": "ping"}))
+put("zmq_msgpack", "raw.npy", npy(np.arange(12, dtype=np.float32).reshape(3, 4)))
+put("zmq_msgpack", "raw_f.npy", npy(np.asfortranarray(np.arange(12, dtype=np.int16).reshape(3, 4))))
+
+for name, two in (("pair", True), ("single", False)):
+    img = lambda: rng.integers(0, 256, ((2,) if two else ()) + (H, W, 3), dtype=np.uint8)
+    obs = {"observation/exterior_image_1_left": openpi(img()), "observation/wrist_image_left": openpi(img()),
+           "observation/joint_position": openpi(rng.standard_normal(7)),
+           "observation/gripper_position": openpi(rng.standard_normal(1)),
+           "prompt": "pick up the block"}
+    if two:
+        obs["observation/eef_9d"] = [0.1] * 9
+    else:
+        obs["observation/cartesian_position"] = openpi(rng.standard_normal(6))
+    put("ws_msgpack", name + ".msgpack", msgpack.packb(obs))
+print("corpora written to", OUT)

@@ -1,0 +1,45 @@
+//! Shared set-up of the fuzz targets: the binary crate's protocol decoders compiled in by path
+//! (the `gr00t` crate has no library target), and the tiny fixture checkpoint's pipeline.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The ZMQ / websocket decoders of `crates/gr00t/src/protocols`, compiled in by path.
+#[allow(dead_code, clippy::all)]
+pub mod protocols;
+
+/// The bundled tiny checkpoint (set `GR00T_FUZZ_CHECKPOINT` to use another).
+pub fn checkpoint_dir() -> PathBuf {
+    std::env::var_os("GR00T_FUZZ_CHECKPOINT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/gr00t_n17_tiny/checkpoint")
+        })
+}
+
+/// The tiny checkpoint, opened once.
+pub fn checkpoint() -> &'static gr00t_model::Checkpoint {
+    static CKPT: OnceLock<gr00t_model::Checkpoint> = OnceLock::new();
+    CKPT.get_or_init(|| gr00t_model::Checkpoint::open(checkpoint_dir()).expect("tiny checkpoint"))
+}
+
+/// The checkpoint's image pipeline, built once.
+pub fn pipeline() -> &'static gr00t_droid::image::ImagePipeline {
+    static P: OnceLock<gr00t_droid::image::ImagePipeline> = OnceLock::new();
+    P.get_or_init(|| {
+        gr00t_droid::image::ImagePipeline::from_checkpoint(checkpoint()).expect("pipeline")
+    })
+}
+
+/// The ZMQ observation schema of the checkpoint (nested or flat keys).
+pub fn schema(flat: bool) -> protocols::observation::Schema {
+    let ckpt = checkpoint();
+    let m = &ckpt.processor.modality_configs[gr00t_droid::EMBODIMENT_TAG];
+    protocols::observation::Schema::new(
+        m,
+        ckpt.config.action_horizon,
+        ckpt.config.max_action_dim,
+        flat,
+    )
+}
