@@ -1,6 +1,8 @@
 //! The assembled network: fixture inputs → `action_pred` at parity, every tap of the chain
 //! recorded, and bit-identical answers when requests repeat or interleave.
 
+mod common;
+
 use candle_core::Device;
 use gr00t_fixtures::{assert_tap_close, Taps};
 use gr00t_model::taps::Recorder;
@@ -11,25 +13,8 @@ fn load() -> Gr00tModel {
     Gr00tModel::load(&ck, &Device::Cpu).unwrap()
 }
 
-/// Model inputs straight from a case's processor taps (case0 is the one with pixel_values).
 fn inputs(taps: &Taps) -> ModelInputs {
-    let grid = taps.i64s("proc.image_grid_thw");
-    ModelInputs {
-        pixel_values: taps.f32s("proc.pixel_values"),
-        patch_dim: taps.dims("proc.pixel_values")[1],
-        image_grid_thw: grid
-            .chunks(3)
-            .map(|g| [g[0] as usize, g[1] as usize, g[2] as usize])
-            .collect(),
-        input_ids: taps
-            .i64s("proc.input_ids")
-            .iter()
-            .map(|&i| i as u32)
-            .collect(),
-        state: taps.f32s("proc.state"),
-        embodiment_id: taps.i64s("proc.embodiment_id")[0] as usize,
-        noise: taps.f32s("input.noise"),
-    }
+    common::model_inputs(taps)
 }
 
 #[test]

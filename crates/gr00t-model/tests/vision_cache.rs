@@ -3,6 +3,8 @@
 //! control loop (the t−15 frames are the previous request's t frames), with duplicate frames in
 //! one request, across evictions, and with the cache disabled.
 
+mod common;
+
 use candle_core::Device;
 use gr00t_fixtures::{assert_tap_close, Taps};
 use gr00t_model::taps::Recorder;
@@ -19,24 +21,7 @@ fn load(capacity: usize) -> Gr00tModel {
 /// case0's processed inputs (the case whose taps hold `pixel_values`): four 16×28-patch
 /// images in the order [exterior t−15, wrist t−15, exterior t, wrist t].
 fn case0() -> ModelInputs {
-    let taps = Taps::load("case0");
-    ModelInputs {
-        pixel_values: taps.f32s("proc.pixel_values"),
-        patch_dim: taps.dims("proc.pixel_values")[1],
-        image_grid_thw: taps
-            .i64s("proc.image_grid_thw")
-            .chunks(3)
-            .map(|g| [g[0] as usize, g[1] as usize, g[2] as usize])
-            .collect(),
-        input_ids: taps
-            .i64s("proc.input_ids")
-            .iter()
-            .map(|&i| i as u32)
-            .collect(),
-        state: taps.f32s("proc.state"),
-        embodiment_id: taps.i64s("proc.embodiment_id")[0] as usize,
-        noise: taps.f32s("input.noise"),
-    }
+    common::model_inputs(&Taps::load("case0"))
 }
 
 /// The pixel rows of each image of `x`.

@@ -2,6 +2,8 @@
 //! loader returns, bf16 weights widened inside the product give the f32 product, and a model
 //! loaded for some embodiments refuses the others cleanly.
 
+mod common;
+
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
 use gr00t_fixtures::Taps;
@@ -233,25 +235,8 @@ fn checkpoint_linears_keep_bf16_and_biases_f32() {
     assert_eq!(l.bias().map(|b| b.dtype()), Some(DType::F32));
 }
 
-/// Model inputs straight from a case's processor taps.
 fn inputs(taps: &Taps) -> ModelInputs {
-    let grid = taps.i64s("proc.image_grid_thw");
-    ModelInputs {
-        pixel_values: taps.f32s("proc.pixel_values"),
-        patch_dim: taps.dims("proc.pixel_values")[1],
-        image_grid_thw: grid
-            .chunks(3)
-            .map(|g| [g[0] as usize, g[1] as usize, g[2] as usize])
-            .collect(),
-        input_ids: taps
-            .i64s("proc.input_ids")
-            .iter()
-            .map(|&i| i as u32)
-            .collect(),
-        state: taps.f32s("proc.state"),
-        embodiment_id: taps.i64s("proc.embodiment_id")[0] as usize,
-        noise: taps.f32s("input.noise"),
-    }
+    common::model_inputs(taps)
 }
 
 #[test]
