@@ -169,13 +169,7 @@ impl ActionHead {
         noise: &Tensor,
         rec: &Recorder,
     ) -> Result<Tensor> {
-        let noise_dims = noise.dims();
-        if noise_dims != [1, self.action_horizon, self.action_dim] {
-            return Err(Error::Input(format!(
-                "noise has shape {noise_dims:?}, expected [1, {}, {}]",
-                self.action_horizon, self.action_dim
-            )));
-        }
+        self.check_noise(noise)?;
         let vl_embeds = self.encode_vl(features, rec)?;
         self.denoise(
             &vl_embeds,
@@ -186,6 +180,18 @@ impl ActionHead {
             noise,
             rec,
         )
+    }
+
+    /// Checks that `noise` is `[1, H, A]` before any work is spent on the request.
+    fn check_noise(&self, noise: &Tensor) -> Result<()> {
+        let noise_dims = noise.dims();
+        if noise_dims != [1, self.action_horizon, self.action_dim] {
+            return Err(Error::Input(format!(
+                "noise has shape {noise_dims:?}, expected [1, {}, {}]",
+                self.action_horizon, self.action_dim
+            )));
+        }
+        Ok(())
     }
 
     /// The flow-matching part of [`ActionHead::get_action`], from the VL adapter's output
@@ -202,13 +208,7 @@ impl ActionHead {
         noise: &Tensor,
         rec: &Recorder,
     ) -> Result<Tensor> {
-        let noise_dims = noise.dims();
-        if noise_dims != [1, self.action_horizon, self.action_dim] {
-            return Err(Error::Input(format!(
-                "noise has shape {noise_dims:?}, expected [1, {}, {}]",
-                self.action_horizon, self.action_dim
-            )));
-        }
+        self.check_noise(noise)?;
         if self.backend == DenoiseBackend::Reference {
             return dit::reference::denoise(
                 self,
