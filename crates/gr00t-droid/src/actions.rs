@@ -368,7 +368,7 @@ fn find_state<'a>(
 
 /// `T_abs = T_ref · T_rel` per step; `reference` is the f32 state, `rel` the `[H, 9]` f64 deltas.
 fn compose_poses(reference: &[f32], rel: &[f64], key: &str) -> Result<Vec<f64>, ActionError> {
-    let r_ref = rot6d_to_matrix_f32(&reference[3..9])
+    let r_ref = rot6d_to_matrix(&reference[3..9])
         .ok_or_else(|| ActionError::DegenerateRotation(format!("state {key:?}")))?;
     let t_ref = [
         reference[0] as f64,
@@ -377,7 +377,7 @@ fn compose_poses(reference: &[f32], rel: &[f64], key: &str) -> Result<Vec<f64>, 
     ];
     let mut out = Vec::with_capacity(rel.len());
     for (step, r) in rel.chunks_exact(9).enumerate() {
-        let r_rel = rot6d_to_matrix_f64(&r[3..9]).ok_or_else(|| {
+        let r_rel = rot6d_to_matrix(&r[3..9]).ok_or_else(|| {
             ActionError::DegenerateRotation(format!("relative action {key:?} step {step}"))
         })?;
         let r_abs = matmul(&r_ref, &r_rel);
@@ -391,50 +391,65 @@ fn compose_poses(reference: &[f32], rel: &[f64], key: &str) -> Result<Vec<f64>, 
 
 type Mat3 = [[f64; 3]; 3];
 
-/// Gram–Schmidt of a rot6d (two columns) in f32, as numpy does on the float32 state.
-fn rot6d_to_matrix_f32(r: &[f32]) -> Option<Mat3> {
-    let norm = |v: [f32; 3]| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+/// The float operations Gram–Schmidt needs, so it runs in the dtype numpy used.
+trait Real:
+    Copy
+    + PartialOrd
+    + Into<f64>
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+{
+    const ZERO: Self;
+    fn sqrt(self) -> Self;
+    fn is_finite(self) -> bool;
+}
+
+impl Real for f32 {
+    const ZERO: f32 = 0.0;
+    fn sqrt(self) -> f32 {
+        f32::sqrt(self)
+    }
+    fn is_finite(self) -> bool {
+        f32::is_finite(self)
+    }
+}
+
+impl Real for f64 {
+    const ZERO: f64 = 0.0;
+    fn sqrt(self) -> f64 {
+        f64::sqrt(self)
+    }
+    fn is_finite(self) -> bool {
+        f64::is_finite(self)
+    }
+}
+
+/// Gram–Schmidt of a rot6d (two columns) in `T`: f32 for the float32 state (as numpy does),
+/// f64 for the un-normalised actions.
+fn rot6d_to_matrix<T: Real>(r: &[T]) -> Option<Mat3> {
+    let norm = |v: [T; 3]| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
     let a = [r[0], r[1], r[2]];
     let b = [r[3], r[4], r[5]];
     let na = norm(a);
-    if !(na > 0.0 && na.is_finite()) {
+    if !(na > T::ZERO && na.is_finite()) {
         return None;
     }
     let c1 = a.map(|x| x / na);
     let d = c1[0] * b[0] + c1[1] * b[1] + c1[2] * b[2];
     let u = [b[0] - d * c1[0], b[1] - d * c1[1], b[2] - d * c1[2]];
     let nu = norm(u);
-    if !(nu > 0.0 && nu.is_finite()) {
+    if !(nu > T::ZERO && nu.is_finite()) {
         return None;
     }
     let c2 = u.map(|x| x / nu);
     let c3 = cross(c1, c2);
     Some(from_columns(
-        c1.map(f64::from),
-        c2.map(f64::from),
-        c3.map(f64::from),
+        c1.map(Into::into),
+        c2.map(Into::into),
+        c3.map(Into::into),
     ))
-}
-
-/// Gram–Schmidt of a rot6d (two columns) in f64.
-fn rot6d_to_matrix_f64(r: &[f64]) -> Option<Mat3> {
-    let norm = |v: [f64; 3]| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
-    let a = [r[0], r[1], r[2]];
-    let b = [r[3], r[4], r[5]];
-    let na = norm(a);
-    if !(na > 0.0 && na.is_finite()) {
-        return None;
-    }
-    let c1 = a.map(|x| x / na);
-    let d = c1[0] * b[0] + c1[1] * b[1] + c1[2] * b[2];
-    let u = [b[0] - d * c1[0], b[1] - d * c1[1], b[2] - d * c1[2]];
-    let nu = norm(u);
-    if !(nu > 0.0 && nu.is_finite()) {
-        return None;
-    }
-    let c2 = u.map(|x| x / nu);
-    let c3 = cross(c1, c2);
-    Some(from_columns(c1, c2, c3))
 }
 
 fn cross<T: Copy + std::ops::Mul<Output = T> + std::ops::Sub<Output = T>>(
