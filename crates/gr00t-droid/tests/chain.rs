@@ -1,7 +1,10 @@
 //! The whole request chain on the tiny fixture model: request JSON → processor → network →
 //! decoded physical actions, against the reference's final actions for every case.
+//!
+//! The network runs on `GR00T_TEST_DEVICE` (default cpu; `cuda[:N]` with the cuda feature),
+//! so the same gates check a GPU build.
 
-use candle_core::Device;
+use candle_core::DType;
 use gr00t_droid::processor::DroidProcessor;
 use gr00t_droid::prompt::PromptEncoder;
 use gr00t_droid::response::ActionGroups;
@@ -16,11 +19,17 @@ struct Pipeline {
 
 impl Pipeline {
     fn load() -> Pipeline {
+        Pipeline::load_in(DType::F32)
+    }
+
+    /// The pipeline with the network computing in `dtype` on the test device.
+    fn load_in(dtype: DType) -> Pipeline {
         let ck = Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
         let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
+        let device = gr00t_fixtures::test_device();
         Pipeline {
             processor: DroidProcessor::new(&ck, prompt).unwrap(),
-            model: Gr00tModel::load(&ck, &Device::Cpu).unwrap(),
+            model: Gr00tModel::load_with(&ck, &device, dtype, None).unwrap(),
         }
     }
 
@@ -59,6 +68,7 @@ fn request_json_to_actions_matches_reference_for_every_case() {
             let ours = flat(ours);
             let r = pearson(&ours, &reference);
             let d = max_abs_diff(&ours, &reference);
+            eprintln!("f32 {case} {key}: r = {r:.9}, max|Δ| = {d:.3e}");
             // Issue gate for the chain from the request JSON alone: r ≥ 0.9999 per group.
             assert!(r >= 0.9999, "{case} {key}: r = {r}, max|Δ| = {d:e}");
             assert!(
@@ -73,6 +83,32 @@ fn request_json_to_actions_matches_reference_for_every_case() {
             normalized.eef_9d[3],
             action_pred[3 * 132..3 * 132 + 9].to_vec()
         );
+    }
+}
+
+/// bf16 weights and activations (what GPUs serve): every action group of every case stays
+/// within the bf16 gate, r ≥ 0.999 against the fp32 reference. Prints the figures.
+#[test]
+fn bf16_compute_keeps_every_action_group_within_the_bf16_gate() {
+    let p = Pipeline::load_in(DType::BF16);
+    let device = p.model.device().clone();
+    for case in gr00t_fixtures::CASES {
+        let taps = Taps::load(case);
+        let (actions, _, action_pred) = p.run(gr00t_fixtures::request_json(case).as_bytes());
+        let r = pearson(&action_pred, &taps.f32s("head.action_pred"));
+        eprintln!("bf16 on {device:?} {case} action_pred: r = {r:.7}");
+        for (key, ours) in [
+            ("eef_9d", &actions.eef_9d),
+            ("gripper_position", &actions.gripper_position),
+            ("joint_position", &actions.joint_position),
+        ] {
+            let reference = taps.f32s(&format!("output.{key}"));
+            let ours = flat(ours);
+            let r = pearson(&ours, &reference);
+            let d = max_abs_diff(&ours, &reference);
+            eprintln!("bf16 on {device:?} {case} {key}: r = {r:.7}, max|Δ| = {d:.3e}");
+            assert!(r >= 0.999, "{case} {key}: r = {r}, max|Δ| = {d:e}");
+        }
     }
 }
 

@@ -8,9 +8,38 @@ use std::path::PathBuf;
 /// The four golden cases produced by NVIDIA's reference code.
 pub const CASES: [&str; 4] = ["case0", "case1", "case2", "case3"];
 
-/// Root of the project (the workspace directory).
+/// Environment variable naming the device the device-generic tests run on: `cpu` (default),
+/// `cuda` or `cuda:N` (needs a binary built with the `cuda` feature and a GPU).
+pub const TEST_DEVICE_ENV: &str = "GR00T_TEST_DEVICE";
+
+/// The device named by [`TEST_DEVICE_ENV`]; panics with the reason when it cannot be opened.
+pub fn test_device() -> Device {
+    let name = std::env::var(TEST_DEVICE_ENV).unwrap_or_default();
+    let name = name.trim();
+    if name.is_empty() || name == "cpu" {
+        return Device::Cpu;
+    }
+    let ordinal = match name.strip_prefix("cuda") {
+        Some("") => 0,
+        Some(rest) => rest
+            .strip_prefix(':')
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{TEST_DEVICE_ENV}={name:?}: use cpu, cuda or cuda:N")),
+        None => panic!("{TEST_DEVICE_ENV}={name:?}: use cpu, cuda or cuda:N"),
+    };
+    Device::new_cuda(ordinal).unwrap_or_else(|e| panic!("{TEST_DEVICE_ENV}={name:?}: {e}"))
+}
+
+/// Environment variable pointing prebuilt test binaries at a copy of the repository (for
+/// running them on another machine, e.g. the GPU check bundle of scripts/build-cuda.sh).
+pub const REPO_ROOT_ENV: &str = "GR00T_REPO_ROOT";
+
+/// Root of the project: `$GR00T_REPO_ROOT`, else the workspace this crate was built in.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    match std::env::var_os(REPO_ROOT_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    }
 }
 
 /// `tests/fixtures/gr00t_n17_tiny` inside the repository.

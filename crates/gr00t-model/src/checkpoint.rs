@@ -97,9 +97,12 @@ impl Checkpoint {
     /// A VarBuilder over the weight files; each tensor is read (positioned reads, no memory
     /// map) and converted to `dtype` once, when the network asks for it, so unused tensors
     /// (lm_head, final norm) never load. Asking for [`crate::weights::COMPACT`] keeps bf16
-    /// tensors bf16.
+    /// tensors bf16 on the CPU and gives `dtype` on other devices.
     pub fn var_builder(&self, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {
-        let reader = crate::weights::SafetensorsReader::open(&self.weight_files)?;
+        // Only the CPU has a product that widens bf16 weights in place; elsewhere they are
+        // converted to the compute dtype once.
+        let reader = crate::weights::SafetensorsReader::open(&self.weight_files)?
+            .for_compute(dtype, device.is_cpu());
         Ok(VarBuilder::from_backend(
             Box::new(reader),
             dtype,

@@ -19,6 +19,16 @@ use std::time::Instant;
 /// bf16; we keep fp32 on purpose).
 pub const COMPUTE_DTYPE: DType = DType::F32;
 
+/// The compute dtype used on `device` unless asked otherwise: f32 on the CPU (fp32-reference
+/// parity), bf16 on GPUs (bf16 matmuls with f32 accumulation, as upstream serves).
+pub fn default_dtype(device: &Device) -> DType {
+    if device.is_cpu() {
+        COMPUTE_DTYPE
+    } else {
+        DType::BF16
+    }
+}
+
 /// Wall time of each network stage of one request, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StageTimings {
@@ -62,7 +72,7 @@ impl Gr00tModel {
         device: &Device,
         embodiment_ids: &[usize],
     ) -> Result<Gr00tModel> {
-        Self::load_keeping(ckpt, device, Some(embodiment_ids))
+        Self::load_with(ckpt, device, COMPUTE_DTYPE, Some(embodiment_ids))
     }
 
     /// Loads every inference weight of `ckpt` onto `device`: bf16 matrices and the token
@@ -70,17 +80,27 @@ impl Gr00tModel {
     /// once. Tensors the network never asks for (lm_head, the final text norm, training-only
     /// keys) are never read.
     pub fn load(ckpt: &Checkpoint, device: &Device) -> Result<Gr00tModel> {
-        Self::load_keeping(ckpt, device, None)
+        Self::load_with(ckpt, device, COMPUTE_DTYPE, None)
     }
 
+    /// Loads onto `device` computing in `dtype` (f32 or bf16; see [`default_dtype`]), keeping
+    /// the embodiment-specific weights of `embodiment_ids` only when given. On the CPU bf16
+    /// matrices stay bf16 in memory whatever `dtype`; elsewhere every weight becomes `dtype`.
+    ///
     /// The head loads first so that the embodiment tables it drops are freed before the
     /// backbone is read (the peak is then the final size).
-    fn load_keeping(
+    pub fn load_with(
         ckpt: &Checkpoint,
         device: &Device,
+        dtype: DType,
         embodiment_ids: Option<&[usize]>,
     ) -> Result<Gr00tModel> {
-        let vb = ckpt.var_builder(COMPUTE_DTYPE, device)?;
+        if !matches!(dtype, DType::F32 | DType::BF16) {
+            return Err(Error::Input(format!(
+                "compute dtype {dtype:?} is not supported; use f32 or bf16"
+            )));
+        }
+        let vb = ckpt.var_builder(dtype, device)?;
         let mut head = ActionHead::load(vb.pp("action_head"), &ckpt.config)?;
         if let Some(ids) = embodiment_ids {
             head.retain_embodiments(ids)?;
@@ -91,7 +111,7 @@ impl Gr00tModel {
             head,
             config: ckpt.config.clone(),
             device: device.clone(),
-            dtype: COMPUTE_DTYPE,
+            dtype,
             vision_cache: Mutex::new(VisionCache::new(DEFAULT_VISION_CACHE_IMAGES)),
         })
     }
@@ -215,11 +235,18 @@ impl Gr00tModel {
 impl Gr00tModel {
     /// The vision tower's merged rows and DeepStack rows for all images, in order.
     ///
-    /// Each image goes through the tower on its own (its attention never sees other images, so
-    /// the answer is the same function of its pixels) and is looked up in the vision cache
-    /// first; a cached image is therefore bit-identical to a cold one. With taps recording, the
-    /// tower runs once on all images so the taps cover every row, and the cache is not used.
+    /// Each image is looked up in the vision cache first. The images it lacks go through the
+    /// tower together in one call (one pass over the weights instead of one per image): the
+    /// tower's attention never mixes images and every other op works row by row, so each
+    /// image's rows are the same function of its pixels as when it runs alone, bit for bit, as
+    /// long as the row count does not change the GEMM kernel (images of fewer patches than
+    /// `BATCH_MIN_PATCHES` run one by one). A cached image is therefore bit-identical to a cold
+    /// one. With taps recording, the tower runs once on all images so the taps cover every
+    /// row, and the cache is not used.
     fn encode_images(&self, inputs: &ModelInputs, rec: &Recorder) -> Result<(Tensor, Vec<Tensor>)> {
+        // Below this many rows per image the `gemm` crate may pick a kernel (small-matrix or
+        // dot-product paths) whose summation order depends on the row count.
+        const BATCH_MIN_PATCHES: usize = 257;
         let tower = self.backbone.vision();
         let grids = &inputs.image_grid_thw;
         let pd = inputs.patch_dim;
@@ -238,23 +265,74 @@ impl Gr00tModel {
             return Ok((out.image_embeds, out.deepstack));
         }
         let off = Recorder::disabled();
-        let mut images = Vec::with_capacity(grids.len());
+        let encode = |pixels: &[f32], grids: &[[usize; 3]]| -> Result<ImageFeatures> {
+            let pv =
+                Tensor::from_slice(pixels, (pixels.len() / pd, pd), dev)?.to_dtype(self.dtype)?;
+            let out = tower.forward(&pv, grids, &off)?;
+            Ok(ImageFeatures {
+                embeds: out.image_embeds,
+                deepstack: out.deepstack,
+            })
+        };
+        // Each image's pixel rows, grid and cache key (None when the cache is off).
+        let enabled = self.cache().is_enabled();
         let mut start = 0;
-        for &grid in grids {
-            let n = grid[0] * grid[1] * grid[2];
-            let pixels = &inputs.pixel_values[start * pd..(start + n) * pd];
-            start += n;
-            let enabled = self.cache().is_enabled();
-            let key = enabled.then(|| image_key(grid, pixels));
+        let images: Vec<(&[f32], [usize; 3], Option<crate::vision_cache::ImageKey>)> = grids
+            .iter()
+            .map(|&grid| {
+                let n = grid[0] * grid[1] * grid[2];
+                let pixels = &inputs.pixel_values[start * pd..(start + n) * pd];
+                start += n;
+                (pixels, grid, enabled.then(|| image_key(grid, pixels)))
+            })
+            .collect();
+        // Encoded together ahead of the lookups: images not cached, first of their key in this
+        // request, and large enough. The lookups below then count hits and misses as before.
+        let todo: Vec<usize> = {
+            let cache = self.cache();
+            (0..images.len())
+                .filter(|&i| {
+                    let (_, [t, h, w], key) = &images[i];
+                    let fresh = key.as_ref().is_none_or(|k| {
+                        !cache.contains(k) && !images[..i].iter().any(|e| e.2.as_ref() == Some(k))
+                    });
+                    fresh && t * h * w >= BATCH_MIN_PATCHES
+                })
+                .collect()
+        };
+        let mut batched: Vec<Option<ImageFeatures>> = vec![None; images.len()];
+        if todo.len() > 1 {
+            let pixels: Vec<f32> = todo.iter().flat_map(|&i| images[i].0).copied().collect();
+            let sub: Vec<[usize; 3]> = todo.iter().map(|&i| images[i].1).collect();
+            let all = encode(&pixels, &sub)?;
+            // Merged rows per patch are the same for every image (1 / merge²).
+            let (patches, merged) = (pixels.len() / pd, all.embeds.dim(0)?);
+            let mut row = 0;
+            for (&i, [t, h, w]) in todo.iter().zip(&sub) {
+                let len = t * h * w * merged / patches;
+                // Copied out, so that a cache entry holds its own rows, not the whole batch.
+                let part = |x: &Tensor| x.narrow(0, row, len).and_then(|x| x.copy());
+                batched[i] = Some(ImageFeatures {
+                    embeds: part(&all.embeds)?,
+                    deepstack: all
+                        .deepstack
+                        .iter()
+                        .map(part)
+                        .collect::<candle_core::Result<_>>()?,
+                });
+                row += len;
+            }
+        }
+        let mut features = Vec::with_capacity(images.len());
+        for ((pixels, grid, key), pre) in images.into_iter().zip(batched) {
             let cached = key.as_ref().and_then(|k| self.cache().get(k));
-            let features = match cached {
+            let f = match cached {
                 Some(f) => f,
                 None => {
-                    let pv = Tensor::from_slice(pixels, (n, pd), dev)?.to_dtype(self.dtype)?;
-                    let out = tower.forward(&pv, &[grid], &off)?;
-                    let f = ImageFeatures {
-                        embeds: out.image_embeds,
-                        deepstack: out.deepstack,
+                    // Not batched: small, alone, or evicted by this request's own inserts.
+                    let f = match pre {
+                        Some(f) => f,
+                        None => encode(pixels, &[grid])?,
                     };
                     if let Some(k) = key {
                         self.cache().insert(k, f.clone());
@@ -262,13 +340,13 @@ impl Gr00tModel {
                     f
                 }
             };
-            images.push(features);
+            features.push(f);
         }
-        let embeds: Vec<&Tensor> = images.iter().map(|f| &f.embeds).collect();
-        let layers = images.first().map_or(0, |f| f.deepstack.len());
+        let embeds: Vec<&Tensor> = features.iter().map(|f| &f.embeds).collect();
+        let layers = features.first().map_or(0, |f| f.deepstack.len());
         let deepstack = (0..layers)
             .map(|k| {
-                let parts: Vec<&Tensor> = images.iter().map(|f| &f.deepstack[k]).collect();
+                let parts: Vec<&Tensor> = features.iter().map(|f| &f.deepstack[k]).collect();
                 Tensor::cat(&parts, 0)
             })
             .collect::<candle_core::Result<Vec<_>>>()?;

@@ -2,8 +2,9 @@
 //! position embedding, 2-D rotary ViT blocks with per-image attention, the 2×2 patch merger
 //! and the DeepStack mergers.
 
-use crate::backbone::nn::{apply_rope, attention, linear, LayerNorm};
+use crate::backbone::nn::{apply_rope, attention, linear, LayerNorm, Mask};
 use crate::config::VisionConfig;
+use crate::cpu_math::gelu_tanh;
 use crate::error::{Error, Result};
 use crate::linear::Linear;
 use crate::taps::Recorder;
@@ -323,7 +324,7 @@ impl VisionBlock {
         let x = (x + h)?;
         let h = self.fc1.forward(&self.norm2.forward(&x)?)?;
         let h = if self.gelu_tanh {
-            h.gelu()?
+            gelu_tanh(&h)?
         } else {
             h.gelu_erf()?
         };
@@ -351,8 +352,10 @@ impl VisionBlock {
         let k = rotate(part(1)?)?;
         let v = part(2)?;
         let scale = 1.0 / (hd as f64).sqrt();
+        // Each chunk's output as [1, len, heads, head_dim] (a free view when the attention
+        // hands back a transposed contiguous result), so the chunks stack along the rows.
         let out = if positions.chunks.len() == 1 {
-            attention(&q, &k, &v, scale, None)?
+            attention(&q, &k, &v, scale, Mask::None)?.transpose(1, 2)?
         } else {
             let mut outs = Vec::with_capacity(positions.chunks.len());
             let mut start = 0;
@@ -362,12 +365,12 @@ impl VisionBlock {
                     k.narrow(2, start, len)?,
                     v.narrow(2, start, len)?,
                 );
-                outs.push(attention(&q, &k, &v, scale, None)?);
+                outs.push(attention(&q, &k, &v, scale, Mask::None)?.transpose(1, 2)?);
                 start += len;
             }
-            Tensor::cat(&outs, 2)?
+            Tensor::cat(&outs, 1)?
         };
-        let out = out.squeeze(0)?.transpose(0, 1)?.reshape((n, d))?;
+        let out = out.reshape((n, d))?;
         Ok(self.proj.forward(&out)?)
     }
 }

@@ -31,6 +31,11 @@ struct Entry {
 pub struct SafetensorsReader {
     files: Vec<(PathBuf, File)>,
     entries: HashMap<String, Entry>,
+    /// Dtype of the layers' activations; [`COMPACT`] requests that are not kept bf16 get it.
+    compute: DType,
+    /// Whether [`COMPACT`] requests keep bf16 tensors bf16 (the CPU widens them per product;
+    /// other devices get them in `compute` once, at load).
+    keep_bf16: bool,
 }
 
 #[derive(Deserialize)]
@@ -58,7 +63,20 @@ impl SafetensorsReader {
             }
             files.push((path.clone(), file));
         }
-        Ok(SafetensorsReader { files, entries })
+        Ok(SafetensorsReader {
+            files,
+            entries,
+            compute: DType::F32,
+            keep_bf16: true,
+        })
+    }
+
+    /// Resolves [`COMPACT`] requests for layers computing in `compute`: bf16 stays bf16 when
+    /// `keep_bf16`, everything else becomes `compute`. The default is f32 keeping bf16.
+    pub fn for_compute(mut self, compute: DType, keep_bf16: bool) -> SafetensorsReader {
+        self.compute = compute;
+        self.keep_bf16 = keep_bf16;
+        self
     }
 
     /// The stored dtype of `name`, if the files hold it.
@@ -110,7 +128,8 @@ impl SafetensorsReader {
         }
     }
 
-    /// Reads `name` converted to `dtype` ([`COMPACT`]: bf16 as stored, else f32).
+    /// Reads `name` converted to `dtype` ([`COMPACT`]: bf16 as stored when kept, else the
+    /// compute dtype; see [`SafetensorsReader::for_compute`]).
     pub fn read_as(
         &self,
         name: &str,
@@ -118,8 +137,8 @@ impl SafetensorsReader {
         device: &Device,
     ) -> candle_core::Result<Tensor> {
         let t = self.read(name, device)?;
-        let target = if dtype == COMPACT && t.dtype() != DType::BF16 {
-            DType::F32
+        let target = if dtype == COMPACT && !(self.keep_bf16 && t.dtype() == DType::BF16) {
+            self.compute
         } else {
             dtype
         };

@@ -281,3 +281,32 @@ fn dropped_embodiment_slots_give_a_clean_error() {
         .expect("id 99 is out of range");
     assert!(err.to_string().contains("out of range"), "{err}");
 }
+
+/// Off the CPU there is no in-product widening: compact requests then give the compute dtype
+/// (f32 or bf16) with the same values.
+#[test]
+fn compact_requests_follow_the_compute_dtype_when_bf16_is_not_kept() {
+    let ck = tiny();
+    let dev = Device::Cpu;
+    let (name, _) = ck
+        .tensor_dtypes
+        .iter()
+        .find(|(_, &d)| d == DType::BF16)
+        .expect("the tiny checkpoint stores bf16 tensors");
+    let kept = SafetensorsReader::open(&ck.weight_files).unwrap();
+    let wide = SafetensorsReader::open(&ck.weight_files)
+        .unwrap()
+        .for_compute(DType::F32, false);
+    let half = SafetensorsReader::open(&ck.weight_files)
+        .unwrap()
+        .for_compute(DType::BF16, false);
+    let a = kept.read_as(name, COMPACT, &dev).unwrap();
+    let b = wide.read_as(name, COMPACT, &dev).unwrap();
+    let c = half.read_as(name, COMPACT, &dev).unwrap();
+    assert_eq!(
+        (a.dtype(), b.dtype(), c.dtype()),
+        (DType::BF16, DType::F32, DType::BF16)
+    );
+    assert_eq!(bits(&a), bits(&b), "{name}: widening is exact");
+    assert_eq!(bits(&a), bits(&c), "{name}");
+}

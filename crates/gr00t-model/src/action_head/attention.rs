@@ -2,9 +2,11 @@
 //! biases, scale 1/√head_dim), the GELU-tanh `FeedForward`, a two-pass LayerNorm and boolean key
 //! masks as additive biases.
 
+use crate::backbone::cpu_attention;
+use crate::cpu_math::{self, gelu_tanh};
 use crate::linear::{linear, Linear};
 use crate::{Error, Result};
-use candle_core::{Device, Module, Tensor, D};
+use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::VarBuilder;
 
 /// diffusers `Attention` with `AttnProcessor2_0` semantics (no QK norm, no upcast).
@@ -71,12 +73,29 @@ impl Attention {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let q = self.split_heads(&self.to_q.forward(x)?)?;
+        if key_bias.is_none() {
+            if let Some(out) = crate::flash::attention(&q, &kv.k, &kv.v, self.scale, false)? {
+                let out = out
+                    .transpose(1, 2)?
+                    .reshape((b, t, self.heads * self.head_dim))?;
+                return Ok(self.to_out.forward(&out)?);
+            }
+        }
+        if cpu_attention::applies(&q, &kv.k, &kv.v, key_bias) {
+            let out = cpu_attention::attention(&q, &kv.k, &kv.v, self.scale, key_bias)?;
+            let out = out
+                .transpose(1, 2)?
+                .reshape((b, t, self.heads * self.head_dim))?;
+            return Ok(self.to_out.forward(&out)?);
+        }
         let scores = (q.matmul(&kv.k.t()?)? * self.scale)?;
         let scores = match key_bias {
             Some(bias) => scores.broadcast_add(bias)?,
             None => scores,
         };
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        // Softmax in f32 whatever the activation dtype (a no-op cast in f32).
+        let probs = candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?
+            .to_dtype(kv.v.dtype())?;
         let out =
             probs
                 .matmul(&kv.v)?
@@ -109,8 +128,9 @@ impl FeedForward {
 
     /// Applies the feed-forward to `[.., dim]`.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // candle's `gelu` is the tanh approximation, as diffusers' `approximate="tanh"`.
-        Ok(self.proj_out.forward(&self.proj_in.forward(x)?.gelu()?)?)
+        // The tanh approximation, as diffusers' `approximate="tanh"` (vectorised on the CPU).
+        let h = gelu_tanh(&self.proj_in.forward(x)?)?;
+        Ok(self.proj_out.forward(&h)?)
     }
 }
 
@@ -141,10 +161,19 @@ impl LayerNorm {
 
     /// Normalises the last dimension of `x`.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.device().is_cpu() && x.dtype() == DType::F32 {
+            let affine = self.affine.as_ref().map(|(w, b)| (w, b));
+            return Ok(cpu_math::layer_norm(x, affine, self.eps)?);
+        }
+        // Statistics in f32 whatever the activation dtype (no-op casts in f32).
+        let dtype = x.dtype();
+        let x = x.to_dtype(DType::F32)?;
         let mean = x.mean_keepdim(D::Minus1)?;
         let xc = x.broadcast_sub(&mean)?;
         let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
-        let y = xc.broadcast_div(&(var + self.eps)?.sqrt()?)?;
+        let y = xc
+            .broadcast_div(&(var + self.eps)?.sqrt()?)?
+            .to_dtype(dtype)?;
         Ok(match &self.affine {
             Some((w, b)) => y.broadcast_mul(w)?.broadcast_add(b)?,
             None => y,
@@ -152,9 +181,10 @@ impl LayerNorm {
     }
 }
 
-/// An additive key mask `[1, 1, 1, S]`: 0 where `keep[i]`, −inf elsewhere (SDPA's boolean-mask
-/// semantics). Errors when no key is kept, where the reference softmax would yield NaN.
-pub(crate) fn key_bias(keep: &[bool], device: &Device, what: &str) -> Result<Tensor> {
+/// An additive key mask `[1, 1, 1, S]` in `dtype`: 0 where `keep[i]`, −inf elsewhere (SDPA's
+/// boolean-mask semantics). Errors when no key is kept, where the reference softmax would
+/// yield NaN.
+pub(crate) fn key_bias(keep: &[bool], device: &Device, dtype: DType, what: &str) -> Result<Tensor> {
     if !keep.iter().any(|&k| k) {
         return Err(Error::Input(format!(
             "the {what} cross-attention has no key to attend to"
@@ -164,5 +194,5 @@ pub(crate) fn key_bias(keep: &[bool], device: &Device, what: &str) -> Result<Ten
         .iter()
         .map(|&k| if k { 0.0 } else { f32::NEG_INFINITY })
         .collect();
-    Ok(Tensor::from_vec(bias, (1, 1, 1, keep.len()), device)?)
+    Ok(Tensor::from_vec(bias, (1, 1, 1, keep.len()), device)?.to_dtype(dtype)?)
 }

@@ -7,7 +7,7 @@ pub(crate) mod reference;
 use super::attention::{key_bias, Attention, FeedForward, KeyValues, LayerNorm};
 use crate::config::Gr00tConfig;
 use crate::{Error, Result};
-use candle_core::{Device, Module, Tensor};
+use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Linear, VarBuilder};
 
 /// Width of diffusers' `Timesteps` projection used by `TimestepEncoder`.
@@ -135,9 +135,15 @@ impl Dit {
         self.blocks.len()
     }
 
-    /// `temb` and all modulation rows of timestep bucket `tau`.
-    pub(crate) fn step_modulation(&self, tau: i64, device: &Device) -> Result<StepModulation> {
-        let proj = Tensor::from_vec(time_projection(tau as f32), (1, TIME_PROJ_DIM), device)?;
+    /// `temb` and all modulation rows of timestep bucket `tau`, in `dtype`.
+    pub(crate) fn step_modulation(
+        &self,
+        tau: i64,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<StepModulation> {
+        let proj = Tensor::from_vec(time_projection(tau as f32), (1, TIME_PROJ_DIM), device)?
+            .to_dtype(dtype)?;
         let temb = self
             .linear_2
             .forward(&self.linear_1.forward(&proj)?.silu()?)?;
@@ -189,8 +195,8 @@ impl Dit {
             .collect::<Result<Vec<_>>>()?;
         Ok(VlMemory {
             kv,
-            text_bias: key_bias(&text, vl.device(), "text")?,
-            image_bias: key_bias(&image, vl.device(), "image")?,
+            text_bias: key_bias(&text, vl.device(), vl.dtype(), "text")?,
+            image_bias: key_bias(&image, vl.device(), vl.dtype(), "image")?,
         })
     }
 

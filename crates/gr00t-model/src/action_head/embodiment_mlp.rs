@@ -4,7 +4,7 @@
 
 use crate::weights::COMPACT;
 use crate::{Error, Result};
-use candle_core::{Device, Tensor, D};
+use candle_core::{DType, Device, Tensor, D};
 use candle_nn::VarBuilder;
 
 /// `CategorySpecificLinear`: one `[in, out]` matrix and `[out]` bias per embodiment.
@@ -186,10 +186,11 @@ impl ActionEncoder {
         })
     }
 
-    /// The `[1, 1, width]` timestep sinusoid of bucket `tau` (constant per Euler step).
-    pub(crate) fn tau_embedding(&self, tau: i64, device: &Device) -> Result<Tensor> {
+    /// The `[1, 1, width]` timestep sinusoid of bucket `tau` (constant per Euler step),
+    /// computed in f32 and stored in `dtype`.
+    pub(crate) fn tau_embedding(&self, tau: i64, device: &Device, dtype: DType) -> Result<Tensor> {
         let e = sin_cos_embedding(tau as f32, self.width);
-        Ok(Tensor::from_vec(e, (1, 1, self.width), device)?)
+        Ok(Tensor::from_vec(e, (1, 1, self.width), device)?.to_dtype(dtype)?)
     }
 
     /// Keeps only the embodiments in `keep` (see [`CategorySpecificLinear::retain`]).

@@ -103,14 +103,14 @@ impl ActionHead {
             None
         };
         let dit = Dit::load(vb.pp("model"), cfg)?;
-        let device = vb.device().clone();
+        let (device, dtype) = (vb.device().clone(), vb.dtype());
         let steps = (0..n)
             .map(|k| {
                 let tau = sampler::timestep_bucket(k, n, cfg.num_timestep_buckets);
                 Ok(StepConstants {
                     tau,
-                    tau_emb: action_encoder.tau_embedding(tau, &device)?,
-                    modulation: dit.step_modulation(tau, &device)?,
+                    tau_emb: action_encoder.tau_embedding(tau, &device, dtype)?,
+                    modulation: dit.step_modulation(tau, &device, dtype)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -6,7 +6,7 @@ pub mod rope;
 
 pub use rope::{rope_index, MropePositions};
 
-use crate::backbone::nn::{apply_rope, attention, linear, RmsNorm};
+use crate::backbone::nn::{apply_rope, attention, linear, Mask, RmsNorm};
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::linear::Linear;
@@ -324,7 +324,13 @@ impl DecoderLayer {
             &ctx.sin,
         )?;
         let v = heads(&self.v_proj, self.num_kv_heads, None)?;
-        let out = attention(&q, &k, &v, 1.0 / (hd as f64).sqrt(), Some(&ctx.mask))?;
+        let out = attention(
+            &q,
+            &k,
+            &v,
+            1.0 / (hd as f64).sqrt(),
+            Mask::Causal(&ctx.mask),
+        )?;
         let out = out.transpose(1, 2)?.reshape((b, s, self.num_heads * hd))?;
         Ok(self.o_proj.forward(&out)?)
     }

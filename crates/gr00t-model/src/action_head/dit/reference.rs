@@ -55,7 +55,7 @@ pub(crate) fn denoise(
         if rec.is_enabled() {
             rec.record(format!("{p}.timestep"), &Tensor::new(&[tau], device)?);
         }
-        let tau_emb = head.action_encoder.tau_embedding(tau, device)?;
+        let tau_emb = head.action_encoder.tau_embedding(tau, device, x.dtype())?;
         let action_features = action_encoder.forward(&x, &tau_emb)?;
         rec.record(format!("{p}.action_features"), &action_features);
         let sa_embs = head.dit_input(&state_features, &action_features)?;
@@ -95,7 +95,8 @@ fn forward(
     prefix: &str,
 ) -> Result<Tensor> {
     let device = hidden_states.device();
-    let proj = Tensor::from_vec(time_projection(tau as f32), (1, TIME_PROJ_DIM), device)?;
+    let proj = Tensor::from_vec(time_projection(tau as f32), (1, TIME_PROJ_DIM), device)?
+        .to_dtype(hidden_states.dtype())?;
     let temb = dit
         .linear_2
         .forward(&dit.linear_1.forward(&proj)?.silu()?)?;
@@ -130,7 +131,7 @@ fn forward(
                 } else {
                     (&image_keep, "image")
                 };
-                let bias = key_bias(keep, device, what)?;
+                let bias = key_bias(keep, device, vl.dtype(), what)?;
                 let kv = blk.attn.key_values(vl)?;
                 blk.attn.attend(&n, &kv, Some(&bias))?
             }

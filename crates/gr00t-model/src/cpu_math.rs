@@ -1,0 +1,313 @@
+//! Vectorised f32 elementwise kernels for the CPU path: `exp` (softmax), the tanh GELU and
+//! LayerNorm.
+//! Plain Rust loops compiled a second time with AVX-512 / AVX2+FMA enabled and picked at run
+//! time, so they vectorise whatever the build's target CPU.
+
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+/// Elements per parallel task of an elementwise op (large enough to amortise the scheduling).
+const CHUNK: usize = 1 << 16;
+
+/// `e^x`, within 2 ulp of the correctly rounded value over the f32 range; exactly 0 below
+/// −87.3 (so −∞ gives 0), +∞ above 88, NaN for NaN.
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding and removing 1.5·2²³ rounds to the nearest integer without a rounding instruction.
+    const ROUND: f32 = 12_582_912.0;
+    let xc = x.clamp(-87.336_55, 88.0);
+    let n = (xc * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
+    // Taylor series to r⁷/7! for |r| ≤ ln2/2 (truncation below 2⁻²⁸ relative).
+    let p = 1.0 / 5040.0;
+    let p = p * r + 1.0 / 720.0;
+    let p = p * r + 1.0 / 120.0;
+    let p = p * r + 1.0 / 24.0;
+    let p = p * r + 1.0 / 6.0;
+    let p = p * r + 0.5;
+    let p = p * r + 1.0;
+    let p = p * r + 1.0;
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let y = p * scale;
+    if x < -87.336_55 {
+        0.0
+    } else if x > 88.0 {
+        f32::INFINITY
+    } else {
+        y
+    }
+}
+
+/// `0.5·x·(1 + tanh(u))`, `u = √(2/π)·(x + 0.044715·x³)`, written as `x / (1 + e^(−2u))`
+/// (the same function; it also avoids the cancellation of `1 + tanh(u)` for negative x).
+#[inline(always)]
+fn gelu_tanh_one(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let u = SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x);
+    x / (1.0 + exp(-2.0 * u))
+}
+
+macro_rules! dispatch {
+    ($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
+        $(#[$doc])*
+        pub(crate) fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn generic($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                unsafe fn avx512($($arg: $ty),*) { generic($($arg),*) }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) { generic($($arg),*) }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the CPU has AVX2 and FMA.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            generic($($arg),*)
+        }
+    };
+}
+
+dispatch! {
+    /// Softmax of one row in place, as candle's `softmax_last_dim`: `e^(x − max) / Σ`.
+    softmax_row(row: &mut [f32]) {
+        // Max and sum over LANES interleaved partial results, so that the loops vectorise.
+        let mut lanes = [f32::NEG_INFINITY; LANES];
+        let mut chunks = row.chunks_exact(LANES);
+        for c in &mut chunks {
+            for (l, &v) in lanes.iter_mut().zip(c) {
+                *l = if v > *l { v } else { *l };
+            }
+        }
+        let tail = chunks.remainder().iter();
+        let max = lanes.iter().chain(tail).fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        for v in row.iter_mut() {
+            *v = exp(*v - max);
+        }
+        let sum = lane_sum(row);
+        for v in row.iter_mut() {
+            *v /= sum;
+        }
+    }
+}
+
+/// Width of the partial max/sum arrays (one AVX-512 register).
+const LANES: usize = 16;
+
+/// `Σ x` as LANES interleaved partial sums, then the partials and the tail in order.
+#[inline(always)]
+fn lane_sum(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v;
+        }
+    }
+    lanes.iter().chain(chunks.remainder()).sum()
+}
+
+dispatch! {
+    /// Tanh GELU of `src` into `dst` (same length).
+    gelu_tanh_slice(src: &[f32], dst: &mut [f32]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = gelu_tanh_one(s);
+        }
+    }
+}
+
+dispatch! {
+    /// Two-pass LayerNorm of one row into `out`: `(x − mean) / sqrt(var + eps)`, then
+    /// `· w + b` when given.
+    layer_norm_row(x: &[f32], out: &mut [f32], affine: Option<(&[f32], &[f32])>, eps: f32) {
+        let n = x.len() as f32;
+        let mean = lane_sum(x) / n;
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = v - mean;
+        }
+        let mut lanes = [0f32; LANES];
+        let mut chunks = out.chunks_exact(LANES);
+        for c in &mut chunks {
+            for (l, &v) in lanes.iter_mut().zip(c) {
+                *l += v * v;
+            }
+        }
+        let tail = chunks.remainder().iter().map(|v| v * v);
+        let var = lanes.iter().copied().chain(tail).sum::<f32>() / n;
+        let std = (var + eps).sqrt();
+        for o in out.iter_mut() {
+            *o /= std;
+        }
+        if let Some((w, b)) = affine {
+            for ((o, &w), &b) in out.iter_mut().zip(w).zip(b) {
+                *o = *o * w + b;
+            }
+        }
+    }
+}
+
+/// LayerNorm over the last dimension of a CPU f32 tensor (statistics two-pass, as the plain
+/// candle version), with an optional `[D]` weight and bias; rows in parallel.
+pub(crate) fn layer_norm(
+    x: &Tensor,
+    affine: Option<(&Tensor, &Tensor)>,
+    eps: f64,
+) -> candle_core::Result<Tensor> {
+    let d = x.dim(candle_core::D::Minus1)?;
+    let x = x.contiguous()?;
+    let w = affine.map(|(w, b)| (w.contiguous(), b.contiguous()));
+    let w = match w {
+        Some((w, b)) => Some((
+            w?.flatten_all()?.to_vec1::<f32>()?,
+            b?.flatten_all()?.to_vec1::<f32>()?,
+        )),
+        None => None,
+    };
+    if let Some((w, b)) = &w {
+        if w.len() != d || b.len() != d {
+            candle_core::bail!("layer norm: affine of width {} for rows of {d}", w.len());
+        }
+    }
+    let (guard, layout) = x.storage_and_layout();
+    let src = match (&*guard, layout.contiguous_offsets()) {
+        (candle_core::Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) => &v[a..b],
+        _ => candle_core::bail!("layer norm: input must be a CPU f32 tensor"),
+    };
+    let mut out = vec![0f32; src.len()];
+    if let Some(per_task) = CHUNK.checked_div(d) {
+        let rows = per_task.max(1) * d;
+        let affine = w.as_ref().map(|(w, b)| (&w[..], &b[..]));
+        out.par_chunks_mut(rows)
+            .zip(src.par_chunks(rows))
+            .for_each(|(o, s)| {
+                for (o, s) in o.chunks_exact_mut(d).zip(s.chunks_exact(d)) {
+                    layer_norm_row(s, o, affine, eps as f32);
+                }
+            });
+    }
+    drop(guard);
+    Tensor::from_vec(out, x.shape(), x.device())
+}
+
+/// The tanh-approximated GELU (`gelu_pytorch_tanh`, candle's `gelu`): on the CPU in f32 a
+/// vectorised, multi-threaded kernel; elsewhere candle's op.
+pub(crate) fn gelu_tanh(x: &Tensor) -> candle_core::Result<Tensor> {
+    if x.device().is_cpu() && x.dtype() == DType::F32 {
+        x.apply_op1_no_bwd(&GeluTanh)
+    } else {
+        x.gelu()
+    }
+}
+
+/// CPU f32 tanh GELU (see [`gelu_tanh`]).
+struct GeluTanh;
+
+impl CustomOp1 for GeluTanh {
+    fn name(&self) -> &'static str {
+        "gelu-tanh-f32"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let src = match (s, l.contiguous_offsets()) {
+            (CpuStorage::F32(v), Some((a, b))) => &v[a..b],
+            (CpuStorage::F32(_), None) => candle_core::bail!("gelu: input must be contiguous"),
+            _ => candle_core::bail!("gelu: input must be f32"),
+        };
+        let mut dst = vec![0f32; src.len()];
+        dst.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK))
+            .for_each(|(d, s)| gelu_tanh_slice(s, d));
+        Ok((CpuStorage::F32(dst), l.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Distance in units in the last place between two finite f32 of the same sign.
+    fn ulps(a: f32, b: f32) -> u32 {
+        (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
+    }
+
+    #[test]
+    fn exp_is_within_two_ulp_of_f64_exp() {
+        let mut worst = 0;
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let want = (x as f64).exp() as f32;
+            worst = worst.max(ulps(exp(x), want));
+            x += 0.001_3;
+        }
+        assert!(worst <= 2, "worst {worst} ulp");
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(exp(f32::INFINITY), f32::INFINITY);
+        assert!(exp(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn gelu_matches_the_tanh_formula() {
+        let mut worst = 0f64;
+        for i in -4000..4000 {
+            let x = i as f32 * 0.003;
+            let xd = x as f64;
+            let u = (2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044715 * xd.powi(3));
+            let want = 0.5 * xd * (1.0 + u.tanh());
+            let mut out = [0f32];
+            gelu_tanh_slice(&[x], &mut out);
+            worst = worst.max((out[0] as f64 - want).abs() / want.abs().max(1e-3));
+        }
+        assert!(worst < 1e-6, "worst relative error {worst}");
+    }
+
+    #[test]
+    fn layer_norm_matches_an_f64_two_pass_reference() {
+        let (rows, d) = (5, 37);
+        let x: Vec<f32> = (0..rows * d)
+            .map(|i| 100.0 + ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let w: Vec<f32> = (0..d).map(|j| 0.5 + j as f32 / 40.0).collect();
+        let b: Vec<f32> = (0..d).map(|j| j as f32 / 10.0 - 1.0).collect();
+        let dev = candle_core::Device::Cpu;
+        let xt = Tensor::from_vec(x.clone(), (rows, d), &dev).unwrap();
+        let (wt, bt) = (
+            Tensor::new(&w[..], &dev).unwrap(),
+            Tensor::new(&b[..], &dev).unwrap(),
+        );
+        let y = layer_norm(&xt, Some((&wt, &bt)), 1e-5)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        for (r, row) in x.chunks(d).enumerate() {
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+            for j in 0..d {
+                let want = (row[j] as f64 - mean) / (var + 1e-5).sqrt() * w[j] as f64 + b[j] as f64;
+                let got = y[r * d + j] as f64;
+                // f32 statistics of values near 100: a few ulp of the mean, over the std.
+                assert!((got - want).abs() < 1e-5, "({r}, {j}): {got} vs {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_row_sums_to_one_and_masks() {
+        let mut row = [1.0, 2.0, f32::NEG_INFINITY, 0.5];
+        softmax_row(&mut row);
+        assert_eq!(row[2], 0.0);
+        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(row[1] > row[0] && row[0] > row[3]);
+    }
+}
