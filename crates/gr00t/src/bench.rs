@@ -47,6 +47,8 @@ pub struct BenchOptions {
     pub json: bool,
     /// Simulate a control loop instead of cold requests.
     pub control_loop: bool,
+    /// `--device` / `--dtype`.
+    pub device: crate::device::DeviceOptions,
 }
 
 /// Medians of one scenario.
@@ -54,6 +56,8 @@ struct Summary {
     /// Per stage, in [`STAGES`] order: median ms.
     stages: Vec<f64>,
     total_ms: f64,
+    /// 90th percentile of the end-to-end time (nearest rank).
+    total_p90_ms: f64,
     /// Vision cache hits and misses per timed request (loop mode), summed.
     hits: u64,
     misses: u64,
@@ -70,6 +74,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
     let engine = Engine::load(&EngineOptions {
         checkpoint: opts.checkpoint.clone(),
         tokenizer: None,
+        device: opts.device,
     })
     .map_err(|e| format!("cannot load the model: {e}"))?;
     let info = engine.info().clone();
@@ -161,6 +166,10 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
         "total",
         summary.total_ms,
         total_gflop / (summary.total_ms / 1e3)
+    );
+    println!(
+        "end to end over {} runs: median {:.1} ms, p90 {:.1} ms",
+        opts.runs, summary.total_ms, summary.total_p90_ms
     );
     println!("peak RSS {peak_rss_mb:.0} MB (VmHWM)");
     Ok(0)
@@ -275,6 +284,7 @@ fn summarise(runs: &[(TimingMs, usize)], hits: u64, misses: u64) -> Summary {
     Summary {
         stages,
         total_ms: pick(&|t: &TimingMs| t.total),
+        total_p90_ms: percentile(timings.iter().map(|t| t.total).collect(), 0.9),
         hits,
         misses,
         seq_len: runs.last().map_or(0, |(_, s)| *s),
@@ -318,6 +328,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Nearest-rank percentile `q` (0..=1); 0 for none.
+fn percentile(mut v: Vec<f64>, q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = (q * v.len() as f64).ceil().max(1.0) as usize;
+    v[rank.min(v.len()) - 1]
+}
+
 fn round3(x: f64) -> f64 {
     (x * 1e3).round() / 1e3
 }
@@ -342,6 +362,15 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
         assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn p90_is_the_nearest_rank() {
+        let v: Vec<f64> = (1..=50).map(f64::from).collect();
+        assert_eq!(percentile(v, 0.9), 45.0);
+        assert_eq!(percentile(vec![7.0, 1.0, 3.0], 0.9), 7.0);
+        assert_eq!(percentile(vec![2.0], 0.9), 2.0);
+        assert_eq!(percentile(vec![], 0.9), 0.0);
     }
 
     #[test]

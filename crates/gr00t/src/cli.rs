@@ -1,5 +1,6 @@
 //! Command-line interface: argument parsing and one function per subcommand.
 
+use crate::device::DeviceOptions;
 use crate::engine::{Engine, EngineOptions, PredictError};
 use clap::{Parser, Subcommand, ValueEnum};
 use gr00t_model::synth::{write_synthetic_checkpoint, SynthSize};
@@ -55,6 +56,8 @@ enum Command {
         protocols: crate::protocols::ProtocolOptions,
         #[command(flatten)]
         hardening: crate::server::HardeningOptions,
+        #[command(flatten)]
+        device: DeviceOptions,
     },
     /// Download nvidia/GR00T-N1.7-3B at the pinned revision into the Hugging Face cache.
     Pull {
@@ -77,6 +80,8 @@ enum Command {
         /// or $GR00T_VISION_CACHE].
         #[arg(long, value_name = "IMAGES")]
         vision_cache: Option<usize>,
+        #[command(flatten)]
+        device: DeviceOptions,
     },
     /// Time the DROID demo request per stage on a warm engine (FLOPs, GFLOP/s, peak RSS).
     Bench {
@@ -102,6 +107,8 @@ enum Command {
         /// [default: 16, or $GR00T_VISION_CACHE].
         #[arg(long, value_name = "IMAGES")]
         vision_cache: Option<usize>,
+        #[command(flatten)]
+        device: DeviceOptions,
     },
     /// Write a checkpoint with the real layout and pseudo-random weights (speed runs only).
     SynthCheckpoint {
@@ -145,6 +152,7 @@ pub fn run() -> i32 {
             vision_cache: _,
             protocols,
             hardening,
+            device,
         } => crate::server::run(crate::server::ServeOptions {
             checkpoint,
             tokenizer,
@@ -155,6 +163,7 @@ pub fn run() -> i32 {
             history: if no_ui { 0 } else { history as usize },
             protocols,
             hardening,
+            device,
         }),
         Command::Pull { revision } => crate::pull::run(crate::pull::PullOptions { revision }),
         Command::Predict {
@@ -162,7 +171,8 @@ pub fn run() -> i32 {
             request,
             tokenizer,
             vision_cache: _,
-        } => predict(checkpoint, request, tokenizer),
+            device,
+        } => predict(checkpoint, request, tokenizer, device),
         Command::Bench {
             checkpoint,
             runs,
@@ -170,6 +180,7 @@ pub fn run() -> i32 {
             json,
             control_loop,
             vision_cache: _,
+            device,
         } => resolve_checkpoint(checkpoint).and_then(|checkpoint| {
             crate::bench::run(&crate::bench::BenchOptions {
                 checkpoint,
@@ -177,6 +188,7 @@ pub fn run() -> i32 {
                 warmup,
                 json,
                 control_loop,
+                device,
             })
         }),
         Command::SynthCheckpoint { out, size } => synth_checkpoint(out, size),
@@ -210,6 +222,7 @@ fn predict(
     checkpoint: Option<PathBuf>,
     request: PathBuf,
     tokenizer: Option<PathBuf>,
+    device: DeviceOptions,
 ) -> Result<i32, Box<dyn std::error::Error>> {
     let body = if request.as_os_str() == "-" {
         let mut buf = Vec::new();
@@ -221,6 +234,7 @@ fn predict(
     let opts = EngineOptions {
         checkpoint: resolve_checkpoint(checkpoint)?,
         tokenizer,
+        device,
     };
     let engine = Engine::load(&opts).map_err(|e| e.to_string())?;
     if engine.info().synthetic_weights {

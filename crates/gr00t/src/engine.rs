@@ -1,7 +1,8 @@
 //! The inference engine: one loaded model plus the DROID processor, turning a `/predict` body
 //! into a response. Synchronous; the server runs it off the async runtime.
 
-use candle_core::Device;
+use crate::device::DeviceOptions;
+use candle_core::DType;
 use gr00t_droid::processor::{DroidProcessor, EncodedRequest};
 use gr00t_droid::prompt::PromptEncoder;
 use gr00t_droid::request::{NoiseSource, PredictRequest, RequestError};
@@ -23,6 +24,8 @@ pub struct EngineOptions {
     pub checkpoint: PathBuf,
     /// Tokenizer file; `None` = the bundled Qwen3 tokenizer.
     pub tokenizer: Option<PathBuf>,
+    /// Where the network runs and in which precision.
+    pub device: DeviceOptions,
 }
 
 /// Why a prediction was not produced.
@@ -95,10 +98,11 @@ impl Engine {
             None => PromptEncoder::from_bytes(BUNDLED_TOKENIZER)?,
         };
         let processor = DroidProcessor::new(&ckpt, prompt)?;
-        let device = Device::Cpu;
+        let device = opts.device.device.open()?;
+        let dtype = opts.device.dtype.resolve(&device);
         // Only DROID's embodiment-specific weights are kept (the others would cost ~0.6 GB).
-        let mut model =
-            Gr00tModel::load_for(&ckpt, &device, &[ckpt.embodiment_id(EMBODIMENT_TAG)?])?;
+        let embodiment = ckpt.embodiment_id(EMBODIMENT_TAG)?;
+        let mut model = Gr00tModel::load_with(&ckpt, &device, dtype, Some(&[embodiment]))?;
         model.set_denoise_backend(backend);
         model.set_vision_cache_capacity(cache_images);
         let info = EngineInfo {
@@ -110,8 +114,8 @@ impl Engine {
             embodiment: EMBODIMENT_TAG.into(),
             action_horizon: ckpt.config.action_horizon,
             denoise_backend: model.denoise_backend().as_str().into(),
-            dtype: format!("{:?}", model.dtype()).to_lowercase(),
-            device: device_name(&device),
+            dtype: dtype_name(model.dtype()).into(),
+            device: opts.device.device.to_string(),
             threads: candle_core::utils::get_num_threads(),
             version: env!("CARGO_PKG_VERSION").into(),
         };
@@ -227,10 +231,13 @@ fn parse_vision_cache_images(value: Option<&str>) -> Result<usize, String> {
     }
 }
 
-fn device_name(device: &Device) -> String {
-    match device {
-        Device::Cpu => "cpu".into(),
-        other => format!("{other:?}").to_lowercase(),
+/// `f32` / `bf16`, as `--dtype` spells them.
+fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        DType::F32 => "f32",
+        _ => "other",
     }
 }
 

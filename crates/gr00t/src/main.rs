@@ -2,6 +2,7 @@
 
 mod bench;
 mod cli;
+mod device;
 mod engine;
 mod protocols;
 mod pull;

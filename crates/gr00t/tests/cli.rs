@@ -79,6 +79,74 @@ fn predict_prints_reference_actions() {
     }
 }
 
+/// `--dtype bf16` runs the same chain in bf16 (what GPUs serve) within the bf16 gate.
+#[test]
+fn predict_in_bf16_stays_within_the_bf16_gate() {
+    let out = gr00t(&[
+        "predict",
+        "--checkpoint",
+        &tiny(),
+        "--request",
+        &request_path("case2"),
+        "--dtype",
+        "bf16",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let taps = Taps::load("case2");
+    let mut worst = 0f32;
+    for key in ["eef_9d", "gripper_position", "joint_position"] {
+        let ours: Vec<f32> = resp["actions"][key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+            })
+            .collect();
+        let reference = taps.f32s(&format!("output.{key}"));
+        let r = gr00t_fixtures::pearson(&ours, &reference);
+        assert!(r >= 0.999, "{key}: r = {r}");
+        worst = worst.max(max_abs_diff(&ours, &reference));
+    }
+    // Not the f32 answer: bf16 rounding shows (f32 is within 1e-5 of the reference).
+    assert!(worst > 1e-5, "bf16 answer is suspiciously exact: {worst:e}");
+}
+
+/// `--device cuda` on a CPU-only build is refused before any loading, naming the fix; a
+/// misspelt device is a usage error.
+#[test]
+fn cuda_device_on_a_cpu_build_is_refused_with_the_fix() {
+    if cfg!(feature = "cuda") {
+        return;
+    }
+    let args = [
+        "predict",
+        "--checkpoint",
+        &tiny(),
+        "--request",
+        &request_path("case2"),
+    ];
+    let out = gr00t(&[&args[..], &["--device", "cuda:0"]].concat());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("without CUDA") && err.contains("build-cuda.sh"),
+        "{err}"
+    );
+    let out = gr00t(&[&args[..], &["--device", "tpu"]].concat());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cpu, cuda or cuda:N"));
+}
+
 #[test]
 fn predict_refuses_bad_request_with_exit_2() {
     let dir = std::env::temp_dir().join(format!("gr00t-cli-{}", std::process::id()));

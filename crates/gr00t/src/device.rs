@@ -1,0 +1,143 @@
+//! `--device` and `--dtype`: where the network runs and in which precision.
+
+use candle_core::{DType, Device};
+use clap::ValueEnum;
+use std::fmt;
+use std::str::FromStr;
+
+/// A device named on the command line: `cpu`, `cuda` (GPU 0) or `cuda:N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSpec {
+    /// The host CPU (every build).
+    #[default]
+    Cpu,
+    /// CUDA GPU with this ordinal (builds with the `cuda` feature).
+    Cuda(usize),
+}
+
+impl FromStr for DeviceSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<DeviceSpec, String> {
+        let s = s.trim().to_ascii_lowercase();
+        let bad = || format!("{s:?} is not a device; use cpu, cuda or cuda:N");
+        match s.as_str() {
+            "cpu" => Ok(DeviceSpec::Cpu),
+            "cuda" | "gpu" => Ok(DeviceSpec::Cuda(0)),
+            other => {
+                let n = other
+                    .strip_prefix("cuda:")
+                    .or_else(|| other.strip_prefix("gpu:"))
+                    .ok_or_else(bad)?;
+                n.parse().map(DeviceSpec::Cuda).map_err(|_| bad())
+            }
+        }
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl DeviceSpec {
+    /// Opens the device, or says why not (no CUDA in this build, no such GPU, no driver).
+    pub fn open(self) -> Result<Device, String> {
+        match self {
+            DeviceSpec::Cpu => Ok(Device::Cpu),
+            DeviceSpec::Cuda(n) => {
+                if !cfg!(feature = "cuda") {
+                    return Err(format!(
+                        "--device {self}: this gr00t was built without CUDA support; build it \
+                         with scripts/build-cuda.sh (cargo build --release -p gr00t --features \
+                         cuda)"
+                    ));
+                }
+                Device::new_cuda(n)
+                    .map_err(|e| format!("--device {self}: cannot open the GPU: {}", root_cause(e)))
+            }
+        }
+    }
+}
+
+/// The error without the backtrace candle attaches (an operator needs the reason, not frames).
+fn root_cause(e: candle_core::Error) -> String {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => root_cause(*inner),
+        other => other.to_string(),
+    }
+}
+
+/// `--dtype`: the compute precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum DtypeArg {
+    /// f32 on the CPU (fp32-reference parity), bf16 on GPUs.
+    #[default]
+    Auto,
+    /// fp32 weights and activations.
+    F32,
+    /// bf16 weights and activations, f32 accumulation, norms and softmax.
+    Bf16,
+}
+
+impl DtypeArg {
+    /// The dtype to compute in on `device`.
+    pub fn resolve(self, device: &Device) -> DType {
+        match self {
+            DtypeArg::Auto => gr00t_model::model::default_dtype(device),
+            DtypeArg::F32 => DType::F32,
+            DtypeArg::Bf16 => DType::BF16,
+        }
+    }
+}
+
+/// The `--device` / `--dtype` pair shared by `serve`, `predict` and `bench`.
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct DeviceOptions {
+    /// Where the network runs: cpu, cuda or cuda:N (GPU N; needs a build with the cuda feature).
+    #[arg(long, default_value = "cpu", value_name = "DEVICE")]
+    pub device: DeviceSpec,
+    /// Compute precision: auto is f32 on the CPU and bf16 on a GPU.
+    #[arg(long, value_enum, default_value_t = DtypeArg::Auto)]
+    pub dtype: DtypeArg,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_parse_and_print_back() {
+        assert_eq!("cpu".parse(), Ok(DeviceSpec::Cpu));
+        assert_eq!(" CUDA ".parse(), Ok(DeviceSpec::Cuda(0)));
+        assert_eq!("cuda:3".parse(), Ok(DeviceSpec::Cuda(3)));
+        assert_eq!(DeviceSpec::Cuda(3).to_string(), "cuda:3");
+        for bad in ["", "tpu", "cuda:", "cuda:-1", "cuda:x", "cpu:0"] {
+            let e = bad.parse::<DeviceSpec>().unwrap_err();
+            assert!(e.contains("cpu, cuda or cuda:N"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn auto_dtype_is_f32_on_the_cpu() {
+        assert_eq!(DtypeArg::Auto.resolve(&Device::Cpu), DType::F32);
+        assert_eq!(DtypeArg::Bf16.resolve(&Device::Cpu), DType::BF16);
+        assert_eq!(DtypeArg::F32.resolve(&Device::Cpu), DType::F32);
+    }
+
+    #[test]
+    fn cuda_is_refused_with_the_reason_on_a_cpu_build() {
+        if cfg!(feature = "cuda") {
+            return;
+        }
+        let e = DeviceSpec::Cuda(0).open().unwrap_err();
+        assert!(
+            e.contains("without CUDA") && e.contains("build-cuda.sh"),
+            "{e}"
+        );
+    }
+}
