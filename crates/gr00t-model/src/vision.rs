@@ -354,12 +354,27 @@ impl VisionBlock {
         let scale = 1.0 / (hd as f64).sqrt();
         // Each chunk's output as [1, len, heads, head_dim] (a free view when the attention
         // hands back a transposed contiguous result), so the chunks stack along the rows.
-        let out = if positions.chunks.len() == 1 {
+        let chunks = &positions.chunks;
+        let out = if chunks.len() == 1 {
             attention(&q, &k, &v, scale, Mask::None)?.transpose(1, 2)?
+        } else if chunks.iter().all(|&len| len == chunks[0]) {
+            // Equal frames (every DROID request): the frames become the batch, one call for
+            // all of them (per frame the same math; on a GPU, a quarter of the launches).
+            let (c, len) = (chunks.len(), chunks[0]);
+            let batch = |t: &Tensor| -> candle_core::Result<Tensor> {
+                t.squeeze(0)?
+                    .contiguous()?
+                    .reshape((nh, c, len, hd))?
+                    .transpose(0, 1)
+            };
+            attention(&batch(&q)?, &batch(&k)?, &batch(&v)?, scale, Mask::None)?
+                .transpose(1, 2)?
+                .contiguous()?
+                .reshape((1, n, nh, hd))?
         } else {
             let mut outs = Vec::with_capacity(positions.chunks.len());
             let mut start = 0;
-            for &len in &positions.chunks {
+            for &len in chunks {
                 let (q, k, v) = (
                     q.narrow(2, start, len)?,
                     k.narrow(2, start, len)?,

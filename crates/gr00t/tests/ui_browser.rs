@@ -401,7 +401,7 @@ fn status_page_shows_requests_and_runs_the_demo() {
 
     let profile = target_dir().join(format!("ui-browser-profile-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&profile);
-    let (_driver, browser) = start_browser(&chromium, &chromedriver, &profile);
+    let (driver, browser) = start_browser(&chromium, &chromedriver, &profile);
     browser.navigate(&format!("http://{addr}/"));
     let first = browser.wait_for(
         "the first request listed with its frames",
@@ -516,7 +516,9 @@ fn status_page_shows_requests_and_runs_the_demo() {
     let shot = target_dir().join("ui-screenshot.png");
     std::fs::write(&shot, &png).expect("write screenshot");
     eprintln!("screenshot: {}", shot.display());
+    // Chromium writes its profile until chromedriver is gone: stop both, then remove it.
     drop(browser);
+    drop(driver);
     let _ = std::fs::remove_dir_all(&profile);
 
     // The metrics saw the same three requests.
