@@ -294,10 +294,11 @@ impl DecoderLayer {
         let a = self.attention(&self.input_layernorm.forward(h)?, ctx)?;
         let h = (h + a)?;
         let x = self.post_attention_layernorm.forward(&h)?;
-        let gate = self.gate_proj.forward(&x)?.silu()?;
+        let gate = self.gate_proj.forward(&x)?;
+        let up = self.up_proj.forward(&x)?;
         let m = self
             .down_proj
-            .forward(&(gate * self.up_proj.forward(&x)?)?)?;
+            .forward(&crate::cpu_math::silu_mul(&gate, &up)?)?;
         Ok((h + m)?)
     }
 
