@@ -9,6 +9,7 @@ pub(crate) mod cpu_math;
 pub mod error;
 pub mod flash;
 pub mod flops;
+pub(crate) mod gemm_avx512;
 pub mod hub;
 pub mod inputs;
 pub mod linear;

@@ -3,6 +3,7 @@
 //! per-thread f32 buffer and multiplied straight into their columns of the output. The math is
 //! the f32 product of the stored values; only the summation order inside the GEMM may differ.
 
+use crate::gemm_avx512::{self, Rhs};
 use crate::weights::COMPACT;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Storage, Tensor, D};
 use candle_nn::VarBuilder;
@@ -163,8 +164,62 @@ pub(crate) fn widened_matmul(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize
     widened_matmul_bias(x, m, k, w, n, None)
 }
 
+/// Which GEMM multiplies by a bf16 weight (public only for the `gemm_shapes` benchmark).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// Widened slabs through the `gemm` crate (every CPU).
+    Library,
+    /// The hand-written AVX-512 kernel (falls back to `Library` without AVX-512F).
+    Avx512,
+}
+
+/// `x` `[m, k]` · `w` `[n, k]`ᵀ (+ `bias` `[n]`) through `kernel` (for the benchmark).
+#[doc(hidden)]
+pub fn matmul_bf16_with(
+    kernel: Kernel,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[bf16],
+    n: usize,
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    if kernel == Kernel::Avx512 {
+        if let Some(y) = gemm_avx512::matmul(x, m, k, Rhs::Bf16(w), n, bias) {
+            return y;
+        }
+    }
+    library_matmul(x, m, k, w, n, bias)
+}
+
+/// Whether the AVX-512 kernel measured faster than the library for weights `[n, k]`: on every
+/// model shape benchmarked (`examples/gemm_shapes.rs`, all with k, n >= 1024; smaller ones were
+/// not measured). Chosen by the weight shape only, never by the row count, so a row's bits do
+/// not depend on the batch it is computed in.
+fn avx512_wins(k: usize, n: usize) -> bool {
+    k >= 1024 && n >= 1024
+}
+
 /// [`widened_matmul`] plus `bias` `[n]` on every row (the GEMM accumulates onto it).
 fn widened_matmul_bias(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[bf16],
+    n: usize,
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let kernel = if avx512_wins(k, n) {
+        Kernel::Avx512
+    } else {
+        Kernel::Library
+    };
+    matmul_bf16_with(kernel, x, m, k, w, n, bias)
+}
+
+/// The `gemm`-crate path: widened weight slabs multiplied per thread.
+fn library_matmul(
     x: &[f32],
     m: usize,
     k: usize,
@@ -248,7 +303,7 @@ fn widened_matmul_bias(
     out
 }
 
-/// Largest row count computed column-major (see [`widened_matmul_bias`]).
+/// Largest row count computed column-major (see [`library_matmul`]).
 const SMALL_M: usize = 64;
 
 /// Weight rows per slab: big enough that re-packing `x` per slab is cheap, small enough that
@@ -276,7 +331,7 @@ fn widen(src: &[bf16], dst: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{slab_rows, widened_matmul_bias};
+    use super::{matmul_bf16_with, slab_rows, Kernel};
     use half::bf16;
 
     #[test]
@@ -289,8 +344,11 @@ mod tests {
                 .map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 4.0))
                 .collect();
             let b: Vec<f32> = (0..n).map(|j| j as f32 / 16.0).collect();
-            for bias in [None, Some(&b[..])] {
-                let y = widened_matmul_bias(&x, m, k, &w, n, bias);
+            for (bias, kernel) in [None, Some(&b[..])]
+                .into_iter()
+                .flat_map(|b| [(b, Kernel::Library), (b, Kernel::Avx512)])
+            {
+                let y = matmul_bf16_with(kernel, &x, m, k, &w, n, bias);
                 for i in 0..m {
                     for j in 0..n {
                         let dot: f64 = (0..k)
@@ -298,7 +356,11 @@ mod tests {
                             .sum();
                         let want = dot + bias.map_or(0.0, |b| b[j] as f64);
                         // Inputs are short dyadic fractions: every partial sum is exact in f32.
-                        assert_eq!(y[i * n + j] as f64, want, "{m}x{n}x{k} ({i}, {j})");
+                        assert_eq!(
+                            y[i * n + j] as f64,
+                            want,
+                            "{kernel:?} {m}x{n}x{k} ({i}, {j})"
+                        );
                     }
                 }
             }

@@ -1,0 +1,72 @@
+//! GFLOP/s of the hand-written AVX-512 GEMM against the `gemm`-crate path on the model's
+//! bf16-weight linear shapes (the two alternate in one process; medians of several rounds).
+
+use gr00t_model::linear::{matmul_bf16_with, Kernel};
+use half::bf16;
+use std::time::Instant;
+
+/// (stage, rows M, in K, out N) of the model's linears.
+const SHAPES: &[(&str, usize, usize, usize)] = &[
+    ("vision qkv", 1792, 1024, 3072),
+    ("vision proj", 1792, 1024, 1024),
+    ("vision fc1", 1792, 1024, 4096),
+    ("vision fc2", 1792, 4096, 1024),
+    ("llm q/o", 469, 2048, 2048),
+    ("llm k/v", 469, 2048, 1024),
+    ("llm up/gate", 469, 2048, 6144),
+    ("llm down", 469, 6144, 2048),
+    ("adapter", 469, 2048, 1536),
+    ("dit attn", 41, 1536, 1536),
+    ("dit ff1", 41, 1536, 6144),
+    ("dit 2x", 41, 1536, 3072),
+    ("dit ff2", 41, 6144, 1536),
+];
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
+    // Optional second argument: only the stages whose name contains it.
+    let only = std::env::args().nth(2).unwrap_or_default();
+    let mut seed = 0x9e37_79b9u32;
+    let mut rnd = move || {
+        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+    };
+    println!(
+        "{:<12} {:>5} {:>5} {:>5} {:>9} {:>9} {:>6}",
+        "stage", "M", "K", "N", "ours", "library", "ratio"
+    );
+    for &(name, m, k, n) in SHAPES.iter().filter(|s| s.0.contains(&only)) {
+        let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+        let b: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let flops = 2.0 * (m * n * k) as f64;
+        // Enough repetitions for ~50 ms per timing.
+        let reps = (2.5e9 / flops).ceil().max(1.0) as usize;
+        let time = |kernel: Kernel| {
+            let t = Instant::now();
+            for _ in 0..reps {
+                std::hint::black_box(matmul_bf16_with(kernel, &x, m, k, &w, n, Some(&b)));
+            }
+            flops * reps as f64 / t.elapsed().as_secs_f64() / 1e9
+        };
+        let (mut ours, mut lib) = (Vec::new(), Vec::new());
+        time(Kernel::Avx512);
+        time(Kernel::Library);
+        for _ in 0..rounds {
+            ours.push(time(Kernel::Avx512));
+            lib.push(time(Kernel::Library));
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (o, l) = (median(&mut ours), median(&mut lib));
+        println!(
+            "{name:<12} {m:>5} {k:>5} {n:>5} {o:>9.1} {l:>9.1} {:>6.3}",
+            o / l
+        );
+    }
+}

@@ -1,0 +1,607 @@
+//! Hand-written AVX-512 f32 GEMM `C[M, N] = A[M, K]·Bᵀ (+ bias)` for a row-major f32 `A` and a
+//! row-major `B` `[N, K]` in bf16 (widened exactly while packing) or f32. Goto/BLIS blocking:
+//! packed B blocks, packed A blocks and a 14×32 register-blocked microkernel; threads split the
+//! longer side of C.
+//!
+//! Every output element is one fused multiply-add chain over k in order, seeded with its bias
+//! (or zero): the microkernel reloads C at each K block and continues the chain, so the bits do
+//! not depend on M, on the block a row falls in, nor on the thread count.
+
+// Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
+
+use half::bf16;
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Right-hand operand `B` `[N, K]`, row-major.
+#[derive(Clone, Copy)]
+pub(crate) enum Rhs<'a> {
+    /// bf16 values, widened exactly to f32.
+    Bf16(&'a [bf16]),
+    /// f32 values (tested; the model's f32 weights still go through candle's own matmul).
+    #[cfg_attr(not(test), allow(dead_code))]
+    F32(&'a [f32]),
+}
+
+impl Rhs<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Rhs::Bf16(v) => v.len(),
+            Rhs::F32(v) => v.len(),
+        }
+    }
+}
+
+/// Rows of C per microkernel tile (broadcast side).
+const MR: usize = 14;
+/// Columns of C per microkernel tile (two 16-lane vectors).
+const NR: usize = 32;
+/// K block: a fixed split of K (only where C is reloaded, never the summation order).
+/// KC, MC and NC were tuned on the model's shapes (examples/gemm_shapes.rs, Zen 5).
+const KC: usize = 384;
+/// Rows of A packed at once; each MR-row panel (KC·MR floats) is reused from L1.
+const MC: usize = MR * 24;
+/// Columns of B packed at once per thread (KC·NC floats, streamed from L2).
+const NC: usize = NR * 16;
+
+/// Whether this CPU runs the kernel.
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `a` `[m, k]` · `b` `[n, k]`ᵀ (+ `bias` `[n]` on every row) → `[m, n]` row-major, or `None`
+/// when the CPU lacks AVX-512F or the slice lengths do not match the shape.
+pub(crate) fn matmul(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    b: Rhs,
+    n: usize,
+    bias: Option<&[f32]>,
+) -> Option<Vec<f32>> {
+    if !available() || a.len() != m * k || b.len() != n * k || bias.is_some_and(|v| v.len() != n) {
+        return None;
+    }
+    let mut out = match bias {
+        Some(v) if n > 0 => v.repeat(m),
+        _ => vec![0f32; m * n],
+    };
+    if m == 0 || n == 0 || k == 0 {
+        return Some(out);
+    }
+    // Threads split the longer side (in tiles): the other operand is then packed by every
+    // thread, the cheaper duplication. Splits never change the bits (see the module docs).
+    let threads = rayon::current_num_threads().max(1);
+    let by_rows = m.div_ceil(MR) > n.div_ceil(NR) * 2;
+    let (tiles, tile) = if by_rows {
+        (m.div_ceil(MR), MR)
+    } else {
+        (n.div_ceil(NR), NR)
+    };
+    let per = tiles.div_ceil(threads.min(tiles)) * tile;
+    let units = if by_rows {
+        m.div_ceil(per)
+    } else {
+        n.div_ceil(per)
+    };
+    let dst = OutPtr(out.as_mut_ptr());
+    let run = |u: usize| {
+        let (r0, r1, n0, n1) = if by_rows {
+            (u * per, ((u + 1) * per).min(m), 0, n)
+        } else {
+            (0, m, u * per, ((u + 1) * per).min(n))
+        };
+        let rows = &a[r0 * k..r1 * k];
+        let dst = OutPtr(dst.get().wrapping_add(r0 * n));
+        // SAFETY: AVX-512F was detected above; `dst` points at row r0 of the m·n output, of
+        // which this unit writes only rows r0..r1 and columns n0..n1; units are disjoint.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            unit(rows, r1 - r0, k, b, n, n0, n1, dst)
+        }
+    };
+    if units == 1 {
+        run(0);
+    } else {
+        (0..units).into_par_iter().for_each(run);
+    }
+    Some(out)
+}
+
+/// Output pointer shared by the workers; each writes a disjoint block of C.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: workers write disjoint blocks of one live buffer.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above; the pointer itself is never mutated.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The raw pointer (a method, so closures capture the whole `Sync` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// A 64-byte aligned f32 scratch buffer (packed rows then never straddle cache lines).
+#[derive(Default)]
+struct Scratch {
+    buf: Vec<f32>,
+}
+
+impl Scratch {
+    /// `len` floats at a 64-byte boundary (contents unspecified).
+    fn take(&mut self, len: usize) -> &mut [f32] {
+        if self.buf.len() < len + 16 {
+            self.buf.resize(len + 16, 0.0);
+        }
+        let off = self.buf.as_ptr().align_offset(64).min(16);
+        &mut self.buf[off..off + len]
+    }
+}
+
+thread_local! {
+    /// Per-thread packed blocks of A and B (reused across calls).
+    static PACKS: RefCell<(Scratch, Scratch)> = RefCell::new(Default::default());
+}
+
+/// Columns `n0..n1` of the product, written through `dst` (`[m, n]`, seeded with the bias).
+///
+/// # Safety
+/// The CPU must have AVX-512F; `dst` must point to `m·n` floats that nothing else touches in
+/// columns `n0..n1` during the call.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn unit(a: &[f32], m: usize, k: usize, b: Rhs, n: usize, n0: usize, n1: usize, dst: OutPtr) {
+    PACKS.with(|p| {
+        let mut p = p.borrow_mut();
+        let (pa, pb) = &mut *p;
+        let pa = pa.take(MC * KC);
+        let pb = pb.take(NC * KC);
+        for jc in (n0..n1).step_by(NC) {
+            let nc = NC.min(n1 - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                pack_b(b, k, jc, nc, pc, kc, pb);
+                for ic in (0..m).step_by(MC) {
+                    let mc = MC.min(m - ic);
+                    pack_a(a, k, ic, mc, pc, kc, pa);
+                    // One A panel stays in L1 while the B panels stream past it.
+                    for ir in (0..mc).step_by(MR) {
+                        let mr = MR.min(mc - ir);
+                        let ap = &pa[ir * kc..(ir + MR) * kc];
+                        for jr in (0..nc).step_by(NR) {
+                            let nr = NR.min(nc - jr);
+                            let bp = &pb[jr * kc..(jr + NR) * kc];
+                            let c = dst.get().wrapping_add((ic + ir) * n + jc + jr);
+                            // SAFETY: `ap`/`bp` hold kc·MR / kc·NR packed floats; the tile's
+                            // valid mr×nr elements lie inside `dst` in columns n0..n1; the
+                            // next tile's address is only prefetched.
+                            unsafe {
+                                micro(
+                                    kc,
+                                    ap.as_ptr(),
+                                    bp.as_ptr(),
+                                    c,
+                                    n,
+                                    mr,
+                                    nr,
+                                    c.wrapping_add(NR),
+                                )
+                            };
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Packs rows `ic..ic+mc`, k `pc..pc+kc` of `a` as MR-row panels laid out `[k][MR]`, zero rows
+/// past the end.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn pack_a(a: &[f32], k: usize, ic: usize, mc: usize, pc: usize, kc: usize, pa: &mut [f32]) {
+    let full = kc / 16 * 16;
+    for (ir, panel) in (0..mc).step_by(MR).zip(pa.chunks_exact_mut(MR * kc)) {
+        let rows = MR.min(mc - ir);
+        for p0 in (0..full).step_by(16) {
+            let mut v = [_mm512_setzero_ps(); 16];
+            for (i, v) in v.iter_mut().enumerate().take(rows) {
+                let row = &a[(ic + ir + i) * k + pc + p0..][..16];
+                // SAFETY: `row` holds 16 floats.
+                *v = unsafe { _mm512_loadu_ps(row.as_ptr()) };
+            }
+            let out = &mut panel[p0 * MR..(p0 + 16) * MR];
+            // SAFETY: `out` holds 16 rows of MR floats; only MR lanes of each are stored.
+            unsafe { transpose_store(v, out.as_mut_ptr(), MR, (1 << MR) - 1) };
+        }
+        for i in 0..MR {
+            if i < rows {
+                let row = &a[(ic + ir + i) * k + pc..][..kc];
+                for p in full..kc {
+                    panel[p * MR + i] = row[p];
+                }
+            } else {
+                for p in full..kc {
+                    panel[p * MR + i] = 0.0;
+                }
+            }
+        }
+    }
+}
+
+/// Packs columns `jc..jc+nc` (rows of `b`), k `pc..pc+kc` as NR-column panels laid out
+/// `[k][NR]` in f32, zero columns past the end.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn pack_b(b: Rhs, k: usize, jc: usize, nc: usize, pc: usize, kc: usize, pb: &mut [f32]) {
+    for (jr, panel) in (0..nc).step_by(NR).zip(pb.chunks_exact_mut(NR * kc)) {
+        for half in [0, 16] {
+            let j0 = jr + half;
+            let valid = nc.saturating_sub(j0).min(16);
+            let full = if valid == 16 { kc / 16 * 16 } else { 0 };
+            for p0 in (0..full).step_by(16) {
+                let src = (jc + j0) * k + pc + p0;
+                let out = &mut panel[p0 * NR + half..];
+                // SAFETY: 16 rows of 16 values from `src` (row stride k) lie inside `b` since
+                // j0+16 <= nc and p0+16 <= kc; `out` holds at least 15·NR+16 floats.
+                unsafe {
+                    match b {
+                        Rhs::Bf16(v) => tile_bf16(v.as_ptr().add(src), k, out.as_mut_ptr()),
+                        Rhs::F32(v) => tile_f32(v.as_ptr().add(src), k, out.as_mut_ptr()),
+                    }
+                }
+            }
+            for j in 0..16 {
+                let col = &mut panel[half + j..];
+                if j < valid {
+                    let base = (jc + j0 + j) * k + pc;
+                    match b {
+                        Rhs::Bf16(v) => {
+                            for p in full..kc {
+                                col[p * NR] = widen(v[base + p]);
+                            }
+                        }
+                        Rhs::F32(v) => {
+                            for p in full..kc {
+                                col[p * NR] = v[base + p];
+                            }
+                        }
+                    }
+                } else {
+                    for p in 0..kc {
+                        col[p * NR] = 0.0;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Exact bf16 → f32 (the bf16 bits are the high half of the f32).
+fn widen(v: bf16) -> f32 {
+    f32::from_bits(u32::from(v.to_bits()) << 16)
+}
+
+/// Transposes a 16×16 bf16 tile (rows `src + r·ld`) into f32 rows `dst + c·NR`.
+///
+/// # Safety
+/// AVX-512F; the 16 source rows of 16 and the 16 destination rows of 16 must be valid.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_bf16(src: *const bf16, ld: usize, dst: *mut f32) {
+    let mut v = [_mm512_setzero_ps(); 16];
+    for (r, v) in v.iter_mut().enumerate() {
+        // SAFETY: row r holds 16 bf16 (32 bytes) per the contract.
+        let h = unsafe { _mm256_loadu_si256(src.add(r * ld).cast()) };
+        *v = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)));
+    }
+    // SAFETY: forwarded contract.
+    unsafe { transpose_store(v, dst, NR, 0xFFFF) }
+}
+
+/// Transposes a 16×16 f32 tile (rows `src + r·ld`) into rows `dst + c·NR`.
+///
+/// # Safety
+/// AVX-512F; the 16 source rows of 16 and the 16 destination rows of 16 must be valid.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_f32(src: *const f32, ld: usize, dst: *mut f32) {
+    let mut v = [_mm512_setzero_ps(); 16];
+    for (r, v) in v.iter_mut().enumerate() {
+        // SAFETY: row r holds 16 floats per the contract.
+        *v = unsafe { _mm512_loadu_ps(src.add(r * ld)) };
+    }
+    // SAFETY: forwarded contract.
+    unsafe { transpose_store(v, dst, NR, 0xFFFF) }
+}
+
+/// Stores the transpose of the 16×16 tile `v` (row r = `v[r]`) as rows `dst + c·ld`, only the
+/// lanes in `mask`.
+///
+/// # Safety
+/// AVX-512F; the `mask` lanes of `dst + c·ld` must be writable for c in 0..16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn transpose_store(v: [__m512; 16], dst: *mut f32, ld: usize, mask: __mmask16) {
+    // Pairs of rows interleaved within 128-bit lanes, then pairs of pairs.
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    // u[4g + q] lane l = column q + 4l of rows 4g..4g+4.
+    let mut u = [_mm512_setzero_ps(); 16];
+    for g in 0..4 {
+        let (x0, x1, x2, x3) = (
+            _mm512_castps_pd(t[4 * g]),
+            _mm512_castps_pd(t[4 * g + 1]),
+            _mm512_castps_pd(t[4 * g + 2]),
+            _mm512_castps_pd(t[4 * g + 3]),
+        );
+        u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(x0, x2));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x0, x2));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(x1, x3));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(x1, x3));
+    }
+    for q in 0..4 {
+        let w0 = _mm512_shuffle_f32x4::<0b10_00_10_00>(u[q], u[4 + q]);
+        let w1 = _mm512_shuffle_f32x4::<0b11_01_11_01>(u[q], u[4 + q]);
+        let x0 = _mm512_shuffle_f32x4::<0b10_00_10_00>(u[8 + q], u[12 + q]);
+        let x1 = _mm512_shuffle_f32x4::<0b11_01_11_01>(u[8 + q], u[12 + q]);
+        let rows = [
+            (q, _mm512_shuffle_f32x4::<0b10_00_10_00>(w0, x0)),
+            (q + 8, _mm512_shuffle_f32x4::<0b11_01_11_01>(w0, x0)),
+            (q + 4, _mm512_shuffle_f32x4::<0b10_00_10_00>(w1, x1)),
+            (q + 12, _mm512_shuffle_f32x4::<0b11_01_11_01>(w1, x1)),
+        ];
+        for (c, r) in rows {
+            // SAFETY: row c of the destination is writable per the contract.
+            unsafe { _mm512_mask_storeu_ps(dst.add(c * ld), mask, r) };
+        }
+    }
+}
+
+/// One MR×NR tile: `c[i, j] = fma-chain over p of ap[p, i]·bp[p, j]`, continuing from the
+/// current `c`; only the first `mr` rows and `nr` columns of `c` are read or written. The C
+/// rows of the tile at `next` (any address) are prefetched.
+///
+/// # Safety
+/// AVX-512F; `ap` holds `kc·MR` and `bp` `kc·NR` floats; `c + i·ldc + j` is valid for
+/// `i < mr`, `j < nr`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn micro(
+    kc: usize,
+    ap: *const f32,
+    bp: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    mr: usize,
+    nr: usize,
+    next: *const f32,
+) {
+    // The next tile's C rows, fetched while this one computes (prefetches never fault).
+    for i in 0..MR {
+        let r = next.wrapping_add(i * ldc);
+        _mm_prefetch::<_MM_HINT_T0>(r.cast());
+        _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(16).cast());
+    }
+    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
+    let m0 = lanes(nr);
+    let m1 = lanes(nr.saturating_sub(16));
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    for (i, row) in acc.iter_mut().enumerate() {
+        let (k0, k1) = if i < mr { (m0, m1) } else { (0, 0) };
+        let ci = c.wrapping_add(i * ldc);
+        // SAFETY: masked-off lanes are not read; the enabled ones are valid per the contract.
+        unsafe {
+            row[0] = _mm512_maskz_loadu_ps(k0, ci);
+            row[1] = _mm512_maskz_loadu_ps(k1, ci.wrapping_add(16));
+        }
+    }
+    for p in 0..kc {
+        // SAFETY: p < kc, within the packed panels.
+        unsafe {
+            let b0 = _mm512_loadu_ps(bp.add(p * NR));
+            let b1 = _mm512_loadu_ps(bp.add(p * NR + 16));
+            let a = ap.add(p * MR);
+            for (i, row) in acc.iter_mut().enumerate() {
+                let ai = _mm512_set1_ps(*a.add(i));
+                row[0] = _mm512_fmadd_ps(ai, b0, row[0]);
+                row[1] = _mm512_fmadd_ps(ai, b1, row[1]);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        let (k0, k1) = if i < mr { (m0, m1) } else { (0, 0) };
+        let ci = c.wrapping_add(i * ldc);
+        // SAFETY: masked-off lanes are not written; the enabled ones are valid.
+        unsafe {
+            _mm512_mask_storeu_ps(ci, k0, row[0]);
+            _mm512_mask_storeu_ps(ci.wrapping_add(16), k1, row[1]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{available, matmul, Rhs, KC, MC, MR, NC, NR};
+    use half::bf16;
+
+    /// f64 reference of `a·bᵀ + bias`.
+    fn reference(
+        a: &[f32],
+        m: usize,
+        k: usize,
+        b: &[f32],
+        n: usize,
+        bias: Option<&[f32]>,
+    ) -> Vec<f64> {
+        let mut y = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k)
+                    .map(|t| a[i * k + t] as f64 * b[j * k + t] as f64)
+                    .sum();
+                y[i * n + j] = dot + bias.map_or(0.0, |v| v[j] as f64);
+            }
+        }
+        y
+    }
+
+    /// Odd shapes around every block edge (tile, K block, A block, B block).
+    fn shapes() -> Vec<(usize, usize, usize)> {
+        vec![
+            (1, 1, 1),
+            (1, 33, 20),
+            (5, 1, 7),
+            (3, 17, 1),
+            (MR + 1, NR + 1, 17),
+            (MR - 1, NR - 1, KC + 3),
+            (41, 300, 70),
+            (MC + 3, 48, 2 * KC + 5),
+            (29, NC + 40, 33),
+            (2, 16, 32),
+        ]
+    }
+
+    #[test]
+    fn exact_on_dyadic_inputs_for_bf16_and_f32_weights_with_and_without_bias() {
+        if !available() {
+            return;
+        }
+        for (m, n, k) in shapes() {
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
+                .collect();
+            let w: Vec<bf16> = (0..n * k)
+                .map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 4.0))
+                .collect();
+            let wf: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 / 16.0).collect();
+            for bias in [None, Some(&bias[..])] {
+                let want = reference(&a, m, k, &wf, n, bias);
+                for rhs in [Rhs::Bf16(&w), Rhs::F32(&wf)] {
+                    let y = matmul(&a, m, k, rhs, n, bias).unwrap();
+                    for (idx, (&y, &t)) in y.iter().zip(&want).enumerate() {
+                        // Short dyadic fractions: every partial sum is exact in f32.
+                        assert_eq!(y as f64, t, "{m}x{n}x{k} element {idx}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn close_to_f64_on_general_inputs() {
+        if !available() {
+            return;
+        }
+        let mut s = 0x2545_f491_u32;
+        let mut rnd = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+        };
+        for (m, n, k) in shapes() {
+            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+            let wf: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
+            let w: Vec<bf16> = wf.iter().map(|&v| bf16::from_f32(v)).collect();
+            let wb: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
+            let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            for (rhs, exact) in [(Rhs::Bf16(&w), &wb), (Rhs::F32(&wf), &wf)] {
+                let want = reference(&a, m, k, exact, n, Some(&bias));
+                let y = matmul(&a, m, k, rhs, n, Some(&bias)).unwrap();
+                for i in 0..m {
+                    for j in 0..n {
+                        // Bound: k·ε·Σ|a||b| plus the bias.
+                        let mag: f64 = (0..k)
+                            .map(|t| (a[i * k + t] as f64 * exact[j * k + t] as f64).abs())
+                            .sum::<f64>()
+                            + bias[j].abs() as f64;
+                        let err = (y[i * n + j] as f64 - want[i * n + j]).abs();
+                        assert!(
+                            err <= (k as f64 + 1.0) * f32::EPSILON as f64 * mag,
+                            "{m}x{n}x{k} ({i}, {j}): {err} vs {mag}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_element_is_one_fma_chain_whatever_m_or_threads() {
+        if !available() {
+            return;
+        }
+        let (m, n, k) = (MC + 20, 3 * NR + 5, 2 * KC + 9);
+        let mut s = 7u32;
+        let mut rnd = move || {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+        let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let all = matmul(&a, m, k, Rhs::Bf16(&w), n, Some(&bias)).unwrap();
+        // The chain itself, computed with scalar fused multiply-adds.
+        for (i, j) in [(0, 0), (m - 1, n - 1), (MR, NR), (m / 2, n / 2)] {
+            let mut c = bias[j];
+            for t in 0..k {
+                c = a[i * k + t].mul_add(w[j * k + t].to_f32(), c);
+            }
+            assert_eq!(all[i * n + j].to_bits(), c.to_bits(), "({i}, {j})");
+        }
+        // Any row range alone, and a single thread, give the same bits.
+        for (r0, r1) in [(0, 1), (3, 3 + MR + 2), (MC - 1, m)] {
+            let part = matmul(
+                &a[r0 * k..r1 * k],
+                r1 - r0,
+                k,
+                Rhs::Bf16(&w),
+                n,
+                Some(&bias),
+            )
+            .unwrap();
+            assert_eq!(part, all[r0 * n..r1 * n], "rows {r0}..{r1}");
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let one = pool.install(|| matmul(&a, m, k, Rhs::Bf16(&w), n, Some(&bias)).unwrap());
+        assert_eq!(one, all);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let three = pool.install(|| matmul(&a, m, k, Rhs::Bf16(&w), n, Some(&bias)).unwrap());
+        assert_eq!(three, all);
+    }
+
+    #[test]
+    fn mismatched_lengths_are_refused() {
+        let a = [1f32; 6];
+        let w = [1f32; 6];
+        assert!(matmul(&a, 2, 3, Rhs::F32(&w), 3, None).is_none());
+        assert!(matmul(&a, 2, 3, Rhs::F32(&w), 2, Some(&[0.0])).is_none());
+    }
+}
