@@ -49,6 +49,29 @@ fn flat(rows: &[Vec<f32>]) -> Vec<f32> {
     rows.iter().flatten().copied().collect()
 }
 
+/// Per action group against the case's `output.*` tap: name, Pearson r, max |Δ| and the
+/// reference's max |value|.
+fn group_agreement(actions: &ActionGroups, taps: &Taps) -> Vec<(&'static str, f64, f32, f32)> {
+    [
+        ("eef_9d", &actions.eef_9d),
+        ("gripper_position", &actions.gripper_position),
+        ("joint_position", &actions.joint_position),
+    ]
+    .into_iter()
+    .map(|(key, ours)| {
+        let reference = taps.f32s(&format!("output.{key}"));
+        let ours = flat(ours);
+        let scale = gr00t_fixtures::max_abs(&reference);
+        (
+            key,
+            pearson(&ours, &reference),
+            max_abs_diff(&ours, &reference),
+            scale,
+        )
+    })
+    .collect()
+}
+
 #[test]
 fn request_json_to_actions_matches_reference_for_every_case() {
     let p = Pipeline::load();
@@ -59,22 +82,11 @@ fn request_json_to_actions_matches_reference_for_every_case() {
         // The network output itself (its gate: r ≥ 0.99999 on action_pred).
         let r = pearson(&action_pred, &taps.f32s("head.action_pred"));
         assert!(r >= 0.99999, "{case}: action_pred r = {r}");
-        for (key, ours) in [
-            ("eef_9d", &actions.eef_9d),
-            ("gripper_position", &actions.gripper_position),
-            ("joint_position", &actions.joint_position),
-        ] {
-            let reference = taps.f32s(&format!("output.{key}"));
-            let ours = flat(ours);
-            let r = pearson(&ours, &reference);
-            let d = max_abs_diff(&ours, &reference);
+        for (key, r, d, scale) in group_agreement(&actions, &taps) {
             eprintln!("f32 {case} {key}: r = {r:.9}, max|Δ| = {d:.3e}");
             // Issue gate for the chain from the request JSON alone: r ≥ 0.9999 per group.
             assert!(r >= 0.9999, "{case} {key}: r = {r}, max|Δ| = {d:e}");
-            assert!(
-                d <= 1e-4 * gr00t_fixtures::max_abs(&reference).max(1.0),
-                "{case} {key}: max|Δ| = {d:e}"
-            );
+            assert!(d <= 1e-4 * scale.max(1.0), "{case} {key}: max|Δ| = {d:e}");
         }
         assert_eq!(actions.eef_9d.len(), 40);
         assert_eq!(normalized.joint_position[0].len(), 7);
@@ -97,15 +109,7 @@ fn bf16_compute_keeps_every_action_group_within_the_bf16_gate() {
         let (actions, _, action_pred) = p.run(gr00t_fixtures::request_json(case).as_bytes());
         let r = pearson(&action_pred, &taps.f32s("head.action_pred"));
         eprintln!("bf16 on {device:?} {case} action_pred: r = {r:.7}");
-        for (key, ours) in [
-            ("eef_9d", &actions.eef_9d),
-            ("gripper_position", &actions.gripper_position),
-            ("joint_position", &actions.joint_position),
-        ] {
-            let reference = taps.f32s(&format!("output.{key}"));
-            let ours = flat(ours);
-            let r = pearson(&ours, &reference);
-            let d = max_abs_diff(&ours, &reference);
+        for (key, r, d, _) in group_agreement(&actions, &taps) {
             eprintln!("bf16 on {device:?} {case} {key}: r = {r:.7}, max|Δ| = {d:.3e}");
             assert!(r >= 0.999, "{case} {key}: r = {r}, max|Δ| = {d:e}");
         }

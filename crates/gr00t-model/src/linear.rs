@@ -125,17 +125,15 @@ impl CustomOp1 for WidenedMatMul<'_> {
             (Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) => &v[a..b],
             _ => candle_core::bail!("widened matmul: weight must be a contiguous CPU bf16 tensor"),
         };
-        let out = match self.bias {
-            Some(b) => {
-                let (guard, bl) = b.storage_and_layout();
-                let bias = match (&*guard, bl.contiguous_offsets()) {
-                    (Storage::Cpu(CpuStorage::F32(v)), Some((a, e))) if e - a == n => &v[a..e],
-                    _ => candle_core::bail!("widened matmul: bias must be a CPU f32 [{n}]"),
-                };
-                widened_matmul_bias(x, m, k, w, n, Some(bias))
-            }
-            None => widened_matmul(x, m, k, w, n),
+        let bias_guard = self.bias.map(|b| b.storage_and_layout());
+        let bias = match &bias_guard {
+            None => None,
+            Some((guard, bl)) => match (&**guard, bl.contiguous_offsets()) {
+                (Storage::Cpu(CpuStorage::F32(v)), Some((a, e))) if e - a == n => Some(&v[a..e]),
+                _ => candle_core::bail!("widened matmul: bias must be a CPU f32 [{n}]"),
+            },
         };
+        let out = widened_matmul(x, m, k, w, n, bias);
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
     }
 }
@@ -157,11 +155,6 @@ impl OutPtr {
     fn add(self, off: usize) -> *mut f32 {
         self.0.wrapping_add(off)
     }
-}
-
-/// `x` `[m, k]` · `w` `[n, k]`ᵀ → `[m, n]`, row-major, slabs of `w` rows in parallel.
-pub(crate) fn widened_matmul(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize) -> Vec<f32> {
-    widened_matmul_bias(x, m, k, w, n, None)
 }
 
 /// Which GEMM multiplies by a bf16 weight (public only for the `gemm_shapes` benchmark).
@@ -201,8 +194,9 @@ fn avx512_wins(k: usize, n: usize) -> bool {
     k >= 1024 && n >= 1024
 }
 
-/// [`widened_matmul`] plus `bias` `[n]` on every row (the GEMM accumulates onto it).
-fn widened_matmul_bias(
+/// `x` `[m, k]` · `w` `[n, k]`ᵀ (+ `bias` `[n]` on every row, accumulated onto) → `[m, n]`
+/// row-major, by the kernel that measured faster for this weight shape.
+fn widened_matmul(
     x: &[f32],
     m: usize,
     k: usize,

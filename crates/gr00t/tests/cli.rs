@@ -16,6 +16,21 @@ fn tiny() -> String {
     gr00t_fixtures::tiny_checkpoint().display().to_string()
 }
 
+/// The response's action group `key` (`[[f32; D]; 40]`), flattened.
+fn action_group(resp: &serde_json::Value, key: &str) -> Vec<f32> {
+    resp["actions"][key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+        })
+        .collect()
+}
+
 fn request_path(case: &str) -> String {
     gr00t_fixtures::case_dir(case)
         .join("request.json")
@@ -41,17 +56,7 @@ fn predict_prints_reference_actions() {
     let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let taps = Taps::load("case2");
     for key in ["eef_9d", "gripper_position", "joint_position"] {
-        let ours: Vec<f32> = resp["actions"][key]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap() as f32)
-            })
-            .collect();
+        let ours = action_group(&resp, key);
         let d = max_abs_diff(&ours, &taps.f32s(&format!("output.{key}")));
         assert!(d <= 1e-5, "{key}: max|Δ| {d:e}");
     }
@@ -101,17 +106,7 @@ fn predict_in_bf16_stays_within_the_bf16_gate() {
     let taps = Taps::load("case2");
     let mut worst = 0f32;
     for key in ["eef_9d", "gripper_position", "joint_position"] {
-        let ours: Vec<f32> = resp["actions"][key]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap() as f32)
-            })
-            .collect();
+        let ours = action_group(&resp, key);
         let reference = taps.f32s(&format!("output.{key}"));
         let r = gr00t_fixtures::pearson(&ours, &reference);
         assert!(r >= 0.999, "{key}: r = {r}");
