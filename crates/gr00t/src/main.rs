@@ -1,5 +1,6 @@
 //! `gr00t`: the command-line entry point of gr00t-rs.
 
+mod allocator;
 mod bench;
 mod cli;
 mod device;
@@ -9,5 +10,6 @@ mod pull;
 mod server;
 
 fn main() {
+    allocator::keep_freed_buffers_mapped();
     std::process::exit(cli::run());
 }
