@@ -1,7 +1,8 @@
-//! GFLOP/s of the hand-written AVX-512 GEMM against the `gemm`-crate path on the model's
-//! bf16-weight linear shapes (the two alternate in one process; medians of several rounds).
+//! GFLOP/s of the hand-written AVX-512 GEMM (weights row-major, and packed at load as the model
+//! now keeps them) against the `gemm`-crate path on the model's bf16-weight linear shapes (all
+//! alternate in one process; medians of several rounds).
 
-use gr00t_model::linear::{matmul_bf16_with, Kernel};
+use gr00t_model::linear::{matmul_bf16_with, matmul_packed, Kernel, PackedBf16};
 use half::bf16;
 use std::time::Instant;
 
@@ -35,8 +36,8 @@ fn main() {
         (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
     };
     println!(
-        "{:<12} {:>5} {:>5} {:>5} {:>9} {:>9} {:>6}",
-        "stage", "M", "K", "N", "ours", "library", "ratio"
+        "{:<12} {:>5} {:>5} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6}",
+        "stage", "M", "K", "N", "packed", "rowmajor", "library", "p/lib", "p/row"
     );
     for &(name, m, k, n) in SHAPES.iter().filter(|s| s.0.contains(&only)) {
         let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
@@ -45,28 +46,41 @@ fn main() {
         let flops = 2.0 * (m * n * k) as f64;
         // Enough repetitions for ~50 ms per timing.
         let reps = (2.5e9 / flops).ceil().max(1.0) as usize;
-        let time = |kernel: Kernel| {
+        let packed = PackedBf16::new(&w, n, k).expect("shape");
+        // None: the packed weight; Some(kernel): the row-major one through `kernel`.
+        let time = |kernel: Option<Kernel>| {
             let t = Instant::now();
             for _ in 0..reps {
-                std::hint::black_box(matmul_bf16_with(kernel, &x, m, k, &w, n, Some(&b)));
+                match kernel {
+                    Some(kernel) => {
+                        std::hint::black_box(matmul_bf16_with(kernel, &x, m, k, &w, n, Some(&b)));
+                    }
+                    None => {
+                        let y = matmul_packed(&x, m, k, &packed, Some(&b)).expect("AVX-512F");
+                        std::hint::black_box(y);
+                    }
+                }
             }
             flops * reps as f64 / t.elapsed().as_secs_f64() / 1e9
         };
-        let (mut ours, mut lib) = (Vec::new(), Vec::new());
-        time(Kernel::Avx512);
-        time(Kernel::Library);
+        let (mut pack, mut ours, mut lib) = (Vec::new(), Vec::new(), Vec::new());
+        time(None);
+        time(Some(Kernel::Avx512));
+        time(Some(Kernel::Library));
         for _ in 0..rounds {
-            ours.push(time(Kernel::Avx512));
-            lib.push(time(Kernel::Library));
+            pack.push(time(None));
+            ours.push(time(Some(Kernel::Avx512)));
+            lib.push(time(Some(Kernel::Library)));
         }
         let median = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
-        let (o, l) = (median(&mut ours), median(&mut lib));
+        let (p, o, l) = (median(&mut pack), median(&mut ours), median(&mut lib));
         println!(
-            "{name:<12} {m:>5} {k:>5} {n:>5} {o:>9.1} {l:>9.1} {:>6.3}",
-            o / l
+            "{name:<12} {m:>5} {k:>5} {n:>5} {p:>9.1} {o:>9.1} {l:>9.1} {:>6.3} {:>6.3}",
+            p / l,
+            p / o
         );
     }
 }

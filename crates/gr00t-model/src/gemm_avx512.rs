@@ -1,7 +1,8 @@
 //! Hand-written AVX-512 f32 GEMM `C[M, N] = A[M, K]·Bᵀ (+ bias)` for a row-major f32 `A` and a
-//! row-major `B` `[N, K]` in bf16 (widened exactly while packing) or f32. Goto/BLIS blocking:
-//! packed B blocks, packed A blocks and a 14×32 register-blocked microkernel; threads split the
-//! longer side of C.
+//! row-major `B` `[N, K]` in bf16 (widened exactly while packing) or f32, or a bf16 `B` rearranged
+//! once at load into the kernel's column panels ([`PackedBf16`]). Goto/BLIS blocking: packed B
+//! blocks, packed A blocks and a 14×32 register-blocked microkernel; threads split the longer side
+//! of C.
 //!
 //! Every output element is one fused multiply-add chain over k in order, seeded with its bias
 //! (or zero): the microkernel reloads C at each K block and continues the chain, so the bits do
@@ -25,14 +26,80 @@ pub(crate) enum Rhs<'a> {
     /// f32 values (tested; the model's f32 weights still go through candle's own matmul).
     #[cfg_attr(not(test), allow(dead_code))]
     F32(&'a [f32]),
+    /// bf16 values already in the kernel's panel order.
+    Packed(&'a PackedBf16),
 }
 
 impl Rhs<'_> {
+    /// Elements of the logical `[N, K]` matrix.
     fn len(&self) -> usize {
         match self {
             Rhs::Bf16(v) => v.len(),
             Rhs::F32(v) => v.len(),
+            Rhs::Packed(p) => p.n * p.k,
         }
+    }
+}
+
+/// A bf16 `[N, K]` weight laid out once as NR-column panels `[⌈N/NR⌉][K][NR]` (columns past N
+/// are zero): the microkernel reads it directly, no per-call packing of B. Within each row of
+/// NR values the columns are stored in [`stored_column`] order, so that two word unpacks with
+/// zero widen them exactly into columns 0..16 and 16..32. Same bytes as the row-major weight,
+/// plus at most NR−1 padding columns.
+#[derive(Debug)]
+pub struct PackedBf16 {
+    n: usize,
+    k: usize,
+    panels: Vec<bf16>,
+}
+
+impl PackedBf16 {
+    /// Rearranges a row-major `[n, k]` bf16 matrix (`None` when the length does not match).
+    pub fn new(w: &[bf16], n: usize, k: usize) -> Option<PackedBf16> {
+        if w.len() != n * k {
+            return None;
+        }
+        let mut panels = vec![bf16::ZERO; n.div_ceil(NR) * NR * k];
+        if k > 0 {
+            panels
+                .par_chunks_mut(NR * k)
+                .enumerate()
+                .for_each(|(j, panel)| {
+                    let cols = NR.min(n - j * NR);
+                    let rows = &w[j * NR * k..(j * NR + cols) * k];
+                    // K in short runs so the NR source rows stream through the cache together.
+                    for p0 in (0..k).step_by(64) {
+                        let p1 = (p0 + 64).min(k);
+                        for s in 0..NR {
+                            let c = stored_column(s);
+                            if c < cols {
+                                let row = &rows[c * k..(c + 1) * k];
+                                for p in p0..p1 {
+                                    panel[p * NR + s] = row[p];
+                                }
+                            }
+                        }
+                    }
+                });
+        }
+        Some(PackedBf16 { n, k, panels })
+    }
+
+    /// `(n, k)` of the logical matrix.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+}
+
+/// The panel column stored at position `s` of a packed row: `vpunpcklwd` with zero takes words
+/// 0..4 of each 128-bit lane (lane l → columns 4l..4l+4), `vpunpckhwd` words 4..8 (columns
+/// 16+4l..16+4l+4).
+fn stored_column(s: usize) -> usize {
+    let (lane, w) = (s / 8, s % 8);
+    if w < 4 {
+        4 * lane + w
+    } else {
+        16 + 4 * lane + w - 4
     }
 }
 
@@ -43,16 +110,20 @@ const NR: usize = 32;
 /// K block: a fixed split of K (only where C is reloaded, never the summation order).
 /// KC, MC and NC were tuned on the model's shapes (examples/gemm_shapes.rs, Zen 5).
 const KC: usize = 384;
+/// Row blocks up to this size multiply a packed weight panel by panel (see `unit`).
+const FEW_ROWS: usize = 4 * MR;
 /// Rows of A packed at once; each MR-row panel (KC·MR floats) is reused from L1.
 const MC: usize = MR * 24;
 /// Columns of B packed at once per thread (KC·NC floats, streamed from L2).
 const NC: usize = NR * 16;
 
-/// Whether this CPU runs the kernel.
+/// Whether this CPU runs the kernel: AVX-512F, and BW for widening packed bf16 in registers
+/// (every AVX-512 CPU since Skylake-SP has both).
 pub(crate) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -61,7 +132,7 @@ pub(crate) fn available() -> bool {
 }
 
 /// `a` `[m, k]` · `b` `[n, k]`ᵀ (+ `bias` `[n]` on every row) → `[m, n]` row-major, or `None`
-/// when the CPU lacks AVX-512F or the slice lengths do not match the shape.
+/// when the CPU lacks AVX-512F/BW or the slice lengths do not match the shape.
 pub(crate) fn matmul(
     a: &[f32],
     m: usize,
@@ -104,7 +175,7 @@ pub(crate) fn matmul(
         };
         let rows = &a[r0 * k..r1 * k];
         let dst = OutPtr(dst.get().wrapping_add(r0 * n));
-        // SAFETY: AVX-512F was detected above; `dst` points at row r0 of the m·n output, of
+        // SAFETY: AVX-512F/BW were detected above; `dst` points at row r0 of the m·n output, of
         // which this unit writes only rows r0..r1 and columns n0..n1; units are disjoint.
         #[cfg(target_arch = "x86_64")]
         unsafe {
@@ -159,7 +230,7 @@ thread_local! {
 /// Columns `n0..n1` of the product, written through `dst` (`[m, n]`, seeded with the bias).
 ///
 /// # Safety
-/// The CPU must have AVX-512F; `dst` must point to `m·n` floats that nothing else touches in
+/// The CPU must have AVX-512F and BW; `dst` must point to `m·n` floats that nothing else touches in
 /// columns `n0..n1` during the call.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
@@ -174,34 +245,80 @@ unsafe fn unit(a: &[f32], m: usize, k: usize, b: Rhs, n: usize, n0: usize, n1: u
             let nc = NC.min(n1 - jc);
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
-                pack_b(b, k, jc, nc, pc, kc, pb);
+                let packed = match b {
+                    Rhs::Packed(w) => {
+                        // Units and blocks start on panel boundaries (multiples of NR).
+                        debug_assert_eq!(jc % NR, 0);
+                        Some(w.panels[(jc / NR * k + pc) * NR..].as_ptr())
+                    }
+                    _ => {
+                        pack_b(b, k, jc, nc, pc, kc, pb);
+                        None
+                    }
+                };
                 for ic in (0..m).step_by(MC) {
                     let mc = MC.min(m - ic);
                     pack_a(a, k, ic, mc, pc, kc, pa);
-                    // One A panel stays in L1 while the B panels stream past it.
-                    for ir in (0..mc).step_by(MR) {
+                    // A few rows (the DiT's 41) of a packed weight: one B panel stays in L1 while
+                    // the A panels pass, so each weight byte comes from memory once. Otherwise
+                    // one A panel stays in L1 while the B panels stream past it (measured
+                    // faster for hundreds of rows, examples/gemm_shapes.rs).
+                    let tiles = |outer: usize| (0..mc.div_ceil(MR)).map(move |i| (i * MR, outer));
+                    let b_outer = packed.is_some() && mc <= FEW_ROWS;
+                    let order: Box<dyn Iterator<Item = (usize, usize)>> = if b_outer {
+                        Box::new((0..nc).step_by(NR).flat_map(tiles))
+                    } else {
+                        Box::new(
+                            (0..mc)
+                                .step_by(MR)
+                                .flat_map(move |ir| (0..nc).step_by(NR).map(move |jr| (ir, jr))),
+                        )
+                    };
+                    let mut order = order.peekable();
+                    while let Some((ir, jr)) = order.next() {
                         let mr = MR.min(mc - ir);
+                        let nr = NR.min(nc - jr);
                         let ap = &pa[ir * kc..(ir + MR) * kc];
-                        for jr in (0..nc).step_by(NR) {
-                            let nr = NR.min(nc - jr);
-                            let bp = &pb[jr * kc..(jr + NR) * kc];
-                            let c = dst.get().wrapping_add((ic + ir) * n + jc + jr);
-                            // SAFETY: `ap`/`bp` hold kc·MR / kc·NR packed floats; the tile's
-                            // valid mr×nr elements lie inside `dst` in columns n0..n1; the
-                            // next tile's address is only prefetched.
-                            unsafe {
-                                micro(
+                        let at = |ir: usize, jr: usize| (ic + ir) * n + jc + jr;
+                        let c = dst.get().wrapping_add(at(ir, jr));
+                        let next = match order.peek() {
+                            Some(&(ir, jr)) => dst.get().wrapping_add(at(ir, jr)),
+                            None => c,
+                        };
+                        // SAFETY: `ap` holds kc·MR packed floats; a packed weight holds kc
+                        // rows of NR bf16 per panel from `panels` (row stride k·NR), and
+                        // `pb` kc·NR floats per panel; the tile's valid mr×nr elements lie
+                        // inside `dst` in columns n0..n1; `next` is only prefetched.
+                        unsafe {
+                            match packed {
+                                Some(panels) => {
+                                    // The next panel's rows are fetched while this one runs.
+                                    let next_panel = if jr + NR < nc { jr + NR } else { jr };
+                                    micro::<true>(
+                                        kc,
+                                        ap.as_ptr(),
+                                        panels.add(jr / NR * k * NR).cast(),
+                                        panels.add(next_panel / NR * k * NR).cast(),
+                                        c,
+                                        n,
+                                        mr,
+                                        nr,
+                                        next,
+                                    )
+                                }
+                                None => micro::<false>(
                                     kc,
                                     ap.as_ptr(),
-                                    bp.as_ptr(),
+                                    pb[jr * kc..(jr + NR) * kc].as_ptr().cast(),
+                                    std::ptr::null(),
                                     c,
                                     n,
                                     mr,
                                     nr,
-                                    c.wrapping_add(NR),
-                                )
-                            };
-                        }
+                                    next,
+                                ),
+                            }
+                        };
                     }
                 }
             }
@@ -262,6 +379,7 @@ fn pack_b(b: Rhs, k: usize, jc: usize, nc: usize, pc: usize, kc: usize, pb: &mut
                     match b {
                         Rhs::Bf16(v) => tile_bf16(v.as_ptr().add(src), k, out.as_mut_ptr()),
                         Rhs::F32(v) => tile_f32(v.as_ptr().add(src), k, out.as_mut_ptr()),
+                        Rhs::Packed(_) => unreachable!("packed weights are never packed again"),
                     }
                 }
             }
@@ -280,6 +398,7 @@ fn pack_b(b: Rhs, k: usize, jc: usize, nc: usize, pc: usize, kc: usize, pb: &mut
                                 col[p * NR] = v[base + p];
                             }
                         }
+                        Rhs::Packed(_) => unreachable!("packed weights are never packed again"),
                     }
                 } else {
                     for p in 0..kc {
@@ -378,18 +497,21 @@ unsafe fn transpose_store(v: [__m512; 16], dst: *mut f32, ld: usize, mask: __mma
 
 /// One MR×NR tile: `c[i, j] = fma-chain over p of ap[p, i]·bp[p, j]`, continuing from the
 /// current `c`; only the first `mr` rows and `nr` columns of `c` are read or written. The C
-/// rows of the tile at `next` (any address) are prefetched.
+/// rows of the tile at `next` (any address) are prefetched. `bp` is `kc` rows of NR f32, or
+/// with `BF16` `kc` rows of NR bf16 in [`stored_column`] order at a row stride of NR, and then
+/// the `kc` rows at `next_bp` (any address) are prefetched too.
 ///
 /// # Safety
-/// AVX-512F; `ap` holds `kc·MR` and `bp` `kc·NR` floats; `c + i·ldc + j` is valid for
-/// `i < mr`, `j < nr`.
+/// AVX-512F and BW; `ap` holds `kc·MR` floats and `bp` `kc` rows as above;
+/// `c + i·ldc + j` is valid for `i < mr`, `j < nr`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,avx512bw")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn micro(
+unsafe fn micro<const BF16: bool>(
     kc: usize,
     ap: *const f32,
-    bp: *const f32,
+    bp: *const u8,
+    next_bp: *const u8,
     c: *mut f32,
     ldc: usize,
     mr: usize,
@@ -415,11 +537,25 @@ unsafe fn micro(
             row[1] = _mm512_maskz_loadu_ps(k1, ci.wrapping_add(16));
         }
     }
+    let zero = _mm512_setzero_si512();
     for p in 0..kc {
-        // SAFETY: p < kc, within the packed panels.
+        // SAFETY: p < kc, within the panels.
         unsafe {
-            let b0 = _mm512_loadu_ps(bp.add(p * NR));
-            let b1 = _mm512_loadu_ps(bp.add(p * NR + 16));
+            let (b0, b1) = if BF16 {
+                _mm_prefetch::<_MM_HINT_T0>(next_bp.wrapping_add(p * NR * 2).cast());
+                // bf16 in the high half of each f32 word, zero in the low half: exact.
+                let raw = _mm512_loadu_si512(bp.add(p * NR * 2).cast());
+                (
+                    _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, raw)),
+                    _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, raw)),
+                )
+            } else {
+                let bp = bp.cast::<f32>();
+                (
+                    _mm512_loadu_ps(bp.add(p * NR)),
+                    _mm512_loadu_ps(bp.add(p * NR + 16)),
+                )
+            };
             let a = ap.add(p * MR);
             for (i, row) in acc.iter_mut().enumerate() {
                 let ai = _mm512_set1_ps(*a.add(i));
@@ -441,7 +577,7 @@ unsafe fn micro(
 
 #[cfg(test)]
 mod tests {
-    use super::{available, matmul, Rhs, KC, MC, MR, NC, NR};
+    use super::{available, matmul, PackedBf16, Rhs, KC, MC, MR, NC, NR};
     use half::bf16;
 
     /// f64 reference of `a·bᵀ + bias`.
@@ -595,6 +731,33 @@ mod tests {
             .unwrap();
         let three = pool.install(|| matmul(&a, m, k, Rhs::Bf16(&w), n, Some(&bias)).unwrap());
         assert_eq!(three, all);
+    }
+
+    #[test]
+    fn a_weight_packed_at_load_gives_the_same_bits_as_the_row_major_one() {
+        if !available() {
+            return;
+        }
+        let mut s = 0x51u32;
+        let mut rnd = move || {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        let mut shapes = shapes();
+        shapes.push((MC + 3, NC + NR + 7, KC + 1));
+        for (m, n, k) in shapes {
+            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+            let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+            let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let packed = PackedBf16::new(&w, n, k).unwrap();
+            assert_eq!(packed.dims(), (n, k));
+            for bias in [None, Some(&bias[..])] {
+                let want = matmul(&a, m, k, Rhs::Bf16(&w), n, bias).unwrap();
+                let got = matmul(&a, m, k, Rhs::Packed(&packed), n, bias).unwrap();
+                assert_eq!(got, want, "{m}x{n}x{k}");
+            }
+        }
+        assert!(PackedBf16::new(&[bf16::ONE; 5], 2, 3).is_none());
     }
 
     #[test]

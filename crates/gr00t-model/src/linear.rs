@@ -10,12 +10,22 @@ use candle_nn::VarBuilder;
 use half::bf16;
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::sync::Arc;
 
 /// `y = x·Wᵀ + b` with `W` `[out, in]` in f32 or bf16 and `x`, `b` in the compute dtype.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    weight: Tensor,
+    weight: Weight,
     bias: Option<Tensor>,
+}
+
+/// How a [`Linear`] holds its weight.
+#[derive(Debug, Clone)]
+enum Weight {
+    /// A `[out, in]` tensor, used as is.
+    Dense(Tensor),
+    /// bf16 rearranged at load for the CPU's AVX-512 kernel (f32 activations only).
+    Packed(Arc<PackedBf16>),
 }
 
 impl Linear {
@@ -23,14 +33,62 @@ impl Linear {
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> candle_core::Result<Linear> {
         weight.dims2()?;
         Ok(Linear {
-            weight: weight.contiguous()?,
+            weight: Weight::Dense(weight.contiguous()?),
             bias,
         })
     }
 
-    /// The `[out, in]` weight in its kept dtype.
-    pub fn weight(&self) -> &Tensor {
-        &self.weight
+    /// Like [`Linear::new`], for a layer that only ever sees f32 activations on the CPU: a bf16
+    /// weight the AVX-512 kernel serves is rearranged once into its panel order (the "packed
+    /// once at load" of the weights; the same bytes, no per-call transpose).
+    pub fn new_for_cpu_f32(weight: Tensor, bias: Option<Tensor>) -> candle_core::Result<Linear> {
+        let (n, k) = weight.dims2()?;
+        if weight.dtype() != DType::BF16
+            || !weight.device().is_cpu()
+            || !gemm_avx512::available()
+            || !avx512_wins(k, n)
+        {
+            return Linear::new(weight, bias);
+        }
+        let weight = weight.contiguous()?;
+        let packed = {
+            // Straight from the loaded tensor's storage: no intermediate copy.
+            let (guard, layout) = weight.storage_and_layout();
+            match (&*guard, layout.contiguous_offsets()) {
+                (Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) => {
+                    PackedBf16::new(&v[a..b], n, k)
+                }
+                _ => None,
+            }
+        }
+        .ok_or_else(|| {
+            candle_core::Error::Msg("packing a bf16 weight: not a CPU bf16 tensor".into())
+        })?;
+        Ok(Linear {
+            weight: Weight::Packed(Arc::new(packed)),
+            bias,
+        })
+    }
+
+    /// The `[out, in]` weight tensor, unless it was packed for the CPU kernel.
+    pub fn weight(&self) -> Option<&Tensor> {
+        match &self.weight {
+            Weight::Dense(w) => Some(w),
+            Weight::Packed(_) => None,
+        }
+    }
+
+    /// `(out, in)`.
+    pub fn dims(&self) -> (usize, usize) {
+        match &self.weight {
+            Weight::Dense(w) => w.dims2().unwrap_or((0, 0)),
+            Weight::Packed(p) => p.dims(),
+        }
+    }
+
+    /// Whether the weight was packed at load for the CPU's AVX-512 kernel.
+    pub fn is_packed(&self) -> bool {
+        matches!(self.weight, Weight::Packed(_))
     }
 
     /// The `[out]` bias.
@@ -40,7 +98,8 @@ impl Linear {
 }
 
 /// Loads `weight` `[out, in]` (kept bf16 when the checkpoint stores bf16) and, when `bias`,
-/// `bias` `[out]` in the VarBuilder's dtype.
+/// `bias` `[out]` in the VarBuilder's dtype; packed for the CPU kernel when the layer computes
+/// in f32 on the CPU.
 pub fn linear(
     vb: VarBuilder,
     in_dim: usize,
@@ -54,50 +113,82 @@ pub fn linear(
     } else {
         None
     };
-    Linear::new(weight, bias)
+    if vb.dtype() == DType::F32 && vb.device().is_cpu() {
+        Linear::new_for_cpu_f32(weight, bias)
+    } else {
+        Linear::new(weight, bias)
+    }
 }
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let w = &self.weight;
-        if w.dtype() == x.dtype() {
-            // Exactly candle's own Linear.
-            return candle_nn::Linear::new(w.clone(), self.bias.clone()).forward(x);
-        }
-        if w.dtype() == DType::BF16 && x.dtype() == DType::F32 && x.device().is_cpu() {
-            let k = x.dim(D::Minus1)?;
-            let mut dims = x.dims().to_vec();
-            let m: usize = dims[..dims.len() - 1].iter().product();
-            if let Some(last) = dims.last_mut() {
-                *last = w.dim(0)?;
+        let (n, _) = self.dims();
+        let source = match &self.weight {
+            Weight::Dense(w) if w.dtype() == x.dtype() => {
+                // Exactly candle's own Linear.
+                return candle_nn::Linear::new(w.clone(), self.bias.clone()).forward(x);
             }
-            // The bias seeds the output rows (no separate pass) when it is a plain f32 row.
-            let fused_bias = self
-                .bias
-                .as_ref()
-                .filter(|b| b.dtype() == DType::F32 && b.dims() == [w.dim(0).unwrap_or(0)]);
-            let y = x
-                .contiguous()?
-                .reshape((m, k))?
-                .apply_op1_no_bwd(&WidenedMatMul {
-                    weight: w,
-                    bias: fused_bias,
-                })?
-                .reshape(dims)?;
-            return match &self.bias {
-                Some(b) if fused_bias.is_none() => y.broadcast_add(b),
-                _ => Ok(y),
-            };
+            Weight::Dense(w) if w.dtype() == DType::BF16 && x.dtype() == DType::F32 => {
+                if !x.device().is_cpu() {
+                    let w = w.to_dtype(x.dtype())?;
+                    return candle_nn::Linear::new(w, self.bias.clone()).forward(x);
+                }
+                WeightSource::Tensor(w)
+            }
+            Weight::Dense(w) => {
+                let w = w.to_dtype(x.dtype())?;
+                return candle_nn::Linear::new(w, self.bias.clone()).forward(x);
+            }
+            Weight::Packed(p) => {
+                if x.dtype() != DType::F32 || !x.device().is_cpu() {
+                    candle_core::bail!(
+                        "a CPU-packed linear takes f32 CPU activations, got {:?} on {:?}",
+                        x.dtype(),
+                        x.device()
+                    );
+                }
+                WeightSource::Packed(p)
+            }
+        };
+        let k = x.dim(D::Minus1)?;
+        let mut dims = x.dims().to_vec();
+        let m: usize = dims[..dims.len() - 1].iter().product();
+        if let Some(last) = dims.last_mut() {
+            *last = n;
         }
-        let w = w.to_dtype(x.dtype())?;
-        candle_nn::Linear::new(w, self.bias.clone()).forward(x)
+        // The bias seeds the output rows (no separate pass) when it is a plain f32 row.
+        let fused_bias = self
+            .bias
+            .as_ref()
+            .filter(|b| b.dtype() == DType::F32 && b.dims() == [n]);
+        let y = x
+            .contiguous()?
+            .reshape((m, k))?
+            .apply_op1_no_bwd(&WidenedMatMul {
+                weight: source,
+                bias: fused_bias,
+            })?
+            .reshape(dims)?;
+        match &self.bias {
+            Some(b) if fused_bias.is_none() => y.broadcast_add(b),
+            _ => Ok(y),
+        }
     }
 }
 
-/// `x·Wᵀ (+ b)` for f32 `x` `[M, K]`, a contiguous bf16 `W` `[N, K]` and an optional f32 `b`
-/// `[N]` on the CPU.
+/// A bf16 weight as the widened product reads it.
+#[derive(Clone, Copy)]
+enum WeightSource<'a> {
+    /// A contiguous `[N, K]` CPU tensor.
+    Tensor(&'a Tensor),
+    /// Packed at load.
+    Packed(&'a PackedBf16),
+}
+
+/// `x·Wᵀ (+ b)` for f32 `x` `[M, K]`, a bf16 `W` `[N, K]` and an optional f32 `b` `[N]` on the
+/// CPU.
 struct WidenedMatMul<'a> {
-    weight: &'a Tensor,
+    weight: WeightSource<'a>,
     bias: Option<&'a Tensor>,
 }
 
@@ -116,15 +207,13 @@ impl CustomOp1 for WidenedMatMul<'_> {
             (CpuStorage::F32(v), Some((a, b))) => &v[a..b],
             _ => candle_core::bail!("widened matmul: input must be contiguous f32"),
         };
-        let (n, wk) = self.weight.dims2()?;
+        let (n, wk) = match self.weight {
+            WeightSource::Tensor(w) => w.dims2()?,
+            WeightSource::Packed(p) => p.dims(),
+        };
         if wk != k {
             candle_core::bail!("widened matmul: input width {k} but weight [{n}, {wk}]");
         }
-        let (guard, wl) = self.weight.storage_and_layout();
-        let w = match (&*guard, wl.contiguous_offsets()) {
-            (Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) => &v[a..b],
-            _ => candle_core::bail!("widened matmul: weight must be a contiguous CPU bf16 tensor"),
-        };
         let bias_guard = self.bias.map(|b| b.storage_and_layout());
         let bias = match &bias_guard {
             None => None,
@@ -133,7 +222,24 @@ impl CustomOp1 for WidenedMatMul<'_> {
                 _ => candle_core::bail!("widened matmul: bias must be a CPU f32 [{n}]"),
             },
         };
-        let out = widened_matmul(x, m, k, w, n, bias);
+        let out = match self.weight {
+            WeightSource::Packed(p) => gemm_avx512::matmul(x, m, k, Rhs::Packed(p), n, bias)
+                .ok_or_else(|| {
+                    candle_core::Error::Msg(
+                        "widened matmul: packed weight needs AVX-512F/BW".into(),
+                    )
+                })?,
+            WeightSource::Tensor(t) => {
+                let (guard, wl) = t.storage_and_layout();
+                let w = match (&*guard, wl.contiguous_offsets()) {
+                    (Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) => &v[a..b],
+                    _ => candle_core::bail!(
+                        "widened matmul: weight must be a contiguous CPU bf16 tensor"
+                    ),
+                };
+                widened_matmul(x, m, k, w, n, bias)
+            }
+        };
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
     }
 }
@@ -163,7 +269,7 @@ impl OutPtr {
 pub enum Kernel {
     /// Widened slabs through the `gemm` crate (every CPU).
     Library,
-    /// The hand-written AVX-512 kernel (falls back to `Library` without AVX-512F).
+    /// The hand-written AVX-512 kernel (falls back to `Library` without AVX-512F/BW).
     Avx512,
 }
 
@@ -184,6 +290,22 @@ pub fn matmul_bf16_with(
         }
     }
     library_matmul(x, m, k, w, n, bias)
+}
+
+/// A weight packed at load (public only for the `gemm_shapes` benchmark).
+#[doc(hidden)]
+pub use crate::gemm_avx512::PackedBf16;
+
+/// `x` `[m, k]` · a packed weight ᵀ (+ `bias`) (for the benchmark); `None` without AVX-512F/BW.
+#[doc(hidden)]
+pub fn matmul_packed(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    bias: Option<&[f32]>,
+) -> Option<Vec<f32>> {
+    gemm_avx512::matmul(x, m, k, Rhs::Packed(w), w.dims().0, bias)
 }
 
 /// Whether the AVX-512 kernel measured faster than the library for weights `[n, k]`: on every

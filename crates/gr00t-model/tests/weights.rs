@@ -192,7 +192,7 @@ fn bf16_linear_equals_f32_linear_on_odd_shapes() {
         let xv = values(m * k, 200 + i as u64);
         let x = Tensor::from_vec(xv.clone(), (1, m, k), &dev).unwrap();
         let ours = Linear::new(w.clone(), Some(b.clone())).unwrap();
-        assert_eq!(ours.weight().dtype(), DType::BF16);
+        assert_eq!(ours.weight().map(|w| w.dtype()), Some(DType::BF16));
         let reference = candle_nn::Linear::new(w.to_dtype(DType::F32).unwrap(), Some(b));
         let y = ours.forward(&x).unwrap();
         let r = reference.forward(&x).unwrap();
@@ -220,6 +220,41 @@ fn bf16_linear_equals_f32_linear_on_odd_shapes() {
 }
 
 #[test]
+fn a_linear_packed_at_load_equals_the_unpacked_one_bit_for_bit() {
+    let dev = Device::Cpu;
+    // Shapes the AVX-512 kernel serves: the DiT's 41 rows, a few hundred rows, N off the panel.
+    for (i, &(m, k, n)) in [(41, 1536, 1056), (300, 1024, 1030), (1, 1024, 2048)]
+        .iter()
+        .enumerate()
+    {
+        let w = Tensor::from_vec(values(n * k, 300 + i as u64), (n, k), &dev)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let b = Tensor::from_vec(values(n, 400 + i as u64), n, &dev).unwrap();
+        let x = Tensor::from_vec(values(m * k, 500 + i as u64), (1, m, k), &dev).unwrap();
+        let dense = Linear::new(w.clone(), Some(b.clone())).unwrap();
+        let packed = Linear::new_for_cpu_f32(w, Some(b)).unwrap();
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            packed.is_packed(),
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+        );
+        assert_eq!(packed.dims(), (n, k));
+        assert_eq!(packed.weight().is_some(), !packed.is_packed());
+        let y = packed.forward(&x).unwrap();
+        assert_eq!(y.dims(), [1, m, n]);
+        assert_eq!(bits(&y), bits(&dense.forward(&x).unwrap()), "[{m}, {k}] x [{n}, {k}]ᵀ");
+        if packed.is_packed() {
+            // Packed for f32 activations only: anything else is refused, not miscomputed.
+            let xb = x.to_dtype(DType::BF16).unwrap();
+            assert!(packed.forward(&xb).is_err());
+        }
+    }
+}
+
+#[test]
 fn checkpoint_linears_keep_bf16_and_biases_f32() {
     let ck = tiny();
     let vb = ck.var_builder(DType::F32, &Device::Cpu).unwrap();
@@ -230,8 +265,8 @@ fn checkpoint_linears_keep_bf16_and_biases_f32() {
         true,
     )
     .unwrap();
-    assert_eq!(l.weight().dtype(), DType::BF16);
-    assert_eq!(l.weight().dims(), [192, 64]);
+    assert_eq!(l.weight().map(|w| w.dtype()), Some(DType::BF16));
+    assert_eq!(l.dims(), (192, 64));
     assert_eq!(l.bias().map(|b| b.dtype()), Some(DType::F32));
 }
 
