@@ -241,89 +241,159 @@ unsafe fn unit(a: &[f32], m: usize, k: usize, b: Rhs, n: usize, n0: usize, n1: u
         let (pa, pb) = &mut *p;
         let pa = pa.take(MC * KC);
         let pb = pb.take(NC * KC);
+        if let Rhs::Packed(w) = b {
+            // Nothing to pack on the B side, so each A block is packed once (K blocks outermost,
+            // in order: each element's chain over k is unchanged).
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                for ic in (0..m).step_by(MC) {
+                    let mc = MC.min(m - ic);
+                    pack_a(a, k, ic, mc, pc, kc, pa);
+                    for jc in (n0..n1).step_by(NC) {
+                        // Units and blocks start on panel boundaries (multiples of NR).
+                        debug_assert_eq!(jc % NR, 0);
+                        let panels = w.panels[(jc / NR * k + pc) * NR..].as_ptr();
+                        let blk = Block {
+                            ic,
+                            mc,
+                            jc,
+                            nc: NC.min(n1 - jc),
+                            kc,
+                            k,
+                            n,
+                        };
+                        // SAFETY: forwarded contract; `panels` starts this block's K rows.
+                        unsafe { block(blk, pa, BSide::Packed(panels), dst) };
+                    }
+                }
+            }
+            return;
+        }
         for jc in (n0..n1).step_by(NC) {
             let nc = NC.min(n1 - jc);
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
-                let packed = match b {
-                    Rhs::Packed(w) => {
-                        // Units and blocks start on panel boundaries (multiples of NR).
-                        debug_assert_eq!(jc % NR, 0);
-                        Some(w.panels[(jc / NR * k + pc) * NR..].as_ptr())
-                    }
-                    _ => {
-                        pack_b(b, k, jc, nc, pc, kc, pb);
-                        None
-                    }
-                };
+                pack_b(b, k, jc, nc, pc, kc, pb);
                 for ic in (0..m).step_by(MC) {
                     let mc = MC.min(m - ic);
                     pack_a(a, k, ic, mc, pc, kc, pa);
-                    // A few rows (the DiT's 41) of a packed weight: one B panel stays in L1 while
-                    // the A panels pass, so each weight byte comes from memory once. Otherwise
-                    // one A panel stays in L1 while the B panels stream past it (measured
-                    // faster for hundreds of rows, examples/gemm_shapes.rs).
-                    let tiles = |outer: usize| (0..mc.div_ceil(MR)).map(move |i| (i * MR, outer));
-                    let b_outer = packed.is_some() && mc <= FEW_ROWS;
-                    let order: Box<dyn Iterator<Item = (usize, usize)>> = if b_outer {
-                        Box::new((0..nc).step_by(NR).flat_map(tiles))
-                    } else {
-                        Box::new(
-                            (0..mc)
-                                .step_by(MR)
-                                .flat_map(move |ir| (0..nc).step_by(NR).map(move |jr| (ir, jr))),
-                        )
+                    let blk = Block {
+                        ic,
+                        mc,
+                        jc,
+                        nc,
+                        kc,
+                        k,
+                        n,
                     };
-                    let mut order = order.peekable();
-                    while let Some((ir, jr)) = order.next() {
-                        let mr = MR.min(mc - ir);
-                        let nr = NR.min(nc - jr);
-                        let ap = &pa[ir * kc..(ir + MR) * kc];
-                        let at = |ir: usize, jr: usize| (ic + ir) * n + jc + jr;
-                        let c = dst.get().wrapping_add(at(ir, jr));
-                        let next = match order.peek() {
-                            Some(&(ir, jr)) => dst.get().wrapping_add(at(ir, jr)),
-                            None => c,
-                        };
-                        // SAFETY: `ap` holds kc·MR packed floats; a packed weight holds kc
-                        // rows of NR bf16 per panel from `panels` (row stride k·NR), and
-                        // `pb` kc·NR floats per panel; the tile's valid mr×nr elements lie
-                        // inside `dst` in columns n0..n1; `next` is only prefetched.
-                        unsafe {
-                            match packed {
-                                Some(panels) => {
-                                    // The next panel's rows are fetched while this one runs.
-                                    let next_panel = if jr + NR < nc { jr + NR } else { jr };
-                                    micro::<true>(
-                                        kc,
-                                        ap.as_ptr(),
-                                        panels.add(jr / NR * k * NR).cast(),
-                                        panels.add(next_panel / NR * k * NR).cast(),
-                                        c,
-                                        n,
-                                        mr,
-                                        nr,
-                                        next,
-                                    )
-                                }
-                                None => micro::<false>(
-                                    kc,
-                                    ap.as_ptr(),
-                                    pb[jr * kc..(jr + NR) * kc].as_ptr().cast(),
-                                    std::ptr::null(),
-                                    c,
-                                    n,
-                                    mr,
-                                    nr,
-                                    next,
-                                ),
-                            }
-                        };
-                    }
+                    // SAFETY: forwarded contract.
+                    unsafe { block(blk, pa, BSide::Widened(pb), dst) };
                 }
             }
         }
     });
+}
+
+/// One block of C: rows `ic..ic+mc`, columns `jc..jc+nc`, one K block of `kc`.
+#[derive(Clone, Copy)]
+struct Block {
+    ic: usize,
+    mc: usize,
+    jc: usize,
+    nc: usize,
+    kc: usize,
+    /// Full K (the row stride of a packed panel is k·NR).
+    k: usize,
+    /// Row stride of C.
+    n: usize,
+}
+
+/// Where a block's B values come from.
+#[derive(Clone, Copy)]
+enum BSide<'a> {
+    /// Widened f32 panels packed per call, `[panel][kc][NR]`.
+    Widened(&'a [f32]),
+    /// A [`PackedBf16`]'s first panel of the block, at its first K row of the block.
+    Packed(*const bf16),
+}
+
+/// Multiplies the packed A block `pa` by the block's B panels into C.
+///
+/// # Safety
+/// AVX-512F and BW; as [`unit`] for `dst`; `BSide::Packed` points into a packed weight whose
+/// panels cover columns `jc..jc+nc` for K rows `pc..pc+kc`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn block(blk: Block, pa: &[f32], bside: BSide, dst: OutPtr) {
+    let Block {
+        ic,
+        mc,
+        jc,
+        nc,
+        kc,
+        k,
+        n,
+    } = blk;
+    // A few rows (the DiT's 41) of a packed weight: one B panel stays in L1 while the A panels
+    // pass, so each weight byte comes from memory once. Otherwise one A panel stays in L1 while
+    // the B panels stream past it (measured faster for hundreds of rows, examples/gemm_shapes.rs).
+    let tiles = |outer: usize| (0..mc.div_ceil(MR)).map(move |i| (i * MR, outer));
+    let b_outer = matches!(bside, BSide::Packed(_)) && mc <= FEW_ROWS;
+    let order: Box<dyn Iterator<Item = (usize, usize)>> = if b_outer {
+        Box::new((0..nc).step_by(NR).flat_map(tiles))
+    } else {
+        Box::new(
+            (0..mc)
+                .step_by(MR)
+                .flat_map(move |ir| (0..nc).step_by(NR).map(move |jr| (ir, jr))),
+        )
+    };
+    let mut order = order.peekable();
+    while let Some((ir, jr)) = order.next() {
+        let mr = MR.min(mc - ir);
+        let nr = NR.min(nc - jr);
+        let ap = &pa[ir * kc..(ir + MR) * kc];
+        let at = |ir: usize, jr: usize| (ic + ir) * n + jc + jr;
+        let c = dst.get().wrapping_add(at(ir, jr));
+        let next = match order.peek() {
+            Some(&(ir, jr)) => dst.get().wrapping_add(at(ir, jr)),
+            None => c,
+        };
+        // SAFETY: `ap` holds kc·MR packed floats; a packed weight holds kc rows of NR bf16
+        // per panel from `panels` (row stride k·NR), and `pb` kc·NR floats per panel; the
+        // tile's valid mr×nr elements lie inside `dst` in the unit's columns; `next` is only
+        // prefetched.
+        unsafe {
+            match bside {
+                BSide::Packed(panels) => {
+                    // The next panel's rows are fetched while this one runs.
+                    let next_panel = if jr + NR < nc { jr + NR } else { jr };
+                    micro::<true>(
+                        kc,
+                        ap.as_ptr(),
+                        panels.add(jr / NR * k * NR).cast(),
+                        panels.add(next_panel / NR * k * NR).cast(),
+                        c,
+                        n,
+                        mr,
+                        nr,
+                        next,
+                    )
+                }
+                BSide::Widened(pb) => micro::<false>(
+                    kc,
+                    ap.as_ptr(),
+                    pb[jr * kc..(jr + NR) * kc].as_ptr().cast(),
+                    std::ptr::null(),
+                    c,
+                    n,
+                    mr,
+                    nr,
+                    next,
+                ),
+            }
+        };
+    }
 }
 
 /// Packs rows `ic..ic+mc`, k `pc..pc+kc` of `a` as MR-row panels laid out `[k][MR]`, zero rows

@@ -245,7 +245,11 @@ fn a_linear_packed_at_load_equals_the_unpacked_one_bit_for_bit() {
         assert_eq!(packed.weight().is_some(), !packed.is_packed());
         let y = packed.forward(&x).unwrap();
         assert_eq!(y.dims(), [1, m, n]);
-        assert_eq!(bits(&y), bits(&dense.forward(&x).unwrap()), "[{m}, {k}] x [{n}, {k}]ᵀ");
+        assert_eq!(
+            bits(&y),
+            bits(&dense.forward(&x).unwrap()),
+            "[{m}, {k}] x [{n}, {k}]ᵀ"
+        );
         if packed.is_packed() {
             // Packed for f32 activations only: anything else is refused, not miscomputed.
             let xb = x.to_dtype(DType::BF16).unwrap();
