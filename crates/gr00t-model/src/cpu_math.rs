@@ -51,16 +51,19 @@ fn gelu_tanh_one(x: f32) -> f32 {
 
 macro_rules! dispatch {
     ($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
+        dispatch! { $(#[$doc])* $name($($arg: $ty),*) -> () $body }
+    };
+    ($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty $body:block) => {
         $(#[$doc])*
-        pub(crate) fn $name($($arg: $ty),*) {
+        pub(crate) fn $name($($arg: $ty),*) -> $ret {
             #[inline(always)]
-            fn generic($($arg: $ty),*) $body
+            fn generic($($arg: $ty),*) -> $ret $body
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f")]
-                unsafe fn avx512($($arg: $ty),*) { generic($($arg),*) }
+                unsafe fn avx512($($arg: $ty),*) -> $ret { generic($($arg),*) }
                 #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2($($arg: $ty),*) { generic($($arg),*) }
+                unsafe fn avx2($($arg: $ty),*) -> $ret { generic($($arg),*) }
                 if std::arch::is_x86_feature_detected!("avx512f") {
                     // SAFETY: the CPU has AVX-512F.
                     return unsafe { avx512($($arg),*) };
@@ -78,8 +81,9 @@ macro_rules! dispatch {
 }
 
 dispatch! {
-    /// Softmax of one row in place, as candle's `softmax_last_dim`: `e^(x − max) / Σ`.
-    softmax_row(row: &mut [f32]) {
+    /// `e^(x − max)` of one row in place, returning their sum: a softmax before its division
+    /// (attention divides its output rows instead, dh values rather than Lk).
+    exp_minus_max(row: &mut [f32]) -> f32 {
         // Max and sum over LANES interleaved partial results, so that the loops vectorise.
         let mut lanes = [f32::NEG_INFINITY; LANES];
         let mut chunks = row.chunks_exact(LANES);
@@ -90,13 +94,21 @@ dispatch! {
         }
         let tail = chunks.remainder().iter();
         let max = lanes.iter().chain(tail).fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        for v in row.iter_mut() {
+        // One pass: exponentials written and summed together.
+        let mut sums = [0f32; LANES];
+        let mut chunks = row.chunks_exact_mut(LANES);
+        for c in &mut chunks {
+            for (s, v) in sums.iter_mut().zip(c) {
+                *v = exp(*v - max);
+                *s += *v;
+            }
+        }
+        let mut tail = 0f32;
+        for v in chunks.into_remainder() {
             *v = exp(*v - max);
+            tail += *v;
         }
-        let sum = lane_sum(row);
-        for v in row.iter_mut() {
-            *v /= sum;
-        }
+        sums.iter().sum::<f32>() + tail
     }
 }
 
@@ -371,11 +383,22 @@ mod tests {
     }
 
     #[test]
-    fn softmax_row_sums_to_one_and_masks() {
-        let mut row = [1.0, 2.0, f32::NEG_INFINITY, 0.5];
-        softmax_row(&mut row);
-        assert_eq!(row[2], 0.0);
-        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-        assert!(row[1] > row[0] && row[0] > row[3]);
+    fn exp_minus_max_matches_f64_and_masks() {
+        // 37 values: two full lanes of 16 and a tail of 5.
+        let mut row: Vec<f32> = (0..37).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.7).collect();
+        row[3] = f32::NEG_INFINITY;
+        let x: Vec<f64> = row.iter().map(|&v| v as f64).collect();
+        let max = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let sum = exp_minus_max(&mut row);
+        assert_eq!(row[3], 0.0);
+        let want: Vec<f64> = x.iter().map(|v| (v - max).exp()).collect();
+        for (got, want) in row.iter().zip(&want) {
+            assert!((*got as f64 - want).abs() <= 8e-7 * want, "{got} vs {want}");
+        }
+        let total: f64 = want.iter().sum();
+        assert!(
+            (sum as f64 - total).abs() <= 1e-6 * total,
+            "{sum} vs {total}"
+        );
     }
 }

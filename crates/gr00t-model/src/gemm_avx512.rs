@@ -144,13 +144,15 @@ pub(crate) fn matmul(
     if !available() || a.len() != m * k || b.len() != n * k || bias.is_some_and(|v| v.len() != n) {
         return None;
     }
-    let mut out = match bias {
-        Some(v) if n > 0 => v.repeat(m),
-        _ => vec![0f32; m * n],
-    };
     if m == 0 || n == 0 || k == 0 {
-        return Some(out);
+        return Some(match bias {
+            Some(v) => v.repeat(m),
+            None => vec![0f32; m * n],
+        });
     }
+    // Not initialised: the first K block of every tile writes its C from the bias (or zero)
+    // without reading it, and every element lies in exactly one tile.
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
     // Threads split the longer side (in tiles): the other operand is then packed by every
     // thread, the cheaper duplication. Splits never change the bits (see the module docs).
     let threads = rayon::current_num_threads().max(1);
@@ -179,7 +181,7 @@ pub(crate) fn matmul(
         // which this unit writes only rows r0..r1 and columns n0..n1; units are disjoint.
         #[cfg(target_arch = "x86_64")]
         unsafe {
-            unit(rows, r1 - r0, k, b, n, n0, n1, dst)
+            unit(rows, r1 - r0, k, b, n, n0, n1, bias, dst)
         }
     };
     if units == 1 {
@@ -187,6 +189,8 @@ pub(crate) fn matmul(
     } else {
         (0..units).into_par_iter().for_each(run);
     }
+    // SAFETY: the units covered all m·n elements (rows 0..m × columns 0..n) and wrote each.
+    unsafe { out.set_len(m * n) };
     Some(out)
 }
 
@@ -227,15 +231,26 @@ thread_local! {
     static PACKS: RefCell<(Scratch, Scratch)> = RefCell::new(Default::default());
 }
 
-/// Columns `n0..n1` of the product, written through `dst` (`[m, n]`, seeded with the bias).
+/// Columns `n0..n1` of the product, written through `dst` (`[m, n]`; every element's chain
+/// starts from its `bias`, or zero).
 ///
 /// # Safety
-/// The CPU must have AVX-512F and BW; `dst` must point to `m·n` floats that nothing else touches in
-/// columns `n0..n1` during the call.
+/// The CPU must have AVX-512F and BW; `dst` must point to `m·n` writable floats (initialised
+/// or not) that nothing else touches in columns `n0..n1` during the call; `bias` holds n.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn unit(a: &[f32], m: usize, k: usize, b: Rhs, n: usize, n0: usize, n1: usize, dst: OutPtr) {
+unsafe fn unit(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    b: Rhs,
+    n: usize,
+    n0: usize,
+    n1: usize,
+    bias: Option<&[f32]>,
+    dst: OutPtr,
+) {
     PACKS.with(|p| {
         let mut p = p.borrow_mut();
         let (pa, pb) = &mut *p;
@@ -261,9 +276,10 @@ unsafe fn unit(a: &[f32], m: usize, k: usize, b: Rhs, n: usize, n0: usize, n1: u
                             kc,
                             k,
                             n,
+                            first: pc == 0,
                         };
                         // SAFETY: forwarded contract; `panels` starts this block's K rows.
-                        unsafe { block(blk, pa, BSide::Packed(panels), dst) };
+                        unsafe { block(blk, pa, BSide::Packed(panels), bias, dst) };
                     }
                 }
             }
@@ -285,9 +301,10 @@ unsafe fn unit(a: &[f32], m: usize, k: usize, b: Rhs, n: usize, n0: usize, n1: u
                         kc,
                         k,
                         n,
+                        first: pc == 0,
                     };
                     // SAFETY: forwarded contract.
-                    unsafe { block(blk, pa, BSide::Widened(pb), dst) };
+                    unsafe { block(blk, pa, BSide::Widened(pb), bias, dst) };
                 }
             }
         }
@@ -306,6 +323,19 @@ struct Block {
     k: usize,
     /// Row stride of C.
     n: usize,
+    /// The first K block: C is written from the bias (or zero), not read.
+    first: bool,
+}
+
+/// Where a tile's chains start.
+#[derive(Clone, Copy)]
+enum Seed {
+    /// The current C (a later K block).
+    C,
+    /// The bias values of the tile's columns (the first K block).
+    Bias(*const f32),
+    /// Zero (the first K block, no bias).
+    Zero,
 }
 
 /// Where a block's B values come from.
@@ -324,7 +354,7 @@ enum BSide<'a> {
 /// panels cover columns `jc..jc+nc` for K rows `pc..pc+kc`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn block(blk: Block, pa: &[f32], bside: BSide, dst: OutPtr) {
+unsafe fn block(blk: Block, pa: &[f32], bside: BSide, bias: Option<&[f32]>, dst: OutPtr) {
     let Block {
         ic,
         mc,
@@ -333,31 +363,39 @@ unsafe fn block(blk: Block, pa: &[f32], bside: BSide, dst: OutPtr) {
         kc,
         k,
         n,
+        first,
     } = blk;
     // A few rows (the DiT's 41) of a packed weight: one B panel stays in L1 while the A panels
     // pass, so each weight byte comes from memory once. Otherwise one A panel stays in L1 while
     // the B panels stream past it (measured faster for hundreds of rows, examples/gemm_shapes.rs).
-    let tiles = |outer: usize| (0..mc.div_ceil(MR)).map(move |i| (i * MR, outer));
     let b_outer = matches!(bside, BSide::Packed(_)) && mc <= FEW_ROWS;
-    let order: Box<dyn Iterator<Item = (usize, usize)>> = if b_outer {
-        Box::new((0..nc).step_by(NR).flat_map(tiles))
-    } else {
-        Box::new(
-            (0..mc)
-                .step_by(MR)
-                .flat_map(move |ir| (0..nc).step_by(NR).map(move |jr| (ir, jr))),
-        )
+    let (row_tiles, col_tiles) = (mc.div_ceil(MR), nc.div_ceil(NR));
+    // Tile t of the block in the chosen order, as (first row, first column).
+    let tile = |t: usize| {
+        if b_outer {
+            (t % row_tiles * MR, t / row_tiles * NR)
+        } else {
+            (t / col_tiles * MR, t % col_tiles * NR)
+        }
     };
-    let mut order = order.peekable();
-    while let Some((ir, jr)) = order.next() {
+    let count = row_tiles * col_tiles;
+    for t in 0..count {
+        let (ir, jr) = tile(t);
         let mr = MR.min(mc - ir);
         let nr = NR.min(nc - jr);
         let ap = &pa[ir * kc..(ir + MR) * kc];
         let at = |ir: usize, jr: usize| (ic + ir) * n + jc + jr;
         let c = dst.get().wrapping_add(at(ir, jr));
-        let next = match order.peek() {
-            Some(&(ir, jr)) => dst.get().wrapping_add(at(ir, jr)),
-            None => c,
+        let seed = match (first, bias) {
+            (false, _) => Seed::C,
+            (true, Some(b)) => Seed::Bias(b[jc + jr..].as_ptr()),
+            (true, None) => Seed::Zero,
+        };
+        let next = if t + 1 < count {
+            let (ir, jr) = tile(t + 1);
+            dst.get().wrapping_add(at(ir, jr))
+        } else {
+            c
         };
         // SAFETY: `ap` holds kc·MR packed floats; a packed weight holds kc rows of NR bf16
         // per panel from `panels` (row stride k·NR), and `pb` kc·NR floats per panel; the
@@ -373,6 +411,7 @@ unsafe fn block(blk: Block, pa: &[f32], bside: BSide, dst: OutPtr) {
                         ap.as_ptr(),
                         panels.add(jr / NR * k * NR).cast(),
                         panels.add(next_panel / NR * k * NR).cast(),
+                        seed,
                         c,
                         n,
                         mr,
@@ -385,6 +424,7 @@ unsafe fn block(blk: Block, pa: &[f32], bside: BSide, dst: OutPtr) {
                     ap.as_ptr(),
                     pb[jr * kc..(jr + NR) * kc].as_ptr().cast(),
                     std::ptr::null(),
+                    seed,
                     c,
                     n,
                     mr,
@@ -565,15 +605,16 @@ unsafe fn transpose_store(v: [__m512; 16], dst: *mut f32, ld: usize, mask: __mma
     }
 }
 
-/// One MR×NR tile: `c[i, j] = fma-chain over p of ap[p, i]·bp[p, j]`, continuing from the
-/// current `c`; only the first `mr` rows and `nr` columns of `c` are read or written. The C
+/// One MR×NR tile: `c[i, j] = fma-chain over p of ap[p, i]·bp[p, j]`, continuing from `seed`
+/// (the current `c`, a bias row or zero); only the first `mr` rows and `nr` columns of `c` are
+/// read or written. The C
 /// rows of the tile at `next` (any address) are prefetched. `bp` is `kc` rows of NR f32, or
 /// with `BF16` `kc` rows of NR bf16 in [`stored_column`] order at a row stride of NR, and then
 /// the `kc` rows at `next_bp` (any address) are prefetched too.
 ///
 /// # Safety
-/// AVX-512F and BW; `ap` holds `kc·MR` floats and `bp` `kc` rows as above;
-/// `c + i·ldc + j` is valid for `i < mr`, `j < nr`.
+/// AVX-512F and BW; `ap` holds `kc·MR` floats and `bp` `kc` rows as above; `c + i·ldc + j` is
+/// valid for `i < mr`, `j < nr` (and initialised with `Seed::C`); a `Seed::Bias` holds `nr`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 #[allow(clippy::too_many_arguments)]
@@ -582,6 +623,7 @@ unsafe fn micro<const BF16: bool>(
     ap: *const f32,
     bp: *const u8,
     next_bp: *const u8,
+    seed: Seed,
     c: *mut f32,
     ldc: usize,
     mr: usize,
@@ -598,14 +640,30 @@ unsafe fn micro<const BF16: bool>(
     let m0 = lanes(nr);
     let m1 = lanes(nr.saturating_sub(16));
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    for (i, row) in acc.iter_mut().enumerate() {
-        let (k0, k1) = if i < mr { (m0, m1) } else { (0, 0) };
-        let ci = c.wrapping_add(i * ldc);
-        // SAFETY: masked-off lanes are not read; the enabled ones are valid per the contract.
-        unsafe {
-            row[0] = _mm512_maskz_loadu_ps(k0, ci);
-            row[1] = _mm512_maskz_loadu_ps(k1, ci.wrapping_add(16));
+    match seed {
+        Seed::C => {
+            for (i, row) in acc.iter_mut().enumerate() {
+                let (k0, k1) = if i < mr { (m0, m1) } else { (0, 0) };
+                let ci = c.wrapping_add(i * ldc);
+                // SAFETY: masked-off lanes are not read; the enabled ones are valid (and were
+                // written by the first K block) per the contract.
+                unsafe {
+                    row[0] = _mm512_maskz_loadu_ps(k0, ci);
+                    row[1] = _mm512_maskz_loadu_ps(k1, ci.wrapping_add(16));
+                }
+            }
         }
+        Seed::Bias(b) => {
+            // SAFETY: the tile's nr bias values are valid per the contract.
+            let row = unsafe {
+                [
+                    _mm512_maskz_loadu_ps(m0, b),
+                    _mm512_maskz_loadu_ps(m1, b.wrapping_add(16)),
+                ]
+            };
+            acc = [row; MR];
+        }
+        Seed::Zero => {}
     }
     let zero = _mm512_setzero_si512();
     for p in 0..kc {

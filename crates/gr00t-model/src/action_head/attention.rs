@@ -82,7 +82,7 @@ impl Attention {
             }
         }
         if cpu_attention::applies(&q, &kv.k, &kv.v, key_bias) {
-            let out = cpu_attention::attention(&q, &kv.k, &kv.v, self.scale, key_bias)?;
+            let out = cpu_attention::attention(&q, &kv.k, &kv.v, self.scale, key_bias, false)?;
             let out = out
                 .transpose(1, 2)?
                 .reshape((b, t, self.heads * self.head_dim))?;

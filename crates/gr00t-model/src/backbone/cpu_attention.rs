@@ -1,8 +1,10 @@
 //! Softmax attention on the CPU in f32 without the whole score matrix: each task takes a block
 //! of query rows of one head, computes their scores against every key (one GEMM), applies the
-//! scale, mask and softmax in place, and multiplies by the values (a second GEMM) straight
-//! into the output. Same math as the plain candle ops; only GEMM summation order and the
-//! `exp` kernel differ.
+//! scale, mask and `e^(x − max)` in place, multiplies by the values (a second GEMM) straight
+//! into the output and divides each output row by its softmax sum (Dh divisions, not Lk).
+//! With a causal mask a block skips the keys after its last row (all masked: their weights are
+//! exactly zero). Same math as the plain candle ops; only rounding order and the `exp` kernel
+//! differ.
 
 use candle_core::{DType, Layout, Storage, Tensor};
 use rayon::prelude::*;
@@ -27,8 +29,9 @@ pub(crate) fn applies(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>)
 
 /// `softmax(q·kᵀ·scale + mask)·v` for CPU f32 `q` `[B, Hq, Lq, Dh]` and `k`/`v`
 /// `[B, Hkv, Lk, Dh]` (query head j reads kv head j / (Hq/Hkv)); `mask` is additive and
-/// broadcasts to `[B, Hq, Lq, Lk]`. Operands are read in place when their last dimension is
-/// contiguous. Returns `[B, Hq, Lq, Dh]` as a transposed view of a contiguous
+/// broadcasts to `[B, Hq, Lq, Lk]`; `causal` says it is the causal mask (query i sees keys
+/// up to i + Lk − Lq), so masked key ranges are skipped. Operands are read in place when their
+/// last dimension is contiguous. Returns `[B, Hq, Lq, Dh]` as a transposed view of a contiguous
 /// `[B, Lq, Hq, Dh]` (so merging the heads afterwards costs no copy).
 pub(crate) fn attention(
     q: &Tensor,
@@ -36,6 +39,7 @@ pub(crate) fn attention(
     v: &Tensor,
     scale: f64,
     mask: Option<&Tensor>,
+    causal: bool,
 ) -> candle_core::Result<Tensor> {
     let (b, hq, lq, dh) = q.dims4()?;
     let (_, hkv, lk, _) = k.dims4()?;
@@ -80,12 +84,18 @@ pub(crate) fn attention(
             let r0 = blk * BLOCK_ROWS;
             let rows = BLOCK_ROWS.min(lq - r0);
             let hk = h / rep;
+            // Keys this block can see (all of them unless causal).
+            let lk = if causal {
+                (r0 + rows + lk.saturating_sub(lq)).min(lk)
+            } else {
+                lk
+            };
             SCORES.with(|buf| {
                 let mut buf = buf.borrow_mut();
-                if buf.len() < rows * lk {
-                    buf.resize(rows * lk, 0.0);
+                if buf.len() < rows * lk + rows {
+                    buf.resize(rows * lk + rows, 0.0);
                 }
-                let s = &mut buf[..rows * lk];
+                let (s, sums) = buf[..rows * lk + rows].split_at_mut(rows * lk);
                 // SAFETY: s is rows×lk (row stride lk); the query rows and the keys (read as
                 // their transpose) lie inside their tensors' storage by their layouts.
                 unsafe {
@@ -118,7 +128,7 @@ pub(crate) fn attention(
                             *x += m.data[base + j * m.st[3]];
                         }
                     }
-                    crate::cpu_math::softmax_row(row);
+                    sums[i] = crate::cpu_math::exp_minus_max(row);
                 }
                 // SAFETY: this task alone writes rows r0..r0+rows of head h (row stride
                 // Hq·Dh) of `out`; s is rows×lk; the values lie inside their storage.
@@ -144,6 +154,12 @@ pub(crate) fn attention(
                         false,
                         gemm::Parallelism::None,
                     );
+                }
+                for (i, &sum) in sums.iter().enumerate() {
+                    let at = (bi * lq + r0 + i) * row_stride + h * dh;
+                    // SAFETY: row r0+i of head h: this task's own dh outputs, written above.
+                    let out = unsafe { std::slice::from_raw_parts_mut(dst.add(at), dh) };
+                    out.iter_mut().for_each(|o| *o /= sum);
                 }
             });
         });
@@ -189,5 +205,110 @@ impl OutPtr {
     /// The pointer `off` elements in (a method, so closures capture the whole `Sync` wrapper).
     fn add(self, off: usize) -> *mut f32 {
         self.0.wrapping_add(off)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attention;
+    use candle_core::{Device, Tensor};
+
+    /// f64 `softmax(q·kᵀ·scale + mask)·v` with GQA, `[B, H, L, D]` in and out.
+    fn reference(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dims: [usize; 6],
+        scale: f64,
+        mask: &[f32],
+    ) -> Vec<f64> {
+        let [b, hq, hkv, lq, lk, dh] = dims;
+        let mut out = vec![0f64; b * hq * lq * dh];
+        for bi in 0..b {
+            for h in 0..hq {
+                let hk = h / (hq / hkv);
+                for i in 0..lq {
+                    let qrow = &q[((bi * hq + h) * lq + i) * dh..][..dh];
+                    let scores: Vec<f64> = (0..lk)
+                        .map(|j| {
+                            let krow = &k[((bi * hkv + hk) * lk + j) * dh..][..dh];
+                            let dot: f64 = qrow
+                                .iter()
+                                .zip(krow)
+                                .map(|(a, b)| *a as f64 * *b as f64)
+                                .sum();
+                            dot * scale + mask[i * lk + j] as f64
+                        })
+                        .collect();
+                    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let sum: f64 = e.iter().sum();
+                    for d in 0..dh {
+                        let acc: f64 = (0..lk)
+                            .map(|j| e[j] * v[((bi * hkv + hk) * lk + j) * dh + d] as f64)
+                            .sum();
+                        out[((bi * hq + h) * lq + i) * dh + d] = acc / sum;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matches_an_f64_reference_with_gqa_causal_offsets_and_additive_masks() {
+        let dev = Device::Cpu;
+        let mut s = 0x1234_5678u32;
+        let mut rnd = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+        };
+        // (lq, lk, causal): several 64-row blocks, a key offset (lk > lq), a plain mask.
+        for (lq, lk, causal) in [(150, 150, true), (70, 100, true), (70, 90, false)] {
+            let (b, hq, hkv, dh) = (2, 4, 2, 16);
+            let q: Vec<f32> = (0..b * hq * lq * dh).map(|_| rnd()).collect();
+            let k: Vec<f32> = (0..b * hkv * lk * dh).map(|_| rnd()).collect();
+            let v: Vec<f32> = (0..b * hkv * lk * dh).map(|_| rnd()).collect();
+            let mask: Vec<f32> = (0..lq * lk)
+                .map(|idx| {
+                    let (i, j) = (idx / lk, idx % lk);
+                    match causal {
+                        true if j > i + (lk - lq) => f32::NEG_INFINITY,
+                        true => 0.0,
+                        false => rnd(),
+                    }
+                })
+                .collect();
+            let scale = 0.25;
+            let t = |x: &[f32], h, l| Tensor::from_vec(x.to_vec(), (b, h, l, dh), &dev).unwrap();
+            let m = Tensor::from_vec(mask.clone(), (lq, lk), &dev).unwrap();
+            let got = attention(
+                &t(&q, hq, lq),
+                &t(&k, hkv, lk),
+                &t(&v, hkv, lk),
+                scale,
+                Some(&m),
+                causal,
+            )
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+            let want = reference(&q, &k, &v, [b, hq, hkv, lq, lk, dh], scale, &mask);
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (*g as f64 - w).abs())
+                .fold(0f64, f64::max);
+            assert!(
+                worst < 2e-6,
+                "lq {lq} lk {lk} causal {causal}: max |Δ| {worst}"
+            );
+        }
     }
 }

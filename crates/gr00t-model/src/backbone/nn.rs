@@ -100,6 +100,7 @@ pub(crate) fn attention(
     if let Some(out) = crate::flash::attention(q, k, v, scale, matches!(mask, Mask::Causal(_)))? {
         return Ok(out);
     }
+    let causal = matches!(mask, Mask::Causal(_));
     let mask = match mask {
         Mask::None => None,
         Mask::Causal(m) => Some(m),
@@ -110,7 +111,7 @@ pub(crate) fn attention(
         candle_core::bail!("attention: {hq} query heads do not share {hkv} kv heads evenly");
     }
     if super::cpu_attention::applies(q, k, v, mask) {
-        return super::cpu_attention::attention(q, k, v, scale, mask);
+        return super::cpu_attention::attention(q, k, v, scale, mask, causal);
     }
     let rep = hq / hkv;
     // Query heads of one kv head are adjacent, so they stack into one taller matrix.
