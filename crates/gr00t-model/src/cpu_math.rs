@@ -18,7 +18,11 @@ fn exp(x: f32) -> f32 {
     // Adding and removing 1.5·2²³ rounds to the nearest integer without a rounding instruction.
     const ROUND: f32 = 12_582_912.0;
     let xc = x.clamp(-87.336_55, 88.0);
-    let n = (xc * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let t = xc * std::f32::consts::LOG2_E + ROUND;
+    let n = t - ROUND;
+    // n as an integer straight from t's bits (t lies in [2²³, 2²⁴), one unit per ulp): an
+    // `as i32` cast would be a saturating conversion, which does not vectorise.
+    let ni = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     // Taylor series to r⁷/7! for |r| ≤ ln2/2 (truncation below 2⁻²⁸ relative).
     let p = 1.0 / 5040.0;
@@ -29,7 +33,7 @@ fn exp(x: f32) -> f32 {
     let p = p * r + 0.5;
     let p = p * r + 1.0;
     let p = p * r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let scale = f32::from_bits(((ni + 127) as u32) << 23);
     let y = p * scale;
     if x < -87.336_55 {
         0.0
