@@ -1,7 +1,9 @@
 //! `nn.Linear` whose weight may stay bf16 in memory (half the bytes of f32) while the product
-//! is computed in f32: on the CPU, slabs of weight rows are widened exactly into a small
-//! per-thread f32 buffer and multiplied straight into their columns of the output. The math is
-//! the f32 product of the stored values; only the summation order inside the GEMM may differ.
+//! is computed in f32. On AVX-512 CPUs the large weights are rearranged once at load into the
+//! hand-written kernel's panel order and widened exactly in registers (`gemm_avx512.rs`);
+//! elsewhere slabs of weight rows are widened into a small per-thread f32 buffer and multiplied
+//! straight into their columns of the output. The math is the f32 product of the stored
+//! values; only the summation order inside the GEMM may differ.
 
 use crate::gemm_avx512::{self, Rhs};
 use crate::weights::COMPACT;
