@@ -6,81 +6,45 @@
 
 #[path = "../src/server/test_client.rs"]
 mod test_client;
+#[path = "../src/protocols/test_server.rs"]
+mod test_server;
 
-use gr00t_fixtures::{request_json, tiny_checkpoint};
+use gr00t_fixtures::request_json;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::channel;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use test_client::{exchange, get, post_json, request, HttpResponse};
+use test_server::Server;
 
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// A `gr00t serve` child on the tiny checkpoint, killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<Vec<String>>>,
+/// `gr00t serve` on the tiny checkpoint without the status page, killed on drop.
+fn start(extra: &[&str]) -> Server {
+    Server::start(&[&["--no-ui"], extra].concat())
 }
 
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gr00t"))
-            .arg("serve")
-            .arg("--checkpoint")
-            .arg(tiny_checkpoint())
-            .args(["--port", "0", "--no-ui"])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn gr00t serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = channel();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line.clone());
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        let mut addr = None;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = rx
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no start-up within {STARTUP_TIMEOUT:?}"));
-            if let Some(a) = line.split("listening on http://").nth(1) {
-                addr = Some(a.trim().to_string());
-            }
-            if line.trim_end() == "Application startup complete" {
-                break;
-            }
-        }
-        Server {
-            child,
-            addr: addr.expect("listening line"),
-            log,
-        }
-    }
+/// What these tests ask of the server.
+trait Probe {
+    /// POST `/predict`.
+    fn predict(&self, body: &[u8]) -> HttpResponse;
+    /// GET `/health`'s status.
+    fn health(&self) -> u16;
+    /// The process's resident memory (kB; 0 when unreadable).
+    fn rss_kb(&self) -> u64;
+    /// The process's open file descriptors.
+    fn open_fds(&self) -> usize;
+}
 
+impl Probe for Server {
     fn predict(&self, body: &[u8]) -> HttpResponse {
-        post_json(&self.addr, "/predict", body).expect("POST /predict")
+        post_json(&self.http, "/predict", body).expect("POST /predict")
     }
 
     fn health(&self) -> u16 {
-        get(&self.addr, "/health").expect("GET /health").status
+        get(&self.http, "/health").expect("GET /health").status
     }
 
     fn rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()));
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()));
         status
             .ok()
             .and_then(|s| {
@@ -92,20 +56,9 @@ impl Server {
     }
 
     fn open_fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
             .map(|d| d.count())
             .unwrap_or(0)
-    }
-
-    fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -139,23 +92,23 @@ fn head(len: usize, extra: &str) -> String {
 
 #[test]
 fn a_client_vanishing_mid_request_leaves_the_next_request_unaffected() {
-    let s = Server::start(&[]);
+    let s = start(&[]);
     let b = body("case1", 11);
     let solo = actions(&s.predict(&b));
 
     // Whole request sent, then gone before the answer: the work finishes or is dropped.
-    let mut c = connect(&s.addr);
+    let mut c = connect(&s.http);
     c.write_all(head(b.len(), "").as_bytes()).unwrap();
     c.write_all(&b).unwrap();
     c.shutdown(Shutdown::Both).unwrap();
     drop(c);
     // Half a body, then gone.
-    let mut c = connect(&s.addr);
+    let mut c = connect(&s.http);
     c.write_all(head(b.len(), "").as_bytes()).unwrap();
     c.write_all(&b[..b.len() / 2]).unwrap();
     drop(c);
     // Headers only, then gone.
-    let mut c = connect(&s.addr);
+    let mut c = connect(&s.http);
     c.write_all(head(b.len(), "").as_bytes()).unwrap();
     drop(c);
 
@@ -168,9 +121,9 @@ fn a_client_vanishing_mid_request_leaves_the_next_request_unaffected() {
 
 #[test]
 fn a_slow_body_gets_408_and_does_not_hold_the_worker() {
-    let s = Server::start(&["--body-timeout-s", "1"]);
+    let s = start(&["--body-timeout-s", "1"]);
     let b = body("case0", 3);
-    let mut slow = connect(&s.addr);
+    let mut slow = connect(&s.http);
     slow.write_all(head(b.len(), "").as_bytes()).unwrap();
     slow.write_all(&b[..100]).unwrap();
     // While that body stalls, others are served (the body is read before it is queued).
@@ -189,7 +142,7 @@ fn a_slow_body_gets_408_and_does_not_hold_the_worker() {
 
 #[test]
 fn a_100_mib_body_gets_413_and_the_server_stays_fine() {
-    let s = Server::start(&[]);
+    let s = start(&[]);
     let b = body("case0", 9);
     let solo = actions(&s.predict(&b));
     let rss_before = s.rss_kb();
@@ -197,7 +150,7 @@ fn a_100_mib_body_gets_413_and_the_server_stays_fine() {
 
     // Declared length: refused before the body is read.
     let r = exchange(
-        &s.addr,
+        &s.http,
         head(big.len(), "Connection: close\r\n").as_bytes(),
         &big,
     )
@@ -213,7 +166,7 @@ fn a_100_mib_body_gets_413_and_the_server_stays_fine() {
     chunked.extend_from_slice(b"0\r\n\r\n");
     let h = "POST /predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
              Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
-    let r = exchange(&s.addr, h.as_bytes(), &chunked).expect("413 answer");
+    let r = exchange(&s.http, h.as_bytes(), &chunked).expect("413 answer");
     assert_eq!(r.status, 413, "{}", r.text());
 
     assert_eq!(s.health(), 200);
@@ -238,7 +191,7 @@ fn fd_limit() -> usize {
 #[test]
 fn thousands_of_idle_connections_are_capped_and_health_still_answers() {
     const CAP: usize = 64;
-    let s = Server::start(&["--max-connections", "64", "--idle-timeout-s", "600"]);
+    let s = start(&["--max-connections", "64", "--idle-timeout-s", "600"]);
     let fds_before = s.open_fds();
     // 10,000 when the fd limit allows (the issue's figure), else what fits with headroom.
     let n = 10_000.min(fd_limit().saturating_sub(256));
@@ -246,14 +199,14 @@ fn thousands_of_idle_connections_are_capped_and_health_still_answers() {
     let mut idle = Vec::with_capacity(n);
     let mut max_fds = 0;
     for i in 0..n {
-        let c = TcpStream::connect(&s.addr).expect("connect idle socket");
+        let c = TcpStream::connect(&s.http).expect("connect idle socket");
         idle.push(c);
         if i % 500 == 0 {
             max_fds = max_fds.max(s.open_fds());
         }
     }
     // Every connection is open on our side, idle; the server holds at most CAP of them.
-    let r = get(&s.addr, "/health").expect("health with thousands of idle sockets");
+    let r = get(&s.http, "/health").expect("health with thousands of idle sockets");
     assert_eq!(r.status, 200);
     max_fds = max_fds.max(s.open_fds());
     assert!(
@@ -268,8 +221,8 @@ fn thousands_of_idle_connections_are_capped_and_health_still_answers() {
 
 #[test]
 fn an_idle_connection_is_closed_after_the_idle_timeout() {
-    let s = Server::start(&["--idle-timeout-s", "1"]);
-    let mut c = connect(&s.addr);
+    let s = start(&["--idle-timeout-s", "1"]);
+    let mut c = connect(&s.http);
     let t0 = Instant::now();
     let mut buf = [0u8; 16];
     // EOF (0 bytes) or a reset: the server closed it; bounded by the 120 s read timeout.
@@ -281,16 +234,16 @@ fn an_idle_connection_is_closed_after_the_idle_timeout() {
 
 #[test]
 fn api_token_guards_every_http_route_but_health() {
-    let s = Server::start(&["--api-token", "s3cret"]);
+    let s = start(&["--api-token", "s3cret"]);
     let b = body("case0", 4);
     for auth in [None, Some("Bearer wrong"), Some("Api-Key s3cret")] {
         let headers: Vec<(&str, &str)> = auth.map(|a| ("Authorization", a)).into_iter().collect();
         let mut h = headers.clone();
         h.push(("Content-Type", "application/json"));
-        let r = request(&s.addr, "POST", "/predict", &h, &b).unwrap();
+        let r = request(&s.http, "POST", "/predict", &h, &b).unwrap();
         assert_eq!(r.status, 401, "{auth:?}: {}", r.text());
         assert!(r.json()["error"].as_str().unwrap().contains("Bearer"));
-        let r = request(&s.addr, "GET", "/info", &headers, b"").unwrap();
+        let r = request(&s.http, "GET", "/info", &headers, b"").unwrap();
         assert_eq!(r.status, 401, "{auth:?}");
     }
     assert_eq!(s.health(), 200);
@@ -298,9 +251,9 @@ fn api_token_guards_every_http_route_but_health() {
         ("Authorization", "Bearer s3cret"),
         ("Content-Type", "application/json"),
     ];
-    let r = request(&s.addr, "POST", "/predict", &ok, &b).unwrap();
+    let r = request(&s.http, "POST", "/predict", &ok, &b).unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
-    let r = request(&s.addr, "GET", "/info", &ok[..1], b"").unwrap();
+    let r = request(&s.http, "GET", "/info", &ok[..1], b"").unwrap();
     assert_eq!(r.status, 200);
     assert!(
         !s.log_text().contains("s3cret"),

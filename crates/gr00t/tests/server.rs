@@ -3,147 +3,35 @@
 
 #[path = "../src/server/test_client.rs"]
 mod test_client;
+#[path = "../src/protocols/test_server.rs"]
+mod test_server;
 
 use base64::Engine as _;
-use gr00t_fixtures::{max_abs_diff, request_json, tiny_checkpoint, Taps};
+use gr00t_fixtures::{max_abs_diff, request_json, Taps};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{channel, Receiver};
-use std::sync::{Arc, Barrier, Mutex};
-use std::thread::JoinHandle;
+use std::process::Command;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 use test_client::{exchange, get, post_json, request, HttpResponse};
+use test_server::{Server, GROUPS};
 
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
-const GROUPS: [&str; 3] = ["eef_9d", "gripper_position", "joint_position"];
-
-/// A `gr00t serve` child process on the tiny checkpoint.
-struct Server {
-    child: Option<Child>,
-    pid: u32,
-    addr: String,
-    log: Arc<Mutex<Vec<String>>>,
-    reader: Option<JoinHandle<()>>,
+/// HTTP shorthands on the shared test server.
+trait Http {
+    /// POST `/predict`.
+    fn post(&self, body: &[u8]) -> HttpResponse;
+    /// GET `path`, asserting 200; the JSON body.
+    fn get(&self, path: &str) -> Value;
 }
 
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        Server::start_on(port, extra)
-    }
-
-    fn start_on(port: u16, extra: &[&str]) -> Server {
-        let port = port.to_string();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gr00t"))
-            .arg("serve")
-            .arg("--checkpoint")
-            .arg(tiny_checkpoint())
-            .args(["--port", &port])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn gr00t serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = channel();
-        let sink = log.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line.clone());
-                let _ = tx.send(line);
-            }
-        });
-        let mut server = Server {
-            pid: child.id(),
-            child: Some(child),
-            addr: String::new(),
-            log,
-            reader: Some(reader),
-        };
-        server.addr = server.wait_ready(&rx);
-        server
-    }
-
-    /// Waits for the start-up line; returns the address from the `listening on` line.
-    fn wait_ready(&mut self, lines: &Receiver<String>) -> String {
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        let mut addr = None;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lines.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(a) = line.split("listening on http://").nth(1) {
-                        addr = Some(a.trim().to_string());
-                    }
-                    if line.trim_end() == "Application startup complete" {
-                        return addr.unwrap_or_else(|| {
-                            panic!("no `listening on` line:\n{}", self.log_text())
-                        });
-                    }
-                }
-                Err(_) => panic!(
-                    "server not ready within {STARTUP_TIMEOUT:?}:\n{}",
-                    self.log_text()
-                ),
-            }
-        }
-    }
-
-    fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
+impl Http for Server {
     fn post(&self, body: &[u8]) -> HttpResponse {
-        post_json(&self.addr, "/predict", body).expect("POST /predict")
+        post_json(&self.http, "/predict", body).expect("POST /predict")
     }
 
     fn get(&self, path: &str) -> Value {
-        let r = get(&self.addr, path).unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let r = get(&self.http, path).unwrap_or_else(|e| panic!("GET {path}: {e}"));
         assert_eq!(r.status, 200, "GET {path}: {}", r.text());
         r.json()
-    }
-
-    /// Waits (bounded) for the process to exit; returns its status and its whole log.
-    fn wait_exit(mut self, timeout: Duration) -> (ExitStatus, String) {
-        let mut child = self.child.take().expect("child");
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait());
-        });
-        match rx.recv_timeout(timeout) {
-            Ok(status) => {
-                // The reader ends at EOF, after the last line the process wrote.
-                if let Some(r) = self.reader.take() {
-                    let _ = r.join();
-                }
-                (status.expect("wait"), self.log_text())
-            }
-            Err(_) => {
-                let _ = Command::new("kill")
-                    .args(["-KILL", &self.pid.to_string()])
-                    .status();
-                panic!(
-                    "server did not exit within {timeout:?}:\n{}",
-                    self.log_text()
-                )
-            }
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
@@ -293,7 +181,7 @@ fn predict_matches_fixture_and_refuses_bad_inputs() {
         expect_400(&s, what, body, field);
     }
     let r = request(
-        &s.addr,
+        &s.http,
         "POST",
         "/predict",
         &[("Content-Type", "text/plain")],
@@ -309,7 +197,7 @@ fn predict_matches_fixture_and_refuses_bad_inputs() {
     assert_eq!(r.status, 413, "{}", r.text());
     assert!(r.json()["error"].as_str().unwrap().contains("body"));
     let head = "POST /predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\nConnection: close\r\n\r\n";
-    let r = exchange(&s.addr, head.as_bytes(), b"{").unwrap();
+    let r = exchange(&s.http, head.as_bytes(), b"{").unwrap();
     assert_eq!(r.status, 413, "{}", r.text());
 
     // Nothing above changed what a valid request gets.
@@ -326,7 +214,7 @@ fn overload_answers_503_with_retry_after_and_recovers() {
     let barrier = Arc::new(Barrier::new(n));
     let threads: Vec<_> = (0..n)
         .map(|_| {
-            let (addr, body, barrier) = (s.addr.clone(), valid.clone(), barrier.clone());
+            let (addr, body, barrier) = (s.http.clone(), valid.clone(), barrier.clone());
             std::thread::spawn(move || {
                 barrier.wait();
                 post_json(&addr, "/predict", &body).expect("POST /predict")
@@ -369,11 +257,11 @@ fn get_endpoints_and_demo_round_trip() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_port = taken.local_addr().unwrap().port();
     let s = Server::start_on(taken_port, &[]);
-    let port: u16 = s.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let port: u16 = s.http.rsplit(':').next().unwrap().parse().unwrap();
     assert!(
         port > taken_port && port <= taken_port.saturating_add(99),
         "{}",
-        s.addr
+        s.http
     );
     assert!(s.log_text().contains("is taken"), "{}", s.log_text());
     assert_eq!(s.get("/health"), json!({"status": "ok"}));
@@ -425,7 +313,7 @@ fn get_endpoints_and_demo_round_trip() {
         let d = max_abs_diff(&ours, &want);
         assert!(d <= 1e-5, "demo actions.{g}: max|Δ| {d:.3e}");
     }
-    let r = get(&s.addr, "/no-such-route").unwrap();
+    let r = get(&s.http, "/no-such-route").unwrap();
     assert_eq!(r.status, 404);
     assert!(r.json()["error"].is_string());
 }
@@ -433,14 +321,14 @@ fn get_endpoints_and_demo_round_trip() {
 #[test]
 fn sigterm_finishes_the_request_in_flight_and_exits_zero() {
     let s = Server::start(&[]);
-    let addr = s.addr.clone();
+    let addr = s.http.clone();
     let body = serde_json::to_vec(&case0()).unwrap();
     let in_flight =
         std::thread::spawn(move || post_json(&addr, "/predict", &body).expect("POST /predict"));
     // Bounded poll until the worker is computing it.
     let busy = (0..100_000).any(|_| s.get("/info")["queue"]["busy"] == true);
     assert!(busy, "the request never reached the worker");
-    let pid = s.pid.to_string();
+    let pid = s.pid().to_string();
     let killed = Command::new("kill")
         .args(["-TERM", &pid])
         .status()

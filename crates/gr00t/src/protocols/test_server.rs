@@ -1,6 +1,7 @@
-//! Test support shared by `tests/zmq.rs` and `tests/websocket.rs` (included there with
-//! `#[path]`; not part of the binary): a `gr00t serve` child on the tiny fixture checkpoint with
-//! its listener addresses, and the fixture case0 observation as raw frames.
+//! Test support shared by the end-to-end tests (`tests/{server,faults,zmq,websocket}.rs`,
+//! included there with `#[path]`; not part of the binary): a `gr00t serve` child on the tiny
+//! fixture checkpoint with its listener addresses, and the fixture case0 observation as raw
+//! frames.
 #![allow(dead_code)]
 
 use gr00t_fixtures::{case_dir, request_json, tiny_checkpoint, Taps};
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(300);
 /// The fixture's camera names in model order.
 pub const CAMERAS: [&str; 2] = ["exterior_image_1_left", "wrist_image_left"];
 /// Action groups in the order the fixture taps name them.
@@ -34,11 +35,16 @@ pub struct Server {
 impl Server {
     /// Starts the server on free ports with `extra` flags and waits until it is ready.
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_on(0, extra)
+    }
+
+    /// Starts the server asking for HTTP port `port` (0: any free one) and waits until ready.
+    pub fn start_on(port: u16, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gr00t"))
             .arg("serve")
             .arg("--checkpoint")
             .arg(tiny_checkpoint())
-            .args(["--port", "0"])
+            .args(["--port", &port.to_string()])
             .args(extra)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -97,6 +103,11 @@ impl Server {
                 return;
             }
         }
+    }
+
+    /// The server's process id (0 once it has been waited for).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
     }
 
     /// Everything the server logged so far.
