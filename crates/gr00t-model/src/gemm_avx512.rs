@@ -11,6 +11,7 @@
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
 
+use crate::out_ptr::OutPtr;
 use half::bf16;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -176,7 +177,7 @@ pub(crate) fn matmul(
             (0, m, u * per, ((u + 1) * per).min(n))
         };
         let rows = &a[r0 * k..r1 * k];
-        let dst = OutPtr(dst.get().wrapping_add(r0 * n));
+        let dst = OutPtr(dst.add(r0 * n));
         // SAFETY: AVX-512F/BW were detected above; `dst` points at row r0 of the m·n output, of
         // which this unit writes only rows r0..r1 and columns n0..n1; units are disjoint.
         #[cfg(target_arch = "x86_64")]
@@ -192,21 +193,6 @@ pub(crate) fn matmul(
     // SAFETY: the units covered all m·n elements (rows 0..m × columns 0..n) and wrote each.
     unsafe { out.set_len(m * n) };
     Some(out)
-}
-
-/// Output pointer shared by the workers; each writes a disjoint block of C.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: workers write disjoint blocks of one live buffer.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above; the pointer itself is never mutated.
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// The raw pointer (a method, so closures capture the whole `Sync` wrapper).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
 }
 
 /// A 64-byte aligned f32 scratch buffer (packed rows then never straddle cache lines).
@@ -385,7 +371,7 @@ unsafe fn block(blk: Block, pa: &[f32], bside: BSide, bias: Option<&[f32]>, dst:
         let nr = NR.min(nc - jr);
         let ap = &pa[ir * kc..(ir + MR) * kc];
         let at = |ir: usize, jr: usize| (ic + ir) * n + jc + jr;
-        let c = dst.get().wrapping_add(at(ir, jr));
+        let c = dst.add(at(ir, jr));
         let seed = match (first, bias) {
             (false, _) => Seed::C,
             (true, Some(b)) => Seed::Bias(b[jc + jr..].as_ptr()),
@@ -393,7 +379,7 @@ unsafe fn block(blk: Block, pa: &[f32], bside: BSide, bias: Option<&[f32]>, dst:
         };
         let next = if t + 1 < count {
             let (ir, jr) = tile(t + 1);
-            dst.get().wrapping_add(at(ir, jr))
+            dst.add(at(ir, jr))
         } else {
             c
         };

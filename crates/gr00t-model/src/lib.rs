@@ -15,6 +15,7 @@ pub mod inputs;
 pub mod linear;
 pub mod model;
 pub mod noise;
+pub(crate) mod out_ptr;
 pub mod synth;
 pub mod taps;
 pub mod text;

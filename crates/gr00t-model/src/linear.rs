@@ -6,6 +6,7 @@
 //! values; only the summation order inside the GEMM may differ.
 
 use crate::gemm_avx512::{self, Rhs};
+use crate::out_ptr::OutPtr;
 use crate::weights::COMPACT;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Storage, Tensor, D};
 use candle_nn::VarBuilder;
@@ -249,20 +250,6 @@ impl CustomOp1 for WidenedMatMul<'_> {
 thread_local! {
     /// Per-thread f32 copy of the weight rows being multiplied (reused across calls).
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Output pointer shared by the workers; each writes a disjoint set of columns.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: workers write disjoint column ranges of one live buffer.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// The pointer `off` elements in (a method, so closures capture the whole `Sync` wrapper).
-    fn add(self, off: usize) -> *mut f32 {
-        self.0.wrapping_add(off)
-    }
 }
 
 /// Which GEMM multiplies by a bf16 weight (public only for the `gemm_shapes` benchmark).

@@ -6,6 +6,7 @@
 //! exactly zero). Same math as the plain candle ops; only rounding order and the `exp` kernel
 //! differ.
 
+use crate::out_ptr::OutPtr;
 use candle_core::{DType, Layout, Storage, Tensor};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -191,20 +192,6 @@ fn view<'a>(storage: &'a Storage, layout: &Layout) -> candle_core::Result<View<'
             st: [s0, s1, s2, s3],
         }),
         _ => candle_core::bail!("attention: operands must be 4-D CPU f32 tensors"),
-    }
-}
-
-/// Output pointer shared by the tasks; each writes its own rows of one head.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: tasks write disjoint elements of one live buffer.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// The pointer `off` elements in (a method, so closures capture the whole `Sync` wrapper).
-    fn add(self, off: usize) -> *mut f32 {
-        self.0.wrapping_add(off)
     }
 }
 
