@@ -763,13 +763,7 @@ mod tests {
         if !available() {
             return;
         }
-        let mut s = 0x2545_f491_u32;
-        let mut rnd = move || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-        };
+        let mut rnd = crate::test_rng::xorshift(0x2545_f491_u32);
         for (m, n, k) in shapes() {
             let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
             let wf: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
@@ -803,11 +797,7 @@ mod tests {
             return;
         }
         let (m, n, k) = (MC + 20, 3 * NR + 5, 2 * KC + 9);
-        let mut s = 7u32;
-        let mut rnd = move || {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        };
+        let mut rnd = crate::test_rng::lcg(7u32);
         let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
         let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
         let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
@@ -852,11 +842,7 @@ mod tests {
         if !available() {
             return;
         }
-        let mut s = 0x51u32;
-        let mut rnd = move || {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        };
+        let mut rnd = crate::test_rng::lcg(0x51u32);
         let mut shapes = shapes();
         shapes.push((MC + 3, NC + NR + 7, KC + 1));
         for (m, n, k) in shapes {

@@ -18,6 +18,8 @@ pub mod noise;
 pub(crate) mod out_ptr;
 pub mod synth;
 pub mod taps;
+#[cfg(test)]
+mod test_rng;
 pub mod text;
 pub mod vision;
 pub mod vision_cache;

@@ -131,11 +131,9 @@ impl Module for Linear {
                 // Exactly candle's own Linear.
                 return candle_nn::Linear::new(w.clone(), self.bias.clone()).forward(x);
             }
-            Weight::Dense(w) if w.dtype() == DType::BF16 && x.dtype() == DType::F32 => {
-                if !x.device().is_cpu() {
-                    let w = w.to_dtype(x.dtype())?;
-                    return candle_nn::Linear::new(w, self.bias.clone()).forward(x);
-                }
+            Weight::Dense(w)
+                if w.dtype() == DType::BF16 && x.dtype() == DType::F32 && x.device().is_cpu() =>
+            {
                 WeightSource::Tensor(w)
             }
             Weight::Dense(w) => {
@@ -240,7 +238,13 @@ impl CustomOp1 for WidenedMatMul<'_> {
                         "widened matmul: weight must be a contiguous CPU bf16 tensor"
                     ),
                 };
-                widened_matmul(x, m, k, w, n, bias)
+                // The kernel that measured faster for this weight shape.
+                let kernel = if avx512_wins(k, n) {
+                    Kernel::Avx512
+                } else {
+                    Kernel::Library
+                };
+                matmul_bf16_with(kernel, x, m, k, w, n, bias)
             }
         };
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
@@ -303,24 +307,6 @@ pub fn matmul_packed(
 /// not depend on the batch it is computed in.
 fn avx512_wins(k: usize, n: usize) -> bool {
     k >= 1024 && n >= 1024
-}
-
-/// `x` `[m, k]` · `w` `[n, k]`ᵀ (+ `bias` `[n]` on every row, accumulated onto) → `[m, n]`
-/// row-major, by the kernel that measured faster for this weight shape.
-fn widened_matmul(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    w: &[bf16],
-    n: usize,
-    bias: Option<&[f32]>,
-) -> Vec<f32> {
-    let kernel = if avx512_wins(k, n) {
-        Kernel::Avx512
-    } else {
-        Kernel::Library
-    };
-    matmul_bf16_with(kernel, x, m, k, w, n, bias)
 }
 
 /// The `gemm`-crate path: widened weight slabs multiplied per thread.

@@ -31,6 +31,21 @@ fn action_group(resp: &serde_json::Value, key: &str) -> Vec<f32> {
         .collect()
 }
 
+/// `gr00t predict` of the fixture case2 request on the tiny checkpoint with `extra` flags;
+/// asserts it succeeds and returns the response JSON.
+fn predict_case2(extra: &[&str]) -> serde_json::Value {
+    let (ckpt, request) = (tiny(), request_path("case2"));
+    let args = ["predict", "--checkpoint", &ckpt, "--request", &request];
+    let out = gr00t(&[&args[..], extra].concat());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn request_path(case: &str) -> String {
     gr00t_fixtures::case_dir(case)
         .join("request.json")
@@ -40,20 +55,7 @@ fn request_path(case: &str) -> String {
 
 #[test]
 fn predict_prints_reference_actions() {
-    let out = gr00t(&[
-        "predict",
-        "--checkpoint",
-        &tiny(),
-        "--request",
-        &request_path("case2"),
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let resp = predict_case2(&[]);
     let taps = Taps::load("case2");
     for key in ["eef_9d", "gripper_position", "joint_position"] {
         let ours = action_group(&resp, key);
@@ -87,22 +89,7 @@ fn predict_prints_reference_actions() {
 /// `--dtype bf16` runs the same chain in bf16 (what GPUs serve) within the bf16 gate.
 #[test]
 fn predict_in_bf16_stays_within_the_bf16_gate() {
-    let out = gr00t(&[
-        "predict",
-        "--checkpoint",
-        &tiny(),
-        "--request",
-        &request_path("case2"),
-        "--dtype",
-        "bf16",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let resp = predict_case2(&["--dtype", "bf16"]);
     let taps = Taps::load("case2");
     let mut worst = 0f32;
     for key in ["eef_9d", "gripper_position", "joint_position"] {

@@ -245,13 +245,7 @@ mod tests {
     #[test]
     fn matches_an_f64_reference_with_gqa_causal_offsets_and_additive_masks() {
         let dev = Device::Cpu;
-        let mut s = 0x1234_5678u32;
-        let mut rnd = move || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-        };
+        let mut rnd = crate::test_rng::xorshift(0x1234_5678u32);
         // (lq, lk, causal): several 64-row blocks, a key offset (lk > lq), a plain mask.
         for (lq, lk, causal) in [(150, 150, true), (70, 100, true), (70, 90, false)] {
             let (b, hq, hkv, dh) = (2, 4, 2, 16);
