@@ -1,8 +1,10 @@
-//! GFLOP/s of the hand-written AVX-512 GEMM (weights row-major, and packed at load as the model
-//! now keeps them) against the `gemm`-crate path on the model's bf16-weight linear shapes (all
-//! alternate in one process; medians of several rounds).
+//! GFLOP/s of the hand-written AVX-512 and AVX2 GEMMs (weights packed at load, as the model
+//! keeps them) against the `gemm`-crate path (weights widened per call) on the model's
+//! bf16-weight linear shapes: all alternate in one process; medians of several rounds. Kernels
+//! this CPU does not run print as "-".
 
-use gr00t_model::linear::{matmul_bf16_with, matmul_packed, Kernel, PackedBf16};
+use gr00t_model::cpu_kernel::CpuKernel;
+use gr00t_model::linear::{matmul_bf16_with, matmul_packed_with, PackedBf16};
 use half::bf16;
 use std::time::Instant;
 
@@ -36,9 +38,10 @@ fn main() {
         (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
     };
     println!(
-        "{:<12} {:>5} {:>5} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6}",
-        "stage", "M", "K", "N", "packed", "rowmajor", "library", "p/lib", "p/row"
+        "{:<12} {:>5} {:>5} {:>5} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "stage", "M", "K", "N", "avx512", "avx2", "library", "512/lib", "avx2/lib"
     );
+    let kernels = [CpuKernel::Avx512, CpuKernel::Avx2, CpuKernel::Library];
     for &(name, m, k, n) in SHAPES.iter().filter(|s| s.0.contains(&only)) {
         let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
         let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
@@ -47,40 +50,44 @@ fn main() {
         // Enough repetitions for ~50 ms per timing.
         let reps = (2.5e9 / flops).ceil().max(1.0) as usize;
         let packed = PackedBf16::new(&w, n, k).expect("shape");
-        // None: the packed weight; Some(kernel): the row-major one through `kernel`.
-        let time = |kernel: Option<Kernel>| {
+        // GFLOP/s of one kernel, or None when this CPU does not run it.
+        let time = |kernel: CpuKernel| -> Option<f64> {
             let t = Instant::now();
             for _ in 0..reps {
-                match kernel {
-                    Some(kernel) => {
-                        std::hint::black_box(matmul_bf16_with(kernel, &x, m, k, &w, n, Some(&b)));
-                    }
-                    None => {
-                        let y = matmul_packed(&x, m, k, &packed, Some(&b)).expect("AVX-512F");
-                        std::hint::black_box(y);
-                    }
+                let y = match kernel {
+                    CpuKernel::Library => matmul_bf16_with(kernel, &x, m, k, &w, n, Some(&b)),
+                    _ => matmul_packed_with(kernel, &x, m, k, &packed, Some(&b))?,
+                };
+                std::hint::black_box(y);
+            }
+            Some(flops * reps as f64 / t.elapsed().as_secs_f64() / 1e9)
+        };
+        let mut rates: [Vec<f64>; 3] = Default::default();
+        for round in 0..=rounds {
+            for (kernel, rates) in kernels.iter().zip(&mut rates) {
+                // Round 0 warms up.
+                if let (Some(r), true) = (time(*kernel), round > 0) {
+                    rates.push(r);
                 }
             }
-            flops * reps as f64 / t.elapsed().as_secs_f64() / 1e9
-        };
-        let (mut pack, mut ours, mut lib) = (Vec::new(), Vec::new(), Vec::new());
-        time(None);
-        time(Some(Kernel::Avx512));
-        time(Some(Kernel::Library));
-        for _ in 0..rounds {
-            pack.push(time(None));
-            ours.push(time(Some(Kernel::Avx512)));
-            lib.push(time(Some(Kernel::Library)));
         }
-        let median = |v: &mut Vec<f64>| {
+        let median = |mut v: Vec<f64>| -> Option<f64> {
             v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
+            v.get(v.len() / 2).copied()
         };
-        let (p, o, l) = (median(&mut pack), median(&mut ours), median(&mut lib));
+        let [p512, p2, lib] = rates.map(median);
+        let show = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.1}"));
+        let ratio = |r: Option<f64>| match (r, lib) {
+            (Some(r), Some(l)) => format!("{:.3}", r / l),
+            _ => "-".into(),
+        };
         println!(
-            "{name:<12} {m:>5} {k:>5} {n:>5} {p:>9.1} {o:>9.1} {l:>9.1} {:>6.3} {:>6.3}",
-            p / l,
-            p / o
+            "{name:<12} {m:>5} {k:>5} {n:>5} {:>9} {:>9} {:>9} {:>7} {:>7}",
+            show(p512),
+            show(p2),
+            show(lib),
+            ratio(p512),
+            ratio(p2)
         );
     }
 }

@@ -90,6 +90,11 @@ impl PackedBf16 {
     pub fn dims(&self) -> (usize, usize) {
         (self.n, self.k)
     }
+
+    /// The panels, `[⌈n/NR⌉][k][NR]`.
+    pub(crate) fn panels(&self) -> &[bf16] {
+        &self.panels
+    }
 }
 
 /// The panel column stored at position `s` of a packed row: `vpunpcklwd` with zero takes words
@@ -106,8 +111,8 @@ fn stored_column(s: usize) -> usize {
 
 /// Rows of C per microkernel tile (broadcast side).
 const MR: usize = 14;
-/// Columns of C per microkernel tile (two 16-lane vectors).
-const NR: usize = 32;
+/// Columns of C per microkernel tile (two 16-lane vectors), and of a packed weight panel.
+pub(crate) const NR: usize = 32;
 /// K block: a fixed split of K (only where C is reloaded, never the summation order).
 /// KC, MC and NC were tuned on the model's shapes (examples/gemm_shapes.rs, Zen 5).
 const KC: usize = 384;

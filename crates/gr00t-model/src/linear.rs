@@ -1,10 +1,12 @@
 //! `nn.Linear` whose weight may stay bf16 in memory (half the bytes of f32) while the product
-//! is computed in f32. On AVX-512 CPUs the large weights are rearranged once at load into the
-//! hand-written kernel's panel order and widened exactly in registers (`gemm_avx512.rs`);
-//! elsewhere slabs of weight rows are widened into a small per-thread f32 buffer and multiplied
-//! straight into their columns of the output. The math is the f32 product of the stored
+//! is computed in f32. On AVX-512 and AVX2 CPUs the large weights are rearranged once at load
+//! into the hand-written kernels' panel order and widened exactly in registers (`gemm_avx512.rs`,
+//! `gemm_avx2.rs`); elsewhere slabs of weight rows are widened into a small per-thread f32 buffer
+//! and multiplied straight into their columns of the output (`cpu_kernel.rs` says which). The math is the f32 product of the stored
 //! values; only the summation order inside the GEMM may differ.
 
+use crate::cpu_kernel::{self, CpuKernel};
+use crate::gemm_avx2;
 use crate::gemm_avx512::{self, Rhs};
 use crate::out_ptr::OutPtr;
 use crate::weights::COMPACT;
@@ -27,7 +29,7 @@ pub struct Linear {
 enum Weight {
     /// A `[out, in]` tensor, used as is.
     Dense(Tensor),
-    /// bf16 rearranged at load for the CPU's AVX-512 kernel (f32 activations only).
+    /// bf16 rearranged at load for the CPU's hand-written kernel (f32 activations only).
     Packed(Arc<PackedBf16>),
 }
 
@@ -42,14 +44,14 @@ impl Linear {
     }
 
     /// Like [`Linear::new`], for a layer that only ever sees f32 activations on the CPU: a bf16
-    /// weight the AVX-512 kernel serves is rearranged once into its panel order (the "packed
+    /// weight a hand-written kernel serves is rearranged once into its panel order (the "packed
     /// once at load" of the weights; the same bytes, no per-call transpose).
     pub fn new_for_cpu_f32(weight: Tensor, bias: Option<Tensor>) -> candle_core::Result<Linear> {
         let (n, k) = weight.dims2()?;
         if weight.dtype() != DType::BF16
             || !weight.device().is_cpu()
-            || !gemm_avx512::available()
-            || !avx512_wins(k, n)
+            || cpu_kernel::current() == CpuKernel::Library
+            || !packed_wins(k, n)
         {
             return Linear::new(weight, bias);
         }
@@ -89,7 +91,7 @@ impl Linear {
         }
     }
 
-    /// Whether the weight was packed at load for the CPU's AVX-512 kernel.
+    /// Whether the weight was packed at load for the CPU's hand-written kernel.
     pub fn is_packed(&self) -> bool {
         matches!(self.weight, Weight::Packed(_))
     }
@@ -224,10 +226,10 @@ impl CustomOp1 for WidenedMatMul<'_> {
             },
         };
         let out = match self.weight {
-            WeightSource::Packed(p) => gemm_avx512::matmul(x, m, k, Rhs::Packed(p), n, bias)
+            WeightSource::Packed(p) => matmul_packed_with(cpu_kernel::current(), x, m, k, p, bias)
                 .ok_or_else(|| {
                     candle_core::Error::Msg(
-                        "widened matmul: packed weight needs AVX-512F/BW".into(),
+                        "widened matmul: a packed weight needs the AVX2 or AVX-512 kernel".into(),
                     )
                 })?,
             WeightSource::Tensor(t) => {
@@ -239,10 +241,10 @@ impl CustomOp1 for WidenedMatMul<'_> {
                     ),
                 };
                 // The kernel that measured faster for this weight shape.
-                let kernel = if avx512_wins(k, n) {
-                    Kernel::Avx512
+                let kernel = if packed_wins(k, n) {
+                    cpu_kernel::current()
                 } else {
-                    Kernel::Library
+                    CpuKernel::Library
                 };
                 matmul_bf16_with(kernel, x, m, k, w, n, bias)
             }
@@ -256,20 +258,12 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Which GEMM multiplies by a bf16 weight (public only for the `gemm_shapes` benchmark).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kernel {
-    /// Widened slabs through the `gemm` crate (every CPU).
-    Library,
-    /// The hand-written AVX-512 kernel (falls back to `Library` without AVX-512F/BW).
-    Avx512,
-}
-
-/// `x` `[m, k]` · `w` `[n, k]`ᵀ (+ `bias` `[n]`) through `kernel` (for the benchmark).
+/// `x` `[m, k]` · a row-major `w` `[n, k]`ᵀ (+ `bias` `[n]`) through `kernel`, the weight
+/// packed per call (the library when the CPU does not run `kernel`; public for the
+/// `gemm_shapes` benchmark). Same bits as through a weight packed at load.
 #[doc(hidden)]
 pub fn matmul_bf16_with(
-    kernel: Kernel,
+    kernel: CpuKernel,
     x: &[f32],
     m: usize,
     k: usize,
@@ -277,10 +271,15 @@ pub fn matmul_bf16_with(
     n: usize,
     bias: Option<&[f32]>,
 ) -> Vec<f32> {
-    if kernel == Kernel::Avx512 {
-        if let Some(y) = gemm_avx512::matmul(x, m, k, Rhs::Bf16(w), n, bias) {
-            return y;
+    let y = match kernel {
+        CpuKernel::Avx512 => gemm_avx512::matmul(x, m, k, Rhs::Bf16(w), n, bias),
+        CpuKernel::Avx2 if gemm_avx2::available() => {
+            PackedBf16::new(w, n, k).and_then(|p| gemm_avx2::matmul(x, m, k, &p, bias))
         }
+        _ => None,
+    };
+    if let Some(y) = y {
+        return y;
     }
     library_matmul(x, m, k, w, n, bias)
 }
@@ -289,23 +288,29 @@ pub fn matmul_bf16_with(
 #[doc(hidden)]
 pub use crate::gemm_avx512::PackedBf16;
 
-/// `x` `[m, k]` · a packed weight ᵀ (+ `bias`) (for the benchmark); `None` without AVX-512F/BW.
+/// `x` `[m, k]` · a packed weight ᵀ (+ `bias`) through `kernel`; `None` for the library or
+/// when the CPU does not run `kernel` (public for the `gemm_shapes` benchmark).
 #[doc(hidden)]
-pub fn matmul_packed(
+pub fn matmul_packed_with(
+    kernel: CpuKernel,
     x: &[f32],
     m: usize,
     k: usize,
     w: &PackedBf16,
     bias: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
-    gemm_avx512::matmul(x, m, k, Rhs::Packed(w), w.dims().0, bias)
+    match kernel {
+        CpuKernel::Avx512 => gemm_avx512::matmul(x, m, k, Rhs::Packed(w), w.dims().0, bias),
+        CpuKernel::Avx2 => gemm_avx2::matmul(x, m, k, w, bias),
+        CpuKernel::Library => None,
+    }
 }
 
-/// Whether the AVX-512 kernel measured faster than the library for weights `[n, k]`: on every
-/// model shape benchmarked (`examples/gemm_shapes.rs`, all with k, n >= 1024; smaller ones were
-/// not measured). Chosen by the weight shape only, never by the row count, so a row's bits do
-/// not depend on the batch it is computed in.
-fn avx512_wins(k: usize, n: usize) -> bool {
+/// Whether the hand-written kernels measured faster than the library for weights `[n, k]`: on
+/// every model shape benchmarked (`examples/gemm_shapes.rs`, all with k, n >= 1024; smaller
+/// ones were not measured). Chosen by the weight shape only, never by the row count, so a row's
+/// bits do not depend on the batch it is computed in.
+fn packed_wins(k: usize, n: usize) -> bool {
     k >= 1024 && n >= 1024
 }
 
@@ -422,7 +427,7 @@ fn widen(src: &[bf16], dst: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{matmul_bf16_with, slab_rows, Kernel};
+    use super::{matmul_bf16_with, slab_rows, CpuKernel};
     use half::bf16;
 
     #[test]
@@ -435,10 +440,9 @@ mod tests {
                 .map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 4.0))
                 .collect();
             let b: Vec<f32> = (0..n).map(|j| j as f32 / 16.0).collect();
-            for (bias, kernel) in [None, Some(&b[..])]
-                .into_iter()
-                .flat_map(|b| [(b, Kernel::Library), (b, Kernel::Avx512)])
-            {
+            for (bias, kernel) in [None, Some(&b[..])].into_iter().flat_map(|b| {
+                [CpuKernel::Library, CpuKernel::Avx2, CpuKernel::Avx512].map(|k| (b, k))
+            }) {
                 let y = matmul_bf16_with(kernel, &x, m, k, &w, n, bias);
                 for i in 0..m {
                     for j in 0..n {

@@ -112,6 +112,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
             "total_ms": round3(summary.total_ms),
             "peak_rss_mb": round3(peak_rss_mb),
             "threads": info.threads,
+            "cpu_kernel": info.cpu_kernel,
         });
         println!("{out}");
         return Ok(0);
@@ -135,8 +136,8 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
         opts.runs, opts.warmup
     );
     println!(
-        "threads {}, dtype {}, denoise backend {}, device {}",
-        info.threads, info.dtype, info.denoise_backend, info.device
+        "threads {}, dtype {}, denoise backend {}, CPU kernel {}, device {}",
+        info.threads, info.dtype, info.denoise_backend, info.cpu_kernel, info.device
     );
     if opts.control_loop {
         println!(

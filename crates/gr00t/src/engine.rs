@@ -9,6 +9,7 @@ use gr00t_droid::request::{NoiseSource, PredictRequest, RequestError};
 use gr00t_droid::response::{PredictResponse, TimingMs};
 use gr00t_droid::EMBODIMENT_TAG;
 use gr00t_model::action_head::DenoiseBackend;
+use gr00t_model::cpu_kernel;
 use gr00t_model::hub::{MODEL_REPO, MODEL_REVISION};
 use gr00t_model::taps::Recorder;
 use gr00t_model::vision_cache::{VisionCacheStats, DEFAULT_VISION_CACHE_IMAGES};
@@ -65,6 +66,8 @@ pub struct EngineInfo {
     pub action_horizon: usize,
     /// Denoise implementation.
     pub denoise_backend: String,
+    /// CPU GEMM kernel for the bf16 weights (`avx512`, `avx2`, `library`; `none` on a GPU).
+    pub cpu_kernel: String,
     /// Compute dtype.
     pub dtype: String,
     /// Device.
@@ -92,6 +95,7 @@ impl Engine {
         // Configuration errors surface before the slow weight load.
         let backend = DenoiseBackend::from_env()?;
         let cache_images = vision_cache_images_from_env()?;
+        let kernel_cap = cpu_kernel::CpuKernel::cap_from_env()?;
         let ckpt = Checkpoint::open(&opts.checkpoint)?;
         let prompt = match &opts.tokenizer {
             Some(path) => PromptEncoder::load(path)?,
@@ -100,6 +104,8 @@ impl Engine {
         let processor = DroidProcessor::new(&ckpt, prompt)?;
         let device = opts.device.device.open()?;
         let dtype = opts.device.dtype.resolve(&device);
+        // Before the weights load: packing at load depends on the kernel.
+        let kernel = cpu_kernel::select(kernel_cap);
         // Only DROID's embodiment-specific weights are kept (the others would cost ~0.6 GB).
         let embodiment = ckpt.embodiment_id(EMBODIMENT_TAG)?;
         let mut model = Gr00tModel::load_with(&ckpt, &device, dtype, Some(&[embodiment]))?;
@@ -114,6 +120,11 @@ impl Engine {
             embodiment: EMBODIMENT_TAG.into(),
             action_horizon: ckpt.config.action_horizon,
             denoise_backend: model.denoise_backend().as_str().into(),
+            cpu_kernel: if device.is_cpu() {
+                kernel.as_str().into()
+            } else {
+                "none".into()
+            },
             dtype: dtype_name(model.dtype()).into(),
             device: opts.device.device.to_string(),
             threads: candle_core::utils::get_num_threads(),

@@ -36,6 +36,7 @@ fn info() -> EngineInfo {
         embodiment: "oxe_droid_relative_eef_relative_joint".into(),
         action_horizon: 40,
         denoise_backend: "test".into(),
+        cpu_kernel: "test".into(),
         dtype: "f32".into(),
         device: "cpu".into(),
         threads: 1,

@@ -1,0 +1,106 @@
+//! Which GEMM multiplies f32 activations by the bf16 weights on the CPU: the best this CPU
+//! runs, unless `GR00T_CPU_KERNEL` names a lesser one (to measure the AVX2 or library path on
+//! an AVX-512 machine). Fixed for the process before the weights load, since packing at load
+//! depends on it. Every kernel computes each element as one f32 fused multiply-add chain;
+//! the hand-written ones in the same order (same bits), the library in its own.
+
+use std::sync::OnceLock;
+
+/// Environment variable that caps the CPU GEMM kernel.
+pub const CPU_KERNEL_ENV: &str = "GR00T_CPU_KERNEL";
+
+/// A CPU GEMM kernel for bf16 weights, in increasing order of speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CpuKernel {
+    /// Slabs of weight rows widened per call, multiplied by the `gemm` crate (every CPU).
+    Library,
+    /// Hand-written AVX2+FMA kernel on weights packed at load (`gemm_avx2.rs`).
+    Avx2,
+    /// Hand-written AVX-512 kernel on weights packed at load (`gemm_avx512.rs`).
+    Avx512,
+}
+
+impl CpuKernel {
+    /// The name used by [`CPU_KERNEL_ENV`] and `/info`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuKernel::Library => "library",
+            CpuKernel::Avx2 => "avx2",
+            CpuKernel::Avx512 => "avx512",
+        }
+    }
+
+    /// The fastest kernel this CPU runs.
+    pub fn detected() -> CpuKernel {
+        if crate::gemm_avx512::available() {
+            CpuKernel::Avx512
+        } else if crate::gemm_avx2::available() {
+            CpuKernel::Avx2
+        } else {
+            CpuKernel::Library
+        }
+    }
+
+    /// Parses a value of [`CPU_KERNEL_ENV`] (`None`, empty or `auto`: no cap). The error is a
+    /// message for the operator naming the variable.
+    pub fn cap_from_env_value(value: Option<&str>) -> Result<Option<CpuKernel>, String> {
+        match value.map(str::trim) {
+            None | Some("") | Some("auto") => Ok(None),
+            Some("avx512") => Ok(Some(CpuKernel::Avx512)),
+            Some("avx2") => Ok(Some(CpuKernel::Avx2)),
+            Some("library") => Ok(Some(CpuKernel::Library)),
+            Some(other) => Err(format!(
+                "{CPU_KERNEL_ENV}={other:?} is not a CPU kernel; use auto, avx512, avx2 or library"
+            )),
+        }
+    }
+
+    /// The cap named by [`CPU_KERNEL_ENV`] in the process environment.
+    pub fn cap_from_env() -> Result<Option<CpuKernel>, String> {
+        match std::env::var(CPU_KERNEL_ENV) {
+            Ok(v) => CpuKernel::cap_from_env_value(Some(&v)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err(format!("{CPU_KERNEL_ENV} is not valid UTF-8"))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for CpuKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+static SELECTED: OnceLock<CpuKernel> = OnceLock::new();
+
+/// Fixes the process's kernel to the detected one capped by `cap`, unless already fixed; returns
+/// the kernel in use.
+pub fn select(cap: Option<CpuKernel>) -> CpuKernel {
+    *SELECTED.get_or_init(|| {
+        let best = CpuKernel::detected();
+        cap.map_or(best, |c| c.min(best))
+    })
+}
+
+/// The process's kernel (the detected one, uncapped, unless [`select`] ran first).
+pub fn current() -> CpuKernel {
+    select(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_and_rejects_others_naming_the_variable() {
+        assert_eq!(CpuKernel::cap_from_env_value(None).unwrap(), None);
+        assert_eq!(CpuKernel::cap_from_env_value(Some(" auto ")).unwrap(), None);
+        for k in [CpuKernel::Library, CpuKernel::Avx2, CpuKernel::Avx512] {
+            assert_eq!(CpuKernel::cap_from_env_value(Some(k.as_str())), Ok(Some(k)));
+        }
+        let e = CpuKernel::cap_from_env_value(Some("sse")).unwrap_err();
+        assert!(e.contains(CPU_KERNEL_ENV) && e.contains("sse"), "{e}");
+    }
+}

@@ -1,0 +1,493 @@
+//! AVX2+FMA kernel for `C[M, N] = A[M, K]·Wᵀ (+ bias)` with a bf16 weight packed at load
+//! ([`PackedBf16`]), for CPUs without AVX-512 (most desktop Intel parts, Zen 1–3). It reads the
+//! same panels as the AVX-512 kernel: within each 128-bit lane the word unpacks with zero widen
+//! 8 columns exactly, so one 6×16 tile takes the low words of a panel row (columns 0..16) and the
+//! next the high words (16..32).
+//!
+//! Each output element is one fused multiply-add chain over k in order from its bias (or zero),
+//! as in `gemm_avx512`: the two kernels give the same bits, whatever M, the blocks or threads.
+
+// Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
+
+use crate::gemm_avx512::{PackedBf16, NR};
+use crate::out_ptr::OutPtr;
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Rows of C per microkernel tile (12 accumulators, 2 weight vectors and a broadcast: all 16
+/// registers).
+const MR: usize = 6;
+/// Columns of C per tile: half a packed panel.
+const TW: usize = 16;
+/// K block (where C is reloaded; never a change of summation order).
+const KC: usize = 256;
+/// Rows of A packed at once (MC·KC floats stay in L2 while the weight streams past).
+const MC: usize = MR * 20;
+/// Columns per block: the block's weight (NC·KC bf16) stays in L2 while A panels pass.
+const NC: usize = NR * 8;
+/// Row blocks up to this size keep one weight panel in L1 while all their row tiles pass.
+const FEW_ROWS: usize = 8 * MR;
+
+/// Whether this CPU runs the kernel (AVX2 and FMA).
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `a` `[m, k]` · the packed `w` `[n, k]`ᵀ (+ `bias` `[n]` on every row) → `[m, n]`, or `None`
+/// when the CPU lacks AVX2/FMA or the lengths do not match.
+pub(crate) fn matmul(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    bias: Option<&[f32]>,
+) -> Option<Vec<f32>> {
+    let (n, wk) = w.dims();
+    if !available() || wk != k || a.len() != m * k || bias.is_some_and(|v| v.len() != n) {
+        return None;
+    }
+    if m == 0 || n == 0 || k == 0 {
+        return Some(match bias {
+            Some(v) => v.repeat(m),
+            None => vec![0f32; m * n],
+        });
+    }
+    // Not initialised: the first K block writes every element from its seed without reading.
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    // Threads split the longer side (rows in MR tiles, columns in whole panels).
+    let threads = rayon::current_num_threads().max(1);
+    let by_rows = m.div_ceil(MR) > n.div_ceil(NR) * 4;
+    let (tiles, tile) = if by_rows {
+        (m.div_ceil(MR), MR)
+    } else {
+        (n.div_ceil(NR), NR)
+    };
+    let per = tiles.div_ceil(threads.min(tiles)) * tile;
+    let units = if by_rows {
+        m.div_ceil(per)
+    } else {
+        n.div_ceil(per)
+    };
+    let dst = OutPtr(out.as_mut_ptr());
+    let run = |u: usize| {
+        let (r0, r1, n0, n1) = if by_rows {
+            (u * per, ((u + 1) * per).min(m), 0, n)
+        } else {
+            (0, m, u * per, ((u + 1) * per).min(n))
+        };
+        let dst = OutPtr(dst.add(r0 * n));
+        // SAFETY: AVX2/FMA were detected above; this unit writes only rows r0..r1 and columns
+        // n0..n1 (n0 a multiple of NR) of the m·n output; units are disjoint.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            unit(&a[r0 * k..r1 * k], r1 - r0, k, w, n0, n1, bias, dst)
+        }
+    };
+    if units == 1 {
+        run(0);
+    } else {
+        (0..units).into_par_iter().for_each(run);
+    }
+    // SAFETY: the units covered all m·n elements and wrote each.
+    unsafe { out.set_len(m * n) };
+    Some(out)
+}
+
+thread_local! {
+    /// Per-thread packed block of A (reused across calls).
+    static PACKED_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Columns `n0..n1` of the product for the `m` rows of `a`, written through `dst` (`[m, n]`).
+///
+/// # Safety
+/// AVX2 and FMA; `n0` a multiple of NR; `dst` holds `m·n` floats that nothing else touches in
+/// columns `n0..n1` during the call; `bias` holds n.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn unit(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    n0: usize,
+    n1: usize,
+    bias: Option<&[f32]>,
+    dst: OutPtr,
+) {
+    let n = w.dims().0;
+    PACKED_A.with(|pa| {
+        let mut pa = pa.borrow_mut();
+        if pa.len() < MC * KC {
+            pa.resize(MC * KC, 0.0);
+        }
+        // K blocks outermost, in order: each element's chain over k is unchanged.
+        for pc in (0..k).step_by(KC) {
+            let kc = KC.min(k - pc);
+            for ic in (0..m).step_by(MC) {
+                let mc = MC.min(m - ic);
+                pack_a(a, k, ic, mc, pc, kc, &mut pa);
+                for jc in (n0..n1).step_by(NC) {
+                    let blk = Block {
+                        ic,
+                        mc,
+                        jc,
+                        nc: NC.min(n1 - jc),
+                        pc,
+                        kc,
+                        k,
+                        n,
+                    };
+                    // SAFETY: forwarded contract.
+                    unsafe { block(blk, &pa, w, bias, dst) };
+                }
+            }
+        }
+    });
+}
+
+/// One block of C: rows `ic..ic+mc`, columns `jc..jc+nc` (`jc` a multiple of NR), K rows
+/// `pc..pc+kc`.
+#[derive(Clone, Copy)]
+struct Block {
+    ic: usize,
+    mc: usize,
+    jc: usize,
+    nc: usize,
+    pc: usize,
+    kc: usize,
+    k: usize,
+    /// Row stride of C.
+    n: usize,
+}
+
+/// Multiplies the packed A block by the block's weight panels into C.
+///
+/// # Safety
+/// As [`unit`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block(blk: Block, pa: &[f32], w: &PackedBf16, bias: Option<&[f32]>, dst: OutPtr) {
+    let Block {
+        ic,
+        mc,
+        jc,
+        nc,
+        pc,
+        kc,
+        k,
+        n,
+    } = blk;
+    let row_tiles = mc.div_ceil(MR);
+    // Half-panel tiles with at least one column inside the block.
+    let col_tiles = nc.div_ceil(TW);
+    // A few rows (the DiT's 41): a weight panel stays in L1 while every row tile passes.
+    // Otherwise an A panel stays in L1 while the block's weight streams from L2.
+    let b_outer = mc <= FEW_ROWS;
+    let panels = w.panels();
+    for t in 0..row_tiles * col_tiles {
+        let (rt, ct) = if b_outer {
+            (t % row_tiles, t / row_tiles)
+        } else {
+            (t / col_tiles, t % col_tiles)
+        };
+        let (ir, jr) = (rt * MR, ct * TW);
+        let (mr, nr) = (MR.min(mc - ir), TW.min(nc - jr));
+        let panel = (jc + jr) / NR;
+        let bp = panels[(panel * k + pc) * NR..][..kc * NR].as_ptr();
+        // The next panel's rows, fetched while this tile runs (prefetches never fault).
+        let next_bp = bp.wrapping_add(k * NR);
+        let ap = pa[ir * kc..(ir + MR) * kc].as_ptr();
+        let c = dst.add((ic + ir) * n + jc + jr);
+        let seed = match (pc, bias) {
+            (0, Some(b)) => Seed::Bias(b[jc + jr..].as_ptr()),
+            (0, None) => Seed::Zero,
+            _ => Seed::C,
+        };
+        let high = (jc + jr) % NR != 0;
+        // SAFETY: `ap` holds kc·MR floats, `bp` kc panel rows; the tile's mr×nr elements lie
+        // in this unit's part of `dst`; a bias seed holds nr values.
+        unsafe {
+            if mr == MR && nr == TW {
+                tile(high, kc, ap, bp, next_bp, seed, c, n);
+            } else {
+                // Edge tile: computed whole in a local buffer, only its valid part copied.
+                let mut buf = [0f32; MR * TW];
+                for i in 0..mr {
+                    for j in 0..nr {
+                        buf[i * TW + j] = match seed {
+                            Seed::C => *c.add(i * n + j),
+                            Seed::Bias(b) => *b.add(j),
+                            Seed::Zero => 0.0,
+                        };
+                    }
+                }
+                tile(high, kc, ap, bp, next_bp, Seed::C, buf.as_mut_ptr(), TW);
+                for i in 0..mr {
+                    for j in 0..nr {
+                        *c.add(i * n + j) = buf[i * TW + j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where a tile's chains start.
+#[derive(Clone, Copy)]
+enum Seed {
+    /// The current C (a later K block).
+    C,
+    /// The tile's TW bias values (the first K block).
+    Bias(*const f32),
+    /// Zero (the first K block, no bias).
+    Zero,
+}
+
+/// Dispatches to the low- or high-word tile.
+///
+/// # Safety
+/// As [`micro`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    high: bool,
+    kc: usize,
+    ap: *const f32,
+    bp: *const half::bf16,
+    next_bp: *const half::bf16,
+    seed: Seed,
+    c: *mut f32,
+    ldc: usize,
+) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if high {
+            micro::<true>(kc, ap, bp, next_bp, seed, c, ldc)
+        } else {
+            micro::<false>(kc, ap, bp, next_bp, seed, c, ldc)
+        }
+    }
+}
+
+/// One full MR×TW tile: `c[i, j] = fma-chain over p of ap[p, i]·w[p, j]` from `seed`, where `w`
+/// row p is columns 0..16 (`HIGH` false) or 16..32 of the panel row at `bp + p·NR`.
+///
+/// # Safety
+/// AVX2 and FMA; `ap` holds `kc·MR` floats, `bp` `kc` panel rows of NR bf16; `c + i·ldc + j`
+/// is valid for `i < MR`, `j < TW` (initialised for `Seed::C`); a bias seed holds TW values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn micro<const HIGH: bool>(
+    kc: usize,
+    ap: *const f32,
+    bp: *const half::bf16,
+    next_bp: *const half::bf16,
+    seed: Seed,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+    // SAFETY: the seed's reads are valid per the contract.
+    unsafe {
+        match seed {
+            Seed::C => {
+                for (i, row) in acc.iter_mut().enumerate() {
+                    let ci = c.add(i * ldc);
+                    *row = [_mm256_loadu_ps(ci), _mm256_loadu_ps(ci.add(8))];
+                }
+            }
+            Seed::Bias(b) => acc = [[_mm256_loadu_ps(b), _mm256_loadu_ps(b.add(8))]; MR],
+            Seed::Zero => {}
+        }
+    }
+    let zero = _mm256_setzero_si256();
+    for p in 0..kc {
+        // SAFETY: p < kc, within the panel rows and the A panel.
+        unsafe {
+            let row = bp.add(p * NR);
+            _mm_prefetch::<_MM_HINT_T0>(next_bp.wrapping_add(p * NR).cast());
+            // Words 0..16 of the row widen to columns 0..8 and 16..24, words 16..32 to 8..16 and
+            // 24..32 (see `stored_column`): bf16 in the high half of each f32, zero below.
+            let r0 = _mm256_loadu_si256(row.cast());
+            let r1 = _mm256_loadu_si256(row.add(16).cast());
+            let (b0, b1) = if HIGH {
+                (
+                    _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, r0)),
+                    _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, r1)),
+                )
+            } else {
+                (
+                    _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, r0)),
+                    _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, r1)),
+                )
+            };
+            let a = ap.add(p * MR);
+            for (i, row) in acc.iter_mut().enumerate() {
+                let ai = _mm256_broadcast_ss(&*a.add(i));
+                row[0] = _mm256_fmadd_ps(ai, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(ai, b1, row[1]);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: the tile's elements are valid per the contract.
+        unsafe {
+            let ci = c.add(i * ldc);
+            _mm256_storeu_ps(ci, row[0]);
+            _mm256_storeu_ps(ci.add(8), row[1]);
+        }
+    }
+}
+
+/// Packs rows `ic..ic+mc`, k `pc..pc+kc` of `a` as MR-row panels laid out `[k][MR]`, zero rows
+/// past the end.
+fn pack_a(a: &[f32], k: usize, ic: usize, mc: usize, pc: usize, kc: usize, pa: &mut [f32]) {
+    for (ir, panel) in (0..mc).step_by(MR).zip(pa.chunks_exact_mut(MR * kc)) {
+        let rows = MR.min(mc - ir);
+        for i in 0..MR {
+            if i < rows {
+                let src = &a[(ic + ir + i) * k + pc..][..kc];
+                for (p, &v) in src.iter().enumerate() {
+                    panel[p * MR + i] = v;
+                }
+            } else {
+                for p in 0..kc {
+                    panel[p * MR + i] = 0.0;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{available, matmul, KC, MC, MR, NC};
+    use crate::gemm_avx512::{self, PackedBf16, Rhs, NR};
+    use half::bf16;
+
+    /// Shapes around every edge: tiles, half panels, K and row blocks, column blocks.
+    fn shapes() -> Vec<(usize, usize, usize)> {
+        vec![
+            (1, 1, 1),
+            (1, 33, 20),
+            (5, 17, 7),
+            (MR + 1, NR + 1, 17),
+            (MR - 1, 16, KC + 3),
+            (41, 300, 70),
+            (MC + 3, 48, 2 * KC + 5),
+            (29, NC + 40, 33),
+            (200, 2 * NC + NR + 3, 2 * KC),
+        ]
+    }
+
+    #[test]
+    fn exact_on_dyadic_inputs_with_and_without_bias() {
+        if !available() {
+            return;
+        }
+        for (m, n, k) in shapes() {
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
+                .collect();
+            let w: Vec<bf16> = (0..n * k)
+                .map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 4.0))
+                .collect();
+            let packed = PackedBf16::new(&w, n, k).unwrap();
+            let b: Vec<f32> = (0..n).map(|j| j as f32 / 16.0).collect();
+            for bias in [None, Some(&b[..])] {
+                let y = matmul(&a, m, k, &packed, bias).unwrap();
+                for i in 0..m {
+                    for j in 0..n {
+                        let dot: f64 = (0..k)
+                            .map(|t| a[i * k + t] as f64 * w[j * k + t].to_f64())
+                            .sum();
+                        let want = dot + bias.map_or(0.0, |b| b[j] as f64);
+                        // Short dyadic fractions: every partial sum is exact in f32.
+                        assert_eq!(y[i * n + j] as f64, want, "{m}x{n}x{k} ({i}, {j})");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_element_is_one_fma_chain_whatever_m_or_threads() {
+        if !available() {
+            return;
+        }
+        let (m, n, k) = (MC + 20, 3 * NR + 5, 2 * KC + 9);
+        let mut rnd = crate::test_rng::lcg(11u32);
+        let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+        let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let packed = PackedBf16::new(&w, n, k).unwrap();
+        let all = matmul(&a, m, k, &packed, Some(&bias)).unwrap();
+        for (i, j) in [
+            (0, 0),
+            (m - 1, n - 1),
+            (MR, 16),
+            (m / 2, n / 2),
+            (7, NR + 20),
+        ] {
+            let mut c = bias[j];
+            for t in 0..k {
+                c = a[i * k + t].mul_add(w[j * k + t].to_f32(), c);
+            }
+            assert_eq!(all[i * n + j].to_bits(), c.to_bits(), "({i}, {j})");
+        }
+        for (r0, r1) in [(0, 1), (3, 3 + MR + 2), (MC - 1, m)] {
+            let part = matmul(&a[r0 * k..r1 * k], r1 - r0, k, &packed, Some(&bias)).unwrap();
+            assert_eq!(part, all[r0 * n..r1 * n], "rows {r0}..{r1}");
+        }
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let y = pool.install(|| matmul(&a, m, k, &packed, Some(&bias)).unwrap());
+            assert_eq!(y, all, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn same_bits_as_the_avx512_kernel() {
+        if !available() || !gemm_avx512::available() {
+            return;
+        }
+        let mut rnd = crate::test_rng::xorshift(0x7f4a_7c15_u32);
+        for (m, n, k) in shapes() {
+            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+            let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+            let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let packed = PackedBf16::new(&w, n, k).unwrap();
+            for bias in [None, Some(&bias[..])] {
+                let want = gemm_avx512::matmul(&a, m, k, Rhs::Packed(&packed), n, bias).unwrap();
+                let got = matmul(&a, m, k, &packed, bias).unwrap();
+                assert_eq!(got, want, "{m}x{n}x{k}");
+            }
+        }
+    }
+
+    #[test]
+    fn mismatched_lengths_are_refused() {
+        let packed = PackedBf16::new(&[bf16::ONE; 6], 2, 3).unwrap();
+        assert!(matmul(&[1.0; 6], 2, 2, &packed, None).is_none());
+        assert!(matmul(&[1.0; 5], 2, 3, &packed, None).is_none());
+        assert!(matmul(&[1.0; 6], 2, 3, &packed, Some(&[0.0])).is_none());
+    }
+}
