@@ -10,9 +10,10 @@
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
 
+#[cfg(target_arch = "x86_64")]
+use crate::gemm_avx512::Seed;
 use crate::gemm_avx512::{PackedBf16, NR};
-use crate::out_ptr::OutPtr;
-use rayon::prelude::*;
+use crate::out_ptr::{split_output, OutPtr};
 use std::cell::RefCell;
 
 #[cfg(target_arch = "x86_64")]
@@ -63,45 +64,18 @@ pub(crate) fn matmul(
             None => vec![0f32; m * n],
         });
     }
-    // Not initialised: the first K block writes every element from its seed without reading.
-    let mut out: Vec<f32> = Vec::with_capacity(m * n);
-    // Threads split the longer side (rows in MR tiles, columns in whole panels).
-    let threads = rayon::current_num_threads().max(1);
-    let by_rows = m.div_ceil(MR) > n.div_ceil(NR) * 4;
-    let (tiles, tile) = if by_rows {
-        (m.div_ceil(MR), MR)
-    } else {
-        (n.div_ceil(NR), NR)
-    };
-    let per = tiles.div_ceil(threads.min(tiles)) * tile;
-    let units = if by_rows {
-        m.div_ceil(per)
-    } else {
-        n.div_ceil(per)
-    };
-    let dst = OutPtr(out.as_mut_ptr());
-    let run = |u: usize| {
-        let (r0, r1, n0, n1) = if by_rows {
-            (u * per, ((u + 1) * per).min(m), 0, n)
-        } else {
-            (0, m, u * per, ((u + 1) * per).min(n))
-        };
-        let dst = OutPtr(dst.add(r0 * n));
-        // SAFETY: AVX2/FMA were detected above; this unit writes only rows r0..r1 and columns
-        // n0..n1 (n0 a multiple of NR) of the m·n output; units are disjoint.
+    // Rows split in MR tiles, columns in whole panels.
+    let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
+        // SAFETY: AVX2/FMA were detected above; `dst` points at row r0 of the m·n output; the
+        // first K block writes every element of rows r0..r1 × columns n0..n1 (n0 a multiple of
+        // NR) from its seed without reading it, and nothing else.
         #[cfg(target_arch = "x86_64")]
         unsafe {
             unit(&a[r0 * k..r1 * k], r1 - r0, k, w, n0, n1, bias, dst)
         }
     };
-    if units == 1 {
-        run(0);
-    } else {
-        (0..units).into_par_iter().for_each(run);
-    }
-    // SAFETY: the units covered all m·n elements and wrote each.
-    unsafe { out.set_len(m * n) };
-    Some(out)
+    // SAFETY: `part` writes exactly its rows × columns (above).
+    Some(unsafe { split_output(m, n, (MR, NR), 4, part) })
 }
 
 thread_local! {
@@ -243,17 +217,6 @@ unsafe fn block(blk: Block, pa: &[f32], w: &PackedBf16, bias: Option<&[f32]>, ds
             }
         }
     }
-}
-
-/// Where a tile's chains start.
-#[derive(Clone, Copy)]
-enum Seed {
-    /// The current C (a later K block).
-    C,
-    /// The tile's TW bias values (the first K block).
-    Bias(*const f32),
-    /// Zero (the first K block, no bias).
-    Zero,
 }
 
 /// Dispatches to the low- or high-word tile.

@@ -11,7 +11,7 @@
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
 
-use crate::out_ptr::OutPtr;
+use crate::out_ptr::{split_output, OutPtr};
 use half::bf16;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -156,48 +156,18 @@ pub(crate) fn matmul(
             None => vec![0f32; m * n],
         });
     }
-    // Not initialised: the first K block of every tile writes its C from the bias (or zero)
-    // without reading it, and every element lies in exactly one tile.
-    let mut out: Vec<f32> = Vec::with_capacity(m * n);
-    // Threads split the longer side (in tiles): the other operand is then packed by every
-    // thread, the cheaper duplication. Splits never change the bits (see the module docs).
-    let threads = rayon::current_num_threads().max(1);
-    let by_rows = m.div_ceil(MR) > n.div_ceil(NR) * 2;
-    let (tiles, tile) = if by_rows {
-        (m.div_ceil(MR), MR)
-    } else {
-        (n.div_ceil(NR), NR)
-    };
-    let per = tiles.div_ceil(threads.min(tiles)) * tile;
-    let units = if by_rows {
-        m.div_ceil(per)
-    } else {
-        n.div_ceil(per)
-    };
-    let dst = OutPtr(out.as_mut_ptr());
-    let run = |u: usize| {
-        let (r0, r1, n0, n1) = if by_rows {
-            (u * per, ((u + 1) * per).min(m), 0, n)
-        } else {
-            (0, m, u * per, ((u + 1) * per).min(n))
-        };
-        let rows = &a[r0 * k..r1 * k];
-        let dst = OutPtr(dst.add(r0 * n));
-        // SAFETY: AVX-512F/BW were detected above; `dst` points at row r0 of the m·n output, of
-        // which this unit writes only rows r0..r1 and columns n0..n1; units are disjoint.
+    // Splits never change the bits (see the module docs).
+    let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
+        // SAFETY: AVX-512F/BW were detected above; `dst` points at row r0 of the m·n output;
+        // the first K block of every tile writes its C from the bias (or zero) without reading
+        // it, and every element of rows r0..r1 × columns n0..n1 lies in exactly one tile.
         #[cfg(target_arch = "x86_64")]
         unsafe {
-            unit(rows, r1 - r0, k, b, n, n0, n1, bias, dst)
+            unit(&a[r0 * k..r1 * k], r1 - r0, k, b, n, n0, n1, bias, dst)
         }
     };
-    if units == 1 {
-        run(0);
-    } else {
-        (0..units).into_par_iter().for_each(run);
-    }
-    // SAFETY: the units covered all m·n elements (rows 0..m × columns 0..n) and wrote each.
-    unsafe { out.set_len(m * n) };
-    Some(out)
+    // SAFETY: `part` writes exactly its rows × columns (above).
+    Some(unsafe { split_output(m, n, (MR, NR), 2, part) })
 }
 
 /// A 64-byte aligned f32 scratch buffer (packed rows then never straddle cache lines).
@@ -320,7 +290,7 @@ struct Block {
 
 /// Where a tile's chains start.
 #[derive(Clone, Copy)]
-enum Seed {
+pub(crate) enum Seed {
     /// The current C (a later K block).
     C,
     /// The bias values of the tile's columns (the first K block).

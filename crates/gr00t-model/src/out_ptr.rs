@@ -17,3 +17,53 @@ impl OutPtr {
         self.0.wrapping_add(off)
     }
 }
+
+/// A fresh `[m, n]` output (m, n > 0) filled by `part(r0, r1, n0, n1, dst)` on the rayon pool,
+/// `dst` pointing at row `r0`. The threads split the longer side in whole tiles of `tile`
+/// (rows, columns): by rows when there are more than `rows_over_cols` times as many row tiles as
+/// column tiles (the other operand is then repacked by every thread, the cheaper duplication).
+///
+/// # Safety
+/// `part` must write every element of rows `r0..r1` × columns `n0..n1` (row stride n) through
+/// `dst`, and nothing else.
+pub(crate) unsafe fn split_output<F>(
+    m: usize,
+    n: usize,
+    tile: (usize, usize),
+    rows_over_cols: usize,
+    part: F,
+) -> Vec<f32>
+where
+    F: Fn(usize, usize, usize, usize, OutPtr) + Sync,
+{
+    use rayon::prelude::*;
+    let (mr, nr) = tile;
+    // Not initialised: the parts write every element.
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    let threads = rayon::current_num_threads().max(1);
+    let by_rows = m.div_ceil(mr) > n.div_ceil(nr) * rows_over_cols;
+    let (tiles, size, len) = if by_rows {
+        (m.div_ceil(mr), mr, m)
+    } else {
+        (n.div_ceil(nr), nr, n)
+    };
+    let per = tiles.div_ceil(threads.min(tiles)) * size;
+    let units = len.div_ceil(per);
+    let dst = OutPtr(out.as_mut_ptr());
+    let run = |u: usize| {
+        let (a, b) = (u * per, ((u + 1) * per).min(len));
+        if by_rows {
+            part(a, b, 0, n, OutPtr(dst.add(a * n)));
+        } else {
+            part(0, m, a, b, dst);
+        }
+    };
+    if units == 1 {
+        run(0);
+    } else {
+        (0..units).into_par_iter().for_each(run);
+    }
+    // SAFETY: the parts cover rows 0..m × columns 0..n and wrote each element (contract).
+    unsafe { out.set_len(m * n) };
+    out
+}
