@@ -12,11 +12,12 @@
 //! 3. With `use_relative_action`, relative keys are made absolute against the raw state of their
 //!    `state_key`: `DEFAULT` format adds the state; `XYZ_ROT6D` composes poses, `T_abs = T_ref·T_rel`.
 //!
-//! rot6d layout (checked against the fixtures): the six numbers are the first two **columns** of
-//! the rotation matrix, `[R00, R10, R20, R01, R11, R21]`, and the output uses the same layout.
-//! The reference runs the Gram–Schmidt of the state's rot6d in f32 (it arrives as float32) and
-//! everything else in f64; the result is cast to f32.
+//! rot6d layout (NVIDIA's `pose.py`, checked against the fixtures): the first two **rows** of the
+//! rotation matrix, `[R00, R01, R02, R10, R11, R12]`, for the state and the output alike (see
+//! [`crate::pose`]). The reference runs the Gram–Schmidt of the state's rot6d in f32 (it arrives
+//! as float32) and everything else in f64; the result is cast to f32.
 
+use crate::pose::{self, Pose};
 use gr00t_model::checkpoint::{ProcessorConfig, Statistics};
 use std::fmt;
 
@@ -368,122 +369,22 @@ fn find_state<'a>(
 
 /// `T_abs = T_ref · T_rel` per step; `reference` is the f32 state, `rel` the `[H, 9]` f64 deltas.
 fn compose_poses(reference: &[f32], rel: &[f64], key: &str) -> Result<Vec<f64>, ActionError> {
-    let r_ref = rot6d_to_matrix(&reference[3..9])
-        .ok_or_else(|| ActionError::DegenerateRotation(format!("state {key:?}")))?;
-    let t_ref = [
-        reference[0] as f64,
-        reference[1] as f64,
-        reference[2] as f64,
-    ];
+    let t_ref = Pose {
+        rotation: pose::rot6d_to_matrix(&reference[3..9])
+            .ok_or_else(|| ActionError::DegenerateRotation(format!("state {key:?}")))?,
+        translation: [0, 1, 2].map(|i| reference[i] as f64),
+    };
     let mut out = Vec::with_capacity(rel.len());
     for (step, r) in rel.chunks_exact(9).enumerate() {
-        let r_rel = rot6d_to_matrix(&r[3..9]).ok_or_else(|| {
-            ActionError::DegenerateRotation(format!("relative action {key:?} step {step}"))
-        })?;
-        let r_abs = matmul(&r_ref, &r_rel);
-        for (i, t) in t_ref.iter().enumerate() {
-            out.push(r_ref[i][0] * r[0] + r_ref[i][1] * r[1] + r_ref[i][2] * r[2] + t);
-        }
-        out.extend(matrix_to_rot6d(&r_abs));
+        let t_rel = Pose {
+            rotation: pose::rot6d_to_matrix(&r[3..9]).ok_or_else(|| {
+                ActionError::DegenerateRotation(format!("relative action {key:?} step {step}"))
+            })?,
+            translation: [r[0], r[1], r[2]],
+        };
+        out.extend(t_ref.compose(&t_rel).to_xyz_rot6d());
     }
     Ok(out)
-}
-
-type Mat3 = [[f64; 3]; 3];
-
-/// The float operations Gram–Schmidt needs, so it runs in the dtype numpy used.
-trait Real:
-    Copy
-    + PartialOrd
-    + Into<f64>
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + std::ops::Div<Output = Self>
-{
-    const ZERO: Self;
-    fn sqrt(self) -> Self;
-    fn is_finite(self) -> bool;
-}
-
-impl Real for f32 {
-    const ZERO: f32 = 0.0;
-    fn sqrt(self) -> f32 {
-        f32::sqrt(self)
-    }
-    fn is_finite(self) -> bool {
-        f32::is_finite(self)
-    }
-}
-
-impl Real for f64 {
-    const ZERO: f64 = 0.0;
-    fn sqrt(self) -> f64 {
-        f64::sqrt(self)
-    }
-    fn is_finite(self) -> bool {
-        f64::is_finite(self)
-    }
-}
-
-/// Gram–Schmidt of a rot6d (two columns) in `T`: f32 for the float32 state (as numpy does),
-/// f64 for the un-normalised actions.
-fn rot6d_to_matrix<T: Real>(r: &[T]) -> Option<Mat3> {
-    let norm = |v: [T; 3]| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
-    let a = [r[0], r[1], r[2]];
-    let b = [r[3], r[4], r[5]];
-    let na = norm(a);
-    if !(na > T::ZERO && na.is_finite()) {
-        return None;
-    }
-    let c1 = a.map(|x| x / na);
-    let d = c1[0] * b[0] + c1[1] * b[1] + c1[2] * b[2];
-    let u = [b[0] - d * c1[0], b[1] - d * c1[1], b[2] - d * c1[2]];
-    let nu = norm(u);
-    if !(nu > T::ZERO && nu.is_finite()) {
-        return None;
-    }
-    let c2 = u.map(|x| x / nu);
-    let c3 = cross(c1, c2);
-    Some(from_columns(
-        c1.map(Into::into),
-        c2.map(Into::into),
-        c3.map(Into::into),
-    ))
-}
-
-fn cross<T: Copy + std::ops::Mul<Output = T> + std::ops::Sub<Output = T>>(
-    a: [T; 3],
-    b: [T; 3],
-) -> [T; 3] {
-    [
-        a[1] * b[2] - a[2] * b[1],
-        a[2] * b[0] - a[0] * b[2],
-        a[0] * b[1] - a[1] * b[0],
-    ]
-}
-
-fn from_columns(c1: [f64; 3], c2: [f64; 3], c3: [f64; 3]) -> Mat3 {
-    [
-        [c1[0], c2[0], c3[0]],
-        [c1[1], c2[1], c3[1]],
-        [c1[2], c2[2], c3[2]],
-    ]
-}
-
-/// The first two columns, column-major: `[R00, R10, R20, R01, R11, R21]`.
-fn matrix_to_rot6d(m: &Mat3) -> [f64; 6] {
-    [m[0][0], m[1][0], m[2][0], m[0][1], m[1][1], m[2][1]]
-}
-
-fn matmul(a: &Mat3, b: &Mat3) -> Mat3 {
-    let mut c = [[0.0; 3]; 3];
-    for (i, row) in c.iter_mut().enumerate() {
-        for (j, v) in row.iter_mut().enumerate() {
-            *v = a[i][0] * b[0][j] + a[i][1] * b[1][j] + a[i][2] * b[2][j];
-        }
-    }
-    c
 }
 
 /// Convenience: builds an [`ActionDecoder`] and decodes one chunk.

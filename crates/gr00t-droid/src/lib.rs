@@ -6,6 +6,7 @@
 
 pub mod actions;
 pub mod image;
+pub mod pose;
 pub mod processor;
 pub mod prompt;
 pub mod request;

@@ -73,6 +73,19 @@ fn fixture_decode_matches_within_1e5() {
 }
 
 #[test]
+fn bundled_taps_are_the_rows_edition() {
+    // The first edition decoded `output.eef_9d` with columns; the corrected taps say rows.
+    for case in CASES {
+        let meta = Taps::metadata(case);
+        let convention = meta.get("eef_9d_convention").map(String::as_str);
+        assert!(
+            convention.is_some_and(|c| c.starts_with("rot6d = first two rows")),
+            "{case}: eef_9d_convention {convention:?}"
+        );
+    }
+}
+
+#[test]
 fn normalized_is_the_unclipped_model_slice() {
     let ckpt = checkpoint();
     let taps = Taps::load("case0");
@@ -148,7 +161,7 @@ fn pinned_eef_stats(ckpt: &Checkpoint, rel: [f64; 9]) -> gr00t_model::checkpoint
 }
 
 #[test]
-fn pose_composition_is_t_ref_times_t_rel_with_column_rot6d() {
+fn pose_composition_is_t_ref_times_t_rel_with_row_rot6d() {
     let ckpt = checkpoint();
     let pred = vec![0.3f32; 40 * 132];
     let grip = [0.5f32];
@@ -156,7 +169,7 @@ fn pose_composition_is_t_ref_times_t_rel_with_column_rot6d() {
 
     // Identity relative pose: the absolute pose is the state's (with its rot6d orthonormalised).
     let stats = pinned_eef_stats(&ckpt, [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
-    let eef = [0.4f32, -0.1, 0.3, 0.0, 2.0, 0.0, -3.0, 0.0, 0.0]; // columns scaled by 2 and 3
+    let eef = [0.4f32, -0.1, 0.3, 0.0, 2.0, 0.0, -3.0, 0.0, 0.0]; // rows scaled by 2 and 3
     let raw = [
         ("eef_9d", &eef[..]),
         ("gripper_position", &grip[..]),
@@ -168,9 +181,10 @@ fn pose_composition_is_t_ref_times_t_rel_with_column_rot6d() {
     }
 
     // Reference: Rz(90°) at (0.5, 0, 0); relative: Rz(90°) and 1 along the reference x axis.
+    // Rz(90°) = [[0,-1,0],[1,0,0],[0,0,1]], so its rot6d (rows) is [0,-1,0, 1,0,0].
     // T_ref·T_rel = Rz(180°) at Rz(90°)·(1, 0, 0) + (0.5, 0, 0) = (0.5, 1, 0).
-    let stats = pinned_eef_stats(&ckpt, [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, -1.0, 0.0, 0.0]);
-    let eef = [0.5f32, 0.0, 0.0, 0.0, 1.0, 0.0, -1.0, 0.0, 0.0];
+    let stats = pinned_eef_stats(&ckpt, [1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 1.0, 0.0, 0.0]);
+    let eef = [0.5f32, 0.0, 0.0, 0.0, -1.0, 0.0, 1.0, 0.0, 0.0];
     let raw = [
         ("eef_9d", &eef[..]),
         ("gripper_position", &grip[..]),
@@ -296,7 +310,7 @@ fn bad_inputs_are_reported() {
         dec.decode(&pred, &[("eef_9d", &eef[..]), ("joint_position", &nan[..])]),
         Err(ActionError::NonFiniteState("joint_position".into()))
     );
-    let flat = [0.5f32, 0.0, 0.3, 1.0, 0.0, 0.0, 2.0, 0.0, 0.0]; // parallel columns
+    let flat = [0.5f32, 0.0, 0.3, 1.0, 0.0, 0.0, 2.0, 0.0, 0.0]; // parallel rows
     assert!(matches!(
         dec.decode(
             &pred,

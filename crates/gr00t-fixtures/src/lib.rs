@@ -76,6 +76,23 @@ impl Taps {
         Taps { tensors }
     }
 
+    /// The `__metadata__` strings of a case's `taps.safetensors` header.
+    pub fn metadata(case: &str) -> HashMap<String, String> {
+        let path = case_dir(case).join("taps.safetensors");
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len])
+            .unwrap_or_else(|e| panic!("{}: header: {e}", path.display()));
+        header["__metadata__"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Whether a tap exists in this case (some taps exist only in case0/case3).
     pub fn has(&self, name: &str) -> bool {
         self.tensors.contains_key(name)

@@ -15,6 +15,7 @@ use super::engine_ext::RawRequest;
 use super::msgpack_numpy::{from_openpi_array, get, scalar, type_name};
 use super::ndarray::{DType, Kind};
 use gr00t_droid::image::{check_frame_geometry, Frame};
+use gr00t_droid::pose;
 use gr00t_droid::request::{NoiseSource, RawState, CAMERAS, DEFAULT_SEED};
 use rmpv::Value;
 use std::collections::VecDeque;
@@ -169,40 +170,21 @@ fn f32s(values: &[f64]) -> Vec<f32> {
     values.iter().map(|&x| x as f32).collect()
 }
 
-/// `eef_9d` from DROID's `cartesian_position` `[x, y, z, rx, ry, rz]`, exactly as Isaac-GR00T's
-/// `compute_eef_9d` (`gr00t/data/state_action/droid_frame.py`) builds it for training and its
-/// DROID client: `R = Rotation.from_euler("xyz", e).as_matrix() @ C` (lowercase = extrinsic,
-/// `R = Rz·Ry·Rx`), then xyz and the first two **rows** of `R`, in f64, cast to f32. The action
-/// decoder reads these six numbers as the two columns of its rotation, which is therefore `Rᵀ`;
-/// the model was trained on these numbers, so they are what it must be given.
+/// `eef_9d` from DROID's `cartesian_position` `[x, y, z, rx, ry, rz]`, as NVIDIA's
+/// `compute_eef_9d` (`gr00t/data/state_action/droid_frame.py`, shared by its dataset builder
+/// and its DROID client `examples/DROID/main_gr00t.py`) runs it:
+/// `R = Rotation.from_euler("XYZ", e).as_matrix() @ C`, then xyz and the first two rows of `R`,
+/// in f64, cast to f32. scipy's uppercase "XYZ" is *intrinsic* (`R = Rx·Ry·Rz`), whatever that
+/// file's docstring says; the code is what the model was trained on.
 pub fn eef_9d_from_cartesian(c: &[f64; 6]) -> [f32; 9] {
-    let (sx, cx) = c[3].sin_cos();
-    let (sy, cy) = c[4].sin_cos();
-    let (sz, cz) = c[5].sin_cos();
-    // Rz(rz)·Ry(ry)·Rx(rx).
-    let r = [
-        [cz * cy, cz * sy * sx - sz * cx, cz * sy * cx + sz * sx],
-        [sz * cy, sz * sy * sx + cz * cx, sz * sy * cx - cz * sx],
-        [-sy, cy * sx, cy * cx],
-    ];
-    let k = EEF_ROTATION_CORRECT;
-    let mut m = [[0.0f64; 3]; 3];
-    for (i, row) in m.iter_mut().enumerate() {
-        for (j, v) in row.iter_mut().enumerate() {
-            *v = r[i][0] * k[0][j] + r[i][1] * k[1][j] + r[i][2] * k[2][j];
-        }
+    let r = pose::euler_xyz_intrinsic_to_matrix([c[3], c[4], c[5]]);
+    let m = pose::matmul(&r, &EEF_ROTATION_CORRECT);
+    let r6 = pose::matrix_to_rot6d(&m);
+    let mut out = [0.0f32; 9];
+    for (o, v) in out.iter_mut().zip(c[..3].iter().chain(&r6)) {
+        *o = *v as f32;
     }
-    [
-        c[0] as f32,
-        c[1] as f32,
-        c[2] as f32,
-        m[0][0] as f32,
-        m[0][1] as f32,
-        m[0][2] as f32,
-        m[1][0] as f32,
-        m[1][1] as f32,
-        m[1][2] as f32,
-    ]
+    out
 }
 
 /// Validates one openpi DROID observation map.
@@ -225,7 +207,7 @@ pub fn parse(m: &[(Value, Value)]) -> Result<DroidObservation, String> {
             None => {
                 return Err(
                     "observation/eef_9d (xyz + rot6d) or observation/cartesian_position \
-                     (xyz + extrinsic xyz Euler) is required"
+                     (xyz + intrinsic XYZ Euler, as DROID records it) is required"
                         .into(),
                 )
             }

@@ -154,32 +154,55 @@ fn gr00t_encoding_matches_msg_serializer() {
 }
 
 #[test]
-fn cartesian_to_eef_9d_uses_extrinsic_xyz_and_rows() {
+fn cartesian_to_eef_9d_uses_intrinsic_xyz_and_rows() {
     // Zero rotation: the rows of the DROID correction matrix.
     let e = eef_9d_from_cartesian(&[1.0, 2.0, 3.0, 0.0, 0.0, 0.0]);
     assert_eq!(e, [1.0, 2.0, 3.0, 0.0, 0.0, -1.0, -1.0, 0.0, 0.0]);
-    // (π/2, π/2, 0) extrinsic = Ry(90°)·Rx(90°) = [[0,1,0],[0,0,-1],[-1,0,0]]; then @C.
+    // (π/2, π/2, 0) intrinsic = Rx(90°)·Ry(90°) = [[0,0,1],[1,0,0],[0,1,0]]; @C → rows
+    // [0,1,0], [0,0,-1] (extrinsic would give [-1,0,0], [0,-1,0]).
     let h = std::f64::consts::FRAC_PI_2;
     let e = eef_9d_from_cartesian(&[0.0, 0.0, 0.0, h, h, 0.0]);
-    let want = [-1.0, 0.0, 0.0, 0.0, -1.0, 0.0];
+    let want = [0.0, 1.0, 0.0, 0.0, 0.0, -1.0];
     for (g, w) in e[3..].iter().zip(want) {
         assert!((g - w).abs() < 1e-7, "{e:?}");
     }
-    // scipy: Rotation.from_euler("xyz", [3.0, -0.2, 0.5]).as_matrix() @ C, rows 0-1, float32.
-    let e = eef_9d_from_cartesian(&[0.4, 0.1, 0.3, 3.0, -0.2, 0.5]);
-    let want = [
-        0.4f32,
-        0.1,
-        0.3,
-        -0.4500236,
-        0.24026048,
-        -0.86008936,
-        0.8822414,
-        -0.02955049,
-        -0.46986896,
+    // scipy 1.17: (Rotation.from_euler("XYZ", e).as_matrix() @ C)[:2].ravel(), float32; the
+    // issue quotes the first two to six digits. Lowercase "xyz" gives other numbers.
+    let cases: [([f64; 6], [f32; 9]); 2] = [
+        (
+            [0.52, -0.08, 0.31, 3.05, -0.21, 0.12],
+            [
+                0.52,
+                -0.08,
+                0.31,
+                0.11708224,
+                -0.2084599,
+                -0.9709975,
+                0.9863646,
+                -0.08945525,
+                0.13814001,
+            ],
+        ),
+        (
+            [0.40, 0.10, 0.25, -2.9, 0.35, -1.2],
+            [
+                0.4,
+                0.1,
+                0.25,
+                -0.8755321,
+                0.3428978,
+                -0.34038898,
+                0.4282969,
+                0.22474429,
+                -0.87524384,
+            ],
+        ),
     ];
-    for (g, w) in e.iter().zip(want) {
-        assert!((g - w).abs() <= 6e-8, "{e:?} vs {want:?}");
+    for (c, want) in cases {
+        let e = eef_9d_from_cartesian(&c);
+        for (g, w) in e.iter().zip(want) {
+            assert!((g - w).abs() <= 6e-8, "{e:?} vs {want:?}");
+        }
     }
 }
 
