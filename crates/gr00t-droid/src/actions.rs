@@ -1,16 +1,22 @@
 //! Action decoding: un-normalisation and relative → absolute conversion.
 //!
 //! `Gr00tN1d7Processor.decode_action` for one sample. The action keys, their order and their
-//! representation come from the processor's action modality config; each key's width from the
-//! statistics (DROID: eef_9d [0:9], gripper_position [9:10], joint_position [10:17]).
+//! representation come from the processor's action modality config; each key's width from
+//! `statistics[tag]["action"][key]` (DROID: eef_9d [0:9], gripper_position [9:10],
+//! joint_position [10:17]).
 //! 1. Slice the key's columns of the first `horizon` rows of `action_pred`.
-//! 2. `(clip(a, −1, 1) + 1)/2·(hi − lo) + lo` in f64. RELATIVE keys use
-//!    `statistics[tag]["relative_action"][key]` `min`/`max` (whatever `use_percentiles` says: the
-//!    relative stats replace the action params and the un-normaliser reads min/max); ABSOLUTE
-//!    keys use `statistics[tag]["action"][key]` `q01`/`q99` with `use_percentiles`, else min/max.
-//!    Relative stats may be flat (`[D]`) or per horizon step (`[horizon][D]`).
-//! 3. With `use_relative_action`, relative keys are made absolute against the raw state of their
-//!    `state_key`: `DEFAULT` format adds the state; `XYZ_ROT6D` composes poses, `T_abs = T_ref·T_rel`.
+//! 2. Un-normalise. Keys in the action `mean_std_embedding_keys`: `x·std + mean` (x where std is
+//!    0), never clipped. Others: `(clip(a, −1, 1) + 1)/2·(hi − lo) + lo`. RELATIVE keys (with
+//!    `use_relative_action`) take their parameters from `statistics[tag]["relative_action"]`,
+//!    and their min-max reads `min`/`max` whatever `use_percentiles` says (the relative stats
+//!    replace the action params and the un-normaliser reads min/max); ABSOLUTE keys use
+//!    `statistics[tag]["action"]` `q01`/`q99` with `use_percentiles`, else min/max. Relative
+//!    stats are flat (`[D]`) or per horizon step (exactly `[horizon][D]`).
+//! 3. With `use_relative_action`, RELATIVE keys are made absolute against the raw state of their
+//!    `state_key` (last row): NON_EEF/`DEFAULT` adds it; EEF composes poses, `T_abs = T_ref·T_rel`,
+//!    in `XYZ_ROT6D`, `XYZ_ROTVEC` or `DEFAULT` (flat 4×4 homogeneous) form. `DELTA` keys are
+//!    served like ABSOLUTE ones, as upstream does (it has no DELTA decode). Zero-width keys give
+//!    `[horizon, 0]` and skip the conversion (upstream cannot decode them; LeRobot skips them).
 //!
 //! rot6d layout (NVIDIA's `pose.py`, checked against the fixtures): the first two **rows** of the
 //! rotation matrix, `[R00, R01, R02, R10, R11, R12]`, for the state and the output alike (see
@@ -18,7 +24,7 @@
 //! as float32) and everything else in f64; the result is cast to f32.
 
 use crate::pose::{self, Pose};
-use gr00t_model::checkpoint::{ProcessorConfig, Statistics};
+use gr00t_model::checkpoint::{ActionConfig, ProcessorConfig, Statistics};
 use std::fmt;
 
 /// Why an action chunk could not be decoded.
@@ -67,10 +73,32 @@ impl std::error::Error for ActionError {}
 /// How a relative key is turned absolute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RelativeFormat {
-    /// `abs = state + rel` (`DEFAULT`).
+    /// `abs = state + rel` (NON_EEF / `DEFAULT`).
     Delta,
-    /// xyz + rot6d pose composition (`XYZ_ROT6D`).
+    /// xyz + rot6d pose composition (EEF / `XYZ_ROT6D`).
     XyzRot6d,
+    /// xyz + rotation vector pose composition (EEF / `XYZ_ROTVEC`).
+    XyzRotvec,
+    /// Flat row-major 4×4 homogeneous transforms (EEF / `DEFAULT`).
+    Homogeneous,
+}
+
+impl RelativeFormat {
+    /// The width a key of this format must have.
+    fn width(self) -> Option<usize> {
+        match self {
+            RelativeFormat::Delta => None,
+            RelativeFormat::XyzRot6d => Some(9),
+            RelativeFormat::XyzRotvec => Some(6),
+            RelativeFormat::Homogeneous => Some(16),
+        }
+    }
+}
+
+/// An enum value as `processor_config.json` writes it: by NAME (`XYZ_ROT6D`) or by value
+/// (`xyz+rot6d`), in any case.
+fn enum_name(s: &str) -> String {
+    s.trim().to_ascii_uppercase().replace('+', "_")
 }
 
 /// Representation of one action key.
@@ -87,22 +115,41 @@ pub enum Representation {
     },
 }
 
+/// How a key's model values are un-normalised (one row, or one row per horizon step).
+#[derive(Debug, Clone, PartialEq)]
+enum Unnormalize {
+    /// `(clip(a) + 1)/2·(hi − lo) + lo`.
+    MinMax {
+        lo: Vec<Vec<f64>>,
+        hi: Vec<Vec<f64>>,
+    },
+    /// `a·std + mean`, `a` where std is 0.
+    MeanStd {
+        mean: Vec<Vec<f64>>,
+        std: Vec<Vec<f64>>,
+    },
+}
+
+impl Unnormalize {
+    /// Physical value of dimension `i` of horizon step `step`.
+    fn value(&self, step: usize, i: usize, a: f32) -> f64 {
+        let row = |rows: &[Vec<f64>]| if rows.len() == 1 { 0 } else { step };
+        match self {
+            Unnormalize::MinMax { lo, hi } => unnormalize(a, lo[row(lo)][i], hi[row(hi)][i]),
+            Unnormalize::MeanStd { mean, std } => {
+                unnormalize_mean_std(a, mean[row(mean)][i], std[row(std)][i])
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 struct GroupSpec {
     key: String,
     offset: usize,
     dim: usize,
     rep: Representation,
-    /// One row, or one row per horizon step.
-    lo: Vec<Vec<f64>>,
-    hi: Vec<Vec<f64>>,
-}
-
-impl GroupSpec {
-    fn bounds(&self, step: usize) -> (&[f64], &[f64]) {
-        let r = if self.lo.len() == 1 { 0 } else { step };
-        (&self.lo[r], &self.hi[r])
-    }
+    unnorm: Unnormalize,
 }
 
 /// One decoded action key, each buffer `[horizon, dim]` row-major.
@@ -168,6 +215,12 @@ impl ActionDecoder {
         if horizon == 0 {
             return Err(cfg("action delta_indices is empty".into()));
         }
+        if horizon > processor.max_action_horizon {
+            return Err(cfg(format!(
+                "action horizon {horizon} is longer than max_action_horizon {}",
+                processor.max_action_horizon
+            )));
+        }
         let reps = action.action_configs.as_deref().unwrap_or(&[]);
         if !reps.is_empty() && reps.len() != action.modality_keys.len() {
             return Err(cfg(format!(
@@ -181,66 +234,66 @@ impl ActionDecoder {
         for (i, key) in action.modality_keys.iter().enumerate() {
             let rep = match reps.get(i) {
                 None => Representation::Absolute,
-                Some(c) => match c.rep.as_str() {
-                    "ABSOLUTE" => Representation::Absolute,
-                    "RELATIVE" => {
-                        let format = match (c.kind.as_str(), c.format.as_str()) {
-                            ("EEF", "XYZ_ROT6D") => RelativeFormat::XyzRot6d,
-                            (_, "DEFAULT") => RelativeFormat::Delta,
-                            (kind, format) => {
-                                return Err(cfg(format!(
-                                    "action {key:?}: relative {kind}/{format} is not supported"
-                                )))
-                            }
-                        };
-                        let state_key = c.state_key.clone().unwrap_or_else(|| key.clone());
-                        Representation::Relative { state_key, format }
-                    }
-                    other => return Err(cfg(format!("action {key:?}: unknown rep {other:?}"))),
-                },
+                Some(c) => parse_representation(key, c)?,
             };
             let relative = processor.use_relative_action && rep != Representation::Absolute;
+            // The width always comes from the action statistics, relative keys included.
+            let dim = stats
+                .get(tag, "action", key)
+                .map_err(|e| cfg(e.to_string()))?
+                .dim();
             let (group, use_pct) = if relative {
                 ("relative_action", false)
             } else {
                 ("action", processor.use_percentiles)
             };
             let s = stats.get(tag, group, key).map_err(|e| cfg(e.to_string()))?;
-            let (lo, hi) = if use_pct {
+            let mean_std = action.is_mean_std(key);
+            let (p, q) = if mean_std {
+                (&s.mean, &s.std)
+            } else if use_pct {
                 (&s.q01, &s.q99)
             } else {
                 (&s.min, &s.max)
             };
-            if lo.len() != 1 && lo.len() < horizon {
+            let rows = p.len();
+            let fits = |f: &Vec<Vec<f64>>| f.len() == rows && f.iter().all(|r| r.len() == dim);
+            if dim > 0 && !(fits(p) && fits(q) && (rows == 1 || rows == horizon)) {
                 return Err(cfg(format!(
-                    "{group} statistics of {key:?} have {} rows; expected 1 or {horizon}",
-                    lo.len()
+                    "{group} statistics of {key:?} are {rows} × {} for a {dim}-wide key; \
+                     expected 1 or {horizon} rows of {dim}{}",
+                    p.first().map_or(0, Vec::len),
+                    if mean_std { " (mean/std)" } else { "" }
                 )));
             }
-            let dim = s.dim();
-            let pose = matches!(
-                &rep,
-                Representation::Relative {
-                    format: RelativeFormat::XyzRot6d,
-                    ..
+            if let Representation::Relative { format, .. } = &rep {
+                if let Some(w) = format.width().filter(|&w| relative && dim > 0 && dim != w) {
+                    return Err(cfg(format!(
+                        "action {key:?} is {dim} wide; its format takes {w} values"
+                    )));
                 }
-            );
-            if relative && pose && dim != 9 {
-                return Err(cfg(format!(
-                    "XYZ_ROT6D action {key:?} is {dim} wide, not 9"
-                )));
             }
+            let unnorm = if mean_std {
+                Unnormalize::MeanStd {
+                    mean: p.clone(),
+                    std: q.clone(),
+                }
+            } else {
+                Unnormalize::MinMax {
+                    lo: p.clone(),
+                    hi: q.clone(),
+                }
+            };
             groups.push(GroupSpec {
                 key: key.clone(),
                 offset,
                 dim,
-                rep: if relative {
+                rep: if relative && dim > 0 {
                     rep
                 } else {
                     Representation::Absolute
                 },
-                lo: lo.clone(),
-                hi: hi.clone(),
+                unnorm,
             });
             offset += dim;
         }
@@ -300,13 +353,11 @@ impl ActionDecoder {
             let mut unnorm = Vec::with_capacity(self.horizon * g.dim);
             for step in 0..self.horizon {
                 let row = &action_pred[step * width + g.offset..step * width + g.offset + g.dim];
-                let (lo, hi) = g.bounds(step);
                 normalized.extend_from_slice(row);
                 unnorm.extend(
                     row.iter()
-                        .zip(lo)
-                        .zip(hi)
-                        .map(|((&a, &l), &h)| unnormalize(a, l, h)),
+                        .enumerate()
+                        .map(|(i, &a)| g.unnorm.value(step, i, a)),
                 );
             }
             let absolute = match &g.rep {
@@ -318,7 +369,11 @@ impl ActionDecoder {
                             .chunks_exact(g.dim)
                             .flat_map(|r| r.iter().zip(state).map(|(d, &s)| s as f64 + d))
                             .collect(),
-                        RelativeFormat::XyzRot6d => compose_poses(state, &unnorm, state_key)?,
+                        RelativeFormat::XyzRot6d
+                        | RelativeFormat::XyzRotvec
+                        | RelativeFormat::Homogeneous => {
+                            compose_poses(state, &unnorm, state_key, *format)?
+                        }
                     }
                 }
             };
@@ -344,6 +399,15 @@ fn unnormalize(a: f32, lo: f64, hi: f64) -> f64 {
     half as f64 * (hi - lo) + lo
 }
 
+/// `a·std + mean` in f64 (float32 chunk times float64 statistics); `a` where std is 0.
+fn unnormalize_mean_std(a: f32, mean: f64, std: f64) -> f64 {
+    if std == 0.0 {
+        a as f64
+    } else {
+        a as f64 * std + mean
+    }
+}
+
 fn find_state<'a>(
     raw: &[(&str, &'a [f32])],
     key: &str,
@@ -367,24 +431,103 @@ fn find_state<'a>(
     Ok(v)
 }
 
-/// `T_abs = T_ref · T_rel` per step; `reference` is the f32 state, `rel` the `[H, 9]` f64 deltas.
-fn compose_poses(reference: &[f32], rel: &[f64], key: &str) -> Result<Vec<f64>, ActionError> {
-    let t_ref = Pose {
-        rotation: pose::rot6d_to_matrix(&reference[3..9])
-            .ok_or_else(|| ActionError::DegenerateRotation(format!("state {key:?}")))?,
-        translation: [0, 1, 2].map(|i| reference[i] as f64),
+/// `T_abs = T_ref · T_rel` per step; `reference` is the f32 state, `rel` the `[H, D]` f64
+/// deltas, both in `format`.
+fn compose_poses(
+    reference: &[f32],
+    rel: &[f64],
+    key: &str,
+    format: RelativeFormat,
+) -> Result<Vec<f64>, ActionError> {
+    let degenerate = |what: String| ActionError::DegenerateRotation(what);
+    let t_ref = match format {
+        RelativeFormat::XyzRot6d => Pose {
+            rotation: pose::rot6d_to_matrix(&reference[3..9])
+                .ok_or_else(|| degenerate(format!("state {key:?}")))?,
+            translation: [0, 1, 2].map(|i| reference[i] as f64),
+        },
+        _ => {
+            let r: Vec<f64> = reference.iter().map(|&x| x as f64).collect();
+            pose_from(&r, format)
+        }
     };
+    let dim = reference.len();
     let mut out = Vec::with_capacity(rel.len());
-    for (step, r) in rel.chunks_exact(9).enumerate() {
-        let t_rel = Pose {
-            rotation: pose::rot6d_to_matrix(&r[3..9]).ok_or_else(|| {
-                ActionError::DegenerateRotation(format!("relative action {key:?} step {step}"))
-            })?,
-            translation: [r[0], r[1], r[2]],
+    for (step, r) in rel.chunks_exact(dim).enumerate() {
+        let t_rel = match format {
+            RelativeFormat::XyzRot6d => Pose {
+                rotation: pose::rot6d_to_matrix(&r[3..9])
+                    .ok_or_else(|| degenerate(format!("relative action {key:?} step {step}")))?,
+                translation: [r[0], r[1], r[2]],
+            },
+            _ => pose_from(r, format),
         };
-        out.extend(t_ref.compose(&t_rel).to_xyz_rot6d());
+        let t_abs = t_ref.compose(&t_rel);
+        match format {
+            RelativeFormat::XyzRotvec => {
+                out.extend(t_abs.translation);
+                out.extend(pose::matrix_to_rotvec(&t_abs.rotation));
+            }
+            RelativeFormat::Homogeneous => out.extend(t_abs.to_homogeneous()),
+            _ => out.extend(t_abs.to_xyz_rot6d()),
+        }
     }
     Ok(out)
+}
+
+/// A pose from xyz + rotvec (6 values) or a flat row-major 4×4 transform (16 values).
+fn pose_from(v: &[f64], format: RelativeFormat) -> Pose {
+    match format {
+        RelativeFormat::XyzRotvec => Pose {
+            rotation: pose::rotvec_to_matrix([v[3], v[4], v[5]]),
+            translation: [v[0], v[1], v[2]],
+        },
+        _ => Pose {
+            rotation: [0, 1, 2].map(|i| [v[4 * i], v[4 * i + 1], v[4 * i + 2]]),
+            translation: [v[3], v[7], v[11]],
+        },
+    }
+}
+
+/// A key's representation from its `action_configs` entry (enum names or values, any case).
+fn parse_representation(key: &str, c: &ActionConfig) -> Result<Representation, ActionError> {
+    let cfg = ActionError::Config;
+    let (rep, kind, format) = (enum_name(&c.rep), enum_name(&c.kind), enum_name(&c.format));
+    if !matches!(kind.as_str(), "EEF" | "NON_EEF") {
+        return Err(cfg(format!("action {key:?}: unknown type {:?}", c.kind)));
+    }
+    let format = match (kind.as_str(), format.as_str()) {
+        ("NON_EEF", "DEFAULT") => RelativeFormat::Delta,
+        ("EEF", "DEFAULT") => RelativeFormat::Homogeneous,
+        ("EEF", "XYZ_ROT6D") => RelativeFormat::XyzRot6d,
+        ("EEF", "XYZ_ROTVEC") => RelativeFormat::XyzRotvec,
+        ("NON_EEF", "XYZ_ROT6D" | "XYZ_ROTVEC") => {
+            return Err(cfg(format!(
+                "action {key:?}: format {:?} needs type EEF (upstream refuses NON_EEF poses)",
+                c.format
+            )))
+        }
+        _ => {
+            return Err(cfg(format!(
+                "action {key:?}: unknown format {:?}",
+                c.format
+            )))
+        }
+    };
+    match rep.as_str() {
+        "ABSOLUTE" => Ok(Representation::Absolute),
+        "DELTA" => {
+            tracing::warn!(
+                "action {key:?} is DELTA: served as absolute, as upstream does (it has no DELTA decode)"
+            );
+            Ok(Representation::Absolute)
+        }
+        "RELATIVE" => Ok(Representation::Relative {
+            state_key: c.state_key.clone().unwrap_or_else(|| key.to_string()),
+            format,
+        }),
+        _ => Err(cfg(format!("action {key:?}: unknown rep {:?}", c.rep))),
+    }
 }
 
 /// Convenience: builds an [`ActionDecoder`] and decodes one chunk.

@@ -216,6 +216,15 @@ impl Pose {
         }
     }
 
+    /// The flat row-major 4×4 homogeneous matrix.
+    pub fn to_homogeneous(&self) -> [f64; 16] {
+        let (r, t) = (&self.rotation, &self.translation);
+        [
+            r[0][0], r[0][1], r[0][2], t[0], r[1][0], r[1][1], r[1][2], t[1], r[2][0], r[2][1],
+            r[2][2], t[2], 0.0, 0.0, 0.0, 1.0,
+        ]
+    }
+
     /// `[x, y, z, rot6d…]` (rows).
     pub fn to_xyz_rot6d(&self) -> [f64; 9] {
         let r = matrix_to_rot6d(&self.rotation);

@@ -1,11 +1,17 @@
-//! State normalisation: min-max to [−1, 1] with q01/q99, clip, pad.
+//! State encoding: `StateActionProcessor.apply_state` for one observation (history length 1).
 //!
-//! `StateActionProcessor.apply_state` for one observation (history length 1): per state key in
-//! the modality order, `lo`/`hi` = `q01`/`q99` (`use_percentiles`, else `min`/`max`) of
-//! `statistics[tag]["state"][key]`; `n1 = f32((f64(x) − lo)/(hi − lo))` (numpy computes in f64
-//! and stores into a float32 array), `n = f32(2·n1 − 1)`, clipped to [−1, 1] when
-//! `clip_outliers`; dims where `isclose(hi, lo)` give 0. The keys are concatenated and
-//! zero-padded to `max_state_dim`.
+//! Per state key in the modality order, one of (as upstream picks them):
+//! 1. sin/cos, when `apply_sincos_state_encoding` and the key is in `sin_cos_embedding_keys`:
+//!    `[sin(x₀..x_D), cos(x₀..x_D)]` of the raw float32 values (width 2D, no statistics);
+//! 2. mean/std, when the key is in `mean_std_embedding_keys`: `f32((f64(x) − mean)/std)`,
+//!    `x` itself where std = 0, never clipped;
+//! 3. min-max otherwise: `lo`/`hi` = `q01`/`q99` (`use_percentiles`, else `min`/`max`);
+//!    `n1 = f32((f64(x) − lo)/(hi − lo))` (numpy computes in f64 and stores into a float32
+//!    array), `n = f32(2·n1 − 1)`, clipped to [−1, 1] when `clip_outliers`; 0 where
+//!    `isclose(hi, lo)`.
+//!
+//! The keys are concatenated and zero-padded to `max_state_dim`. With `exclude_state` the
+//! state is zeros (upstream zeroes the raw-width state, so the padded vector is all zeros).
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -64,79 +70,127 @@ impl fmt::Display for StateError {
 
 impl std::error::Error for StateError {}
 
-/// Normalisation bounds of one state key.
+/// How one state key is encoded.
 #[derive(Debug, Clone, PartialEq)]
-struct KeyBounds {
+enum Encoding {
+    /// Min-max to [−1, 1] with these bounds.
+    MinMax { lo: Vec<f64>, hi: Vec<f64> },
+    /// z-score with these moments.
+    MeanStd { mean: Vec<f64>, std: Vec<f64> },
+    /// `[sin(x), cos(x)]`.
+    SinCos,
+}
+
+/// One state key: its raw width and encoding.
+#[derive(Debug, Clone, PartialEq)]
+struct KeySpec {
     key: String,
-    lo: Vec<f64>,
-    hi: Vec<f64>,
+    dim: usize,
+    encoding: Encoding,
+}
+
+impl KeySpec {
+    /// Width in the model's state vector.
+    fn encoded_dim(&self) -> usize {
+        match self.encoding {
+            Encoding::SinCos => 2 * self.dim,
+            _ => self.dim,
+        }
+    }
 }
 
 /// Normalises raw states of one embodiment tag into the model's padded state vector.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StateNormalizer {
-    keys: Vec<KeyBounds>,
+    keys: Vec<KeySpec>,
     clip: bool,
+    exclude_state: bool,
     max_state_dim: usize,
 }
 
 impl StateNormalizer {
-    /// Reads the state keys, widths and bounds of `tag` from the checkpoint's processor config
-    /// and statistics.
+    /// Reads the state keys, widths and encodings of `tag` from the checkpoint's processor
+    /// config and statistics.
     pub fn new(
         stats: &Statistics,
         processor: &ProcessorConfig,
         tag: &str,
     ) -> Result<StateNormalizer, StateError> {
-        if processor.exclude_state || processor.apply_sincos_state_encoding {
-            return Err(StateError::Config(
-                "exclude_state / apply_sincos_state_encoding are not supported".into(),
-            ));
-        }
+        let cfg = StateError::Config;
         let modality = processor
             .modality_configs
             .get(tag)
-            .ok_or_else(|| StateError::Config(format!("no modality config for tag {tag:?}")))?;
+            .ok_or_else(|| cfg(format!("no modality config for tag {tag:?}")))?;
+        let state = &modality.state;
+        if state.delta_indices.len() != 1 {
+            return Err(cfg(format!(
+                "tag {tag:?}: state history of {} steps (delta_indices {:?}) is not supported; \
+                 the model takes one",
+                state.delta_indices.len(),
+                state.delta_indices
+            )));
+        }
         let mut keys = Vec::new();
-        let mut width = 0;
-        for key in &modality.state.modality_keys {
+        for key in &state.modality_keys {
             let s = stats
                 .get(tag, "state", key)
-                .map_err(|e| StateError::Config(e.to_string()))?;
-            let (lo, hi) = if processor.use_percentiles {
-                (&s.q01, &s.q99)
-            } else {
-                (&s.min, &s.max)
+                .map_err(|e| cfg(e.to_string()))?;
+            let one_row = |f: &[Vec<f64>], name: &str| -> Result<Vec<f64>, StateError> {
+                match f {
+                    [row] => Ok(row.clone()),
+                    _ => Err(cfg(format!(
+                        "state statistics {name} of {key:?} have {} rows; expected one",
+                        f.len()
+                    ))),
+                }
             };
-            if lo.len() != 1 || hi.len() != 1 {
-                return Err(StateError::Config(format!(
-                    "state statistics of {key:?} have {} rows; expected one",
-                    lo.len()
-                )));
-            }
-            width += s.dim();
-            keys.push(KeyBounds {
+            let encoding = if processor.apply_sincos_state_encoding && state.is_sin_cos(key) {
+                Encoding::SinCos
+            } else if state.is_mean_std(key) {
+                if s.mean.is_empty() || s.std.is_empty() {
+                    return Err(cfg(format!(
+                        "state {key:?} is a mean/std key but its statistics have no mean/std"
+                    )));
+                }
+                Encoding::MeanStd {
+                    mean: one_row(&s.mean, "mean")?,
+                    std: one_row(&s.std, "std")?,
+                }
+            } else if processor.use_percentiles {
+                Encoding::MinMax {
+                    lo: one_row(&s.q01, "q01")?,
+                    hi: one_row(&s.q99, "q99")?,
+                }
+            } else {
+                Encoding::MinMax {
+                    lo: one_row(&s.min, "min")?,
+                    hi: one_row(&s.max, "max")?,
+                }
+            };
+            keys.push(KeySpec {
                 key: key.clone(),
-                lo: lo[0].clone(),
-                hi: hi[0].clone(),
+                dim: s.dim(),
+                encoding,
             });
         }
+        let width: usize = keys.iter().map(KeySpec::encoded_dim).sum();
         if width > processor.max_state_dim {
-            return Err(StateError::Config(format!(
-                "state keys are {width} wide, more than max_state_dim {}",
+            return Err(cfg(format!(
+                "state keys of {tag:?} are {width} wide encoded, more than max_state_dim {}",
                 processor.max_state_dim
             )));
         }
         Ok(StateNormalizer {
             keys,
             clip: processor.clip_outliers,
+            exclude_state: processor.exclude_state,
             max_state_dim: processor.max_state_dim,
         })
     }
 
     /// The state keys in model order with their widths.
     pub fn keys(&self) -> impl Iterator<Item = (&str, usize)> {
-        self.keys.iter().map(|k| (k.key.as_str(), k.lo.len()))
+        self.keys.iter().map(|k| (k.key.as_str(), k.dim))
     }
 
     /// Width of the padded state vector.
@@ -156,32 +210,71 @@ impl StateNormalizer {
             }
         }
         let mut out = Vec::with_capacity(self.max_state_dim);
-        for kb in &self.keys {
+        for spec in &self.keys {
             let values = raw
                 .iter()
-                .find(|(k, _)| *k == kb.key)
+                .find(|(k, _)| *k == spec.key)
                 .map(|(_, v)| *v)
-                .ok_or_else(|| StateError::MissingKey(kb.key.clone()))?;
-            if values.len() != kb.lo.len() {
+                .ok_or_else(|| StateError::MissingKey(spec.key.clone()))?;
+            if values.len() != spec.dim {
                 return Err(StateError::WrongLength {
-                    key: kb.key.clone(),
-                    expected: kb.lo.len(),
+                    key: spec.key.clone(),
+                    expected: spec.dim,
                     got: values.len(),
                 });
             }
             if let Some(index) = values.iter().position(|v| !v.is_finite()) {
                 return Err(StateError::NonFinite {
-                    key: kb.key.clone(),
+                    key: spec.key.clone(),
                     index,
                 });
             }
-            for ((&x, &lo), &hi) in values.iter().zip(&kb.lo).zip(&kb.hi) {
-                out.push(normalize_value(x, lo, hi, self.clip));
+            match &spec.encoding {
+                Encoding::MinMax { lo, hi } => out.extend(
+                    values
+                        .iter()
+                        .zip(lo)
+                        .zip(hi)
+                        .map(|((&x, &lo), &hi)| normalize_value(x, lo, hi, self.clip)),
+                ),
+                Encoding::MeanStd { mean, std } => out.extend(
+                    values
+                        .iter()
+                        .zip(mean)
+                        .zip(std)
+                        .map(|((&x, &m), &s)| mean_std_value(x, m, s)),
+                ),
+                Encoding::SinCos => {
+                    out.extend(values.iter().map(|&x| sin_f32(x)));
+                    out.extend(values.iter().map(|&x| cos_f32(x)));
+                }
             }
+        }
+        if self.exclude_state {
+            out.iter_mut().for_each(|v| *v = 0.0);
         }
         out.resize(self.max_state_dim, 0.0);
         Ok(out)
     }
+}
+
+/// `(x − mean)/std` in f64 stored as f32; `x` where std is 0 (numpy's mask).
+fn mean_std_value(x: f32, mean: f64, std: f64) -> f32 {
+    if std == 0.0 {
+        x
+    } else {
+        ((x as f64 - mean) / std) as f32
+    }
+}
+
+/// `np.sin` of a float32: the correctly rounded value (through f64).
+fn sin_f32(x: f32) -> f32 {
+    (x as f64).sin() as f32
+}
+
+/// `np.cos` of a float32: the correctly rounded value (through f64).
+fn cos_f32(x: f32) -> f32 {
+    (x as f64).cos() as f32
 }
 
 /// One state value, with numpy's dtypes: f64 division stored as f32, then `2·n − 1` in f32.

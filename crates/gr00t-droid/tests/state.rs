@@ -90,6 +90,8 @@ fn min_max_without_percentiles_and_constant_dims() {
         max: vec![hi],
         q01: vec![qlo],
         q99: vec![qhi],
+        mean: Vec::new(),
+        std: Vec::new(),
     };
     let mut keys = BTreeMap::new();
     keys.insert(

@@ -57,6 +57,89 @@ pub fn case_dir(case: &str) -> PathBuf {
     tiny_dir().join(case)
 }
 
+/// The eight multi-embodiment cases (`tests/fixtures/gr00t_n17_tiny_multi`), two per tag.
+pub const MULTI_CASES: [&str; 8] = [
+    "case_simpler_env_google_1",
+    "case_simpler_env_google_2",
+    "case_simpler_env_widowx_1",
+    "case_simpler_env_widowx_2",
+    "case_new_embodiment_1",
+    "case_new_embodiment_2",
+    "case_real_r1_pro_sharpa_relative_eef_1",
+    "case_real_r1_pro_sharpa_relative_eef_2",
+];
+
+/// `tests/fixtures/gr00t_n17_tiny_multi`: the tiny model with four more embodiments.
+pub fn multi_dir() -> PathBuf {
+    repo_root().join("tests/fixtures/gr00t_n17_tiny_multi")
+}
+
+/// The multi-embodiment checkpoint folder.
+pub fn multi_checkpoint() -> PathBuf {
+    multi_dir().join("checkpoint")
+}
+
+/// One multi-embodiment case: its observation and what NVIDIA's code returned.
+pub struct MultiCase {
+    /// Case folder name.
+    pub name: String,
+    /// Embodiment tag.
+    pub tag: String,
+    /// Raw instruction.
+    pub instruction: String,
+    /// State keys in the observation's order with their float32 values.
+    pub state: Vec<(String, Vec<f32>)>,
+    /// `[40][132]` initial noise, flattened.
+    pub noise: Vec<f32>,
+    /// `outputs.safetensors`.
+    pub outputs: Taps,
+}
+
+impl MultiCase {
+    /// Loads a case of [`MULTI_CASES`].
+    pub fn load(name: &str) -> MultiCase {
+        let dir = multi_dir().join(name);
+        let obs: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("observation.json")).expect("obs"))
+                .expect("observation.json");
+        let f32s = |v: &serde_json::Value| -> Vec<f32> {
+            v.as_array()
+                .expect("array")
+                .iter()
+                .map(|x| x.as_f64().expect("number") as f32)
+                .collect()
+        };
+        let state = obs["state"]
+            .as_object()
+            .expect("state")
+            .iter()
+            .map(|(k, v)| (k.clone(), f32s(v)))
+            .collect();
+        let noise = obs["noise"]
+            .as_array()
+            .expect("noise")
+            .iter()
+            .flat_map(f32s)
+            .collect();
+        MultiCase {
+            name: name.to_string(),
+            tag: obs["embodiment_tag"].as_str().expect("tag").to_string(),
+            instruction: obs["instruction"].as_str().expect("instr").to_string(),
+            state,
+            noise,
+            outputs: Taps::from_file(&dir.join("outputs.safetensors")),
+        }
+    }
+
+    /// The state as `(key, values)` pairs.
+    pub fn raw_state(&self) -> Vec<(&str, &[f32])> {
+        self.state
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect()
+    }
+}
+
 /// The bundled Qwen3 tokenizer.
 pub fn tokenizer_path() -> PathBuf {
     repo_root().join("assets/tokenizer/qwen3/tokenizer.json")
@@ -70,8 +153,12 @@ pub struct Taps {
 impl Taps {
     /// Loads `taps.safetensors` of a case.
     pub fn load(case: &str) -> Taps {
-        let path = case_dir(case).join("taps.safetensors");
-        let tensors = candle_core::safetensors::load(&path, &Device::Cpu)
+        Taps::from_file(&case_dir(case).join("taps.safetensors"))
+    }
+
+    /// Loads any safetensors file of recorded tensors.
+    pub fn from_file(path: &std::path::Path) -> Taps {
+        let tensors = candle_core::safetensors::load(path, &Device::Cpu)
             .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()));
         Taps { tensors }
     }

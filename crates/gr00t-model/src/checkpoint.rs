@@ -406,6 +406,28 @@ pub struct ModalityConfig {
     /// Per-key action representation (action modality only).
     #[serde(default)]
     pub action_configs: Option<Vec<ActionConfig>>,
+    /// Keys encoded as `[sin(x), cos(x)]` (state; only with `apply_sincos_state_encoding`).
+    #[serde(default)]
+    pub sin_cos_embedding_keys: Option<Vec<String>>,
+    /// Keys normalised by mean/std instead of min/max (state or action).
+    #[serde(default)]
+    pub mean_std_embedding_keys: Option<Vec<String>>,
+}
+
+impl ModalityConfig {
+    /// Whether `key` is listed in `mean_std_embedding_keys`.
+    pub fn is_mean_std(&self, key: &str) -> bool {
+        self.mean_std_embedding_keys
+            .as_ref()
+            .is_some_and(|k| k.iter().any(|k| k == key))
+    }
+
+    /// Whether `key` is listed in `sin_cos_embedding_keys`.
+    pub fn is_sin_cos(&self, key: &str) -> bool {
+        self.sin_cos_embedding_keys
+            .as_ref()
+            .is_some_and(|k| k.iter().any(|k| k == key))
+    }
 }
 
 /// How one action key is represented.
@@ -435,6 +457,10 @@ pub struct KeyStats {
     pub q01: Vec<Vec<f64>>,
     /// 99th percentile.
     pub q99: Vec<Vec<f64>>,
+    /// Mean (empty when the file has none).
+    pub mean: Vec<Vec<f64>>,
+    /// Standard deviation (empty when the file has none).
+    pub std: Vec<Vec<f64>>,
 }
 
 impl KeyStats {
@@ -480,17 +506,33 @@ impl Statistics {
                             )
                         })
                     };
+                    // mean/std are read only for mean/std keys, which check they exist.
+                    let optional = |f: &str| -> Result<Vec<Vec<f64>>> {
+                        if fields.contains_key(f) {
+                            field(f)
+                        } else {
+                            Ok(Vec::new())
+                        }
+                    };
                     let s = KeyStats {
                         min: field("min")?,
                         max: field("max")?,
                         q01: field("q01")?,
                         q99: field("q99")?,
+                        mean: optional("mean")?,
+                        std: optional("std")?,
                     };
+                    // Zero-width keys (every list empty) exist in released checkpoints.
                     let d = s.dim();
+                    let rows_of = |f: &Vec<Vec<f64>>| f.len();
                     let ok = [&s.min, &s.max, &s.q01, &s.q99]
                         .iter()
-                        .all(|f| !f.is_empty() && f.iter().all(|r| r.len() == d));
-                    if !ok || d == 0 {
+                        .all(|f| !f.is_empty() && f.iter().all(|r| r.len() == d))
+                        && [&s.mean, &s.std].iter().all(|f| {
+                            f.is_empty()
+                                || (rows_of(f) == rows_of(&s.min) && f.iter().all(|r| r.len() == d))
+                        });
+                    if !ok {
                         return Err(Error::file(
                             path,
                             format!("{tag}.{group}.{key}: inconsistent widths"),

@@ -1,0 +1,182 @@
+//! State encoding and action decoding of every embodiment of the multi-embodiment fixture
+//! (`tests/fixtures/gr00t_n17_tiny_multi`, NVIDIA's N1.7 code): min-max with q01/q99 and clip,
+//! mean/std (unclipped), sin/cos, zero-range dims; ABSOLUTE, RELATIVE NON_EEF, RELATIVE EEF in
+//! XYZ_ROT6D and XYZ_ROTVEC; horizons 8, 16 and 40; per-step relative statistics.
+
+use gr00t_droid::actions::ActionDecoder;
+use gr00t_droid::pose;
+use gr00t_droid::state::StateNormalizer;
+use gr00t_fixtures::{
+    max_abs_diff, multi_checkpoint, tiny_checkpoint, MultiCase, Taps, CASES, MULTI_CASES,
+};
+use gr00t_model::Checkpoint;
+
+fn checkpoint() -> Checkpoint {
+    Checkpoint::open(multi_checkpoint()).expect("multi checkpoint")
+}
+
+#[test]
+fn state_encoding_matches_proc_state() {
+    let ckpt = checkpoint();
+    for name in MULTI_CASES {
+        let case = MultiCase::load(name);
+        let norm = StateNormalizer::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
+        let ours = norm.normalize(&case.raw_state()).unwrap();
+        let want = case.outputs.f32s("proc.state");
+        assert_eq!(ours.len(), want.len(), "{name}");
+        let differ: Vec<(usize, f32, f32)> = ours
+            .iter()
+            .zip(&want)
+            .enumerate()
+            .filter(|(_, (a, b))| a.to_bits() != b.to_bits())
+            .map(|(i, (a, b))| (i, *a, *b))
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{name}: (index, ours, reference) {differ:?}"
+        );
+    }
+}
+
+#[test]
+fn state_encodings_do_what_upstream_does() {
+    let ckpt = checkpoint();
+    // widowx_2: pad 0.25 with zero range → 0; gripper 2.1 by mean/std, not clipped.
+    let case = MultiCase::load("case_simpler_env_widowx_2");
+    let norm = StateNormalizer::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
+    let s = norm.normalize(&case.raw_state()).unwrap();
+    assert_eq!(s[6], 0.0);
+    assert!(s[7] > 3.6 && s[7] < 3.7, "gripper z-score {}", s[7]);
+    // r1 pro: left_hand_joints (6) are sin/cos, 12 wide, raw values far outside any bounds.
+    let case = MultiCase::load("case_real_r1_pro_sharpa_relative_eef_2");
+    let norm = StateNormalizer::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
+    assert_eq!(
+        norm.keys().map(|(_, d)| d).collect::<Vec<_>>(),
+        [9, 9, 6, 6, 6]
+    );
+    let s = norm.normalize(&case.raw_state()).unwrap();
+    let hand = &case
+        .state
+        .iter()
+        .find(|(k, _)| k == "left_hand_joints")
+        .unwrap()
+        .1;
+    for (i, &x) in hand.iter().enumerate() {
+        assert_eq!(s[18 + i], (x as f64).sin() as f32);
+        assert_eq!(s[24 + i], (x as f64).cos() as f32);
+    }
+    // With the global flag off the same key is min-max normalised and clipped.
+    let mut proc = ckpt.processor.clone();
+    proc.apply_sincos_state_encoding = false;
+    let norm = StateNormalizer::new(&ckpt.statistics, &proc, &case.tag).unwrap();
+    let off = norm.normalize(&case.raw_state()).unwrap();
+    assert!(off[18..24].iter().all(|v| (-1.0..=1.0).contains(v)));
+    assert!(
+        off[36..].iter().all(|&v| v == 0.0),
+        "36 wide without sin/cos"
+    );
+    // exclude_state: all zeros.
+    proc.exclude_state = true;
+    let norm = StateNormalizer::new(&ckpt.statistics, &proc, &case.tag).unwrap();
+    assert!(norm
+        .normalize(&case.raw_state())
+        .unwrap()
+        .iter()
+        .all(|&v| v == 0.0));
+}
+
+#[test]
+fn droid_state_is_unaffected_by_the_sincos_flag() {
+    let multi = checkpoint();
+    let tiny = Checkpoint::open(tiny_checkpoint()).unwrap();
+    let tag = "oxe_droid_relative_eef_relative_joint";
+    let a = StateNormalizer::new(&multi.statistics, &multi.processor, tag).unwrap();
+    let b = StateNormalizer::new(&tiny.statistics, &tiny.processor, tag).unwrap();
+    for case in CASES {
+        let taps = Taps::load(case);
+        let keys = ["eef_9d", "gripper_position", "joint_position"];
+        let state: Vec<(&str, Vec<f32>)> = keys
+            .iter()
+            .map(|k| (*k, taps.f32s(&format!("input.state.{k}"))))
+            .collect();
+        let raw: Vec<(&str, &[f32])> = state.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        assert_eq!(a.normalize(&raw).unwrap(), b.normalize(&raw).unwrap());
+    }
+}
+
+/// Whether two xyz + rotvec rows are the same pose (rotations compared as matrices: near π
+/// the rotvec of a rotation can flip axis under a tiny perturbation).
+fn same_rotvec_pose(a: &[f32], b: &[f32], tol: f64) -> bool {
+    let m = |r: &[f32]| pose::rotvec_to_matrix([r[3] as f64, r[4] as f64, r[5] as f64]);
+    let (ma, mb) = (m(a), m(b));
+    let rot = ma
+        .iter()
+        .flatten()
+        .zip(mb.iter().flatten())
+        .all(|(x, y)| (x - y).abs() <= tol);
+    rot && (0..3).all(|i| ((a[i] - b[i]) as f64).abs() <= tol)
+}
+
+#[test]
+fn action_decoding_matches_every_case() {
+    let ckpt = checkpoint();
+    let mut worst = 0.0f32;
+    for name in MULTI_CASES {
+        let case = MultiCase::load(name);
+        let dec = ActionDecoder::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
+        let pred = case.outputs.f32s("head.action_pred");
+        let out = dec.decode(&pred, &case.raw_state()).unwrap();
+        let horizon = case.outputs.dims("head.action_pred")[1].min(dec.horizon());
+        for g in &out.groups {
+            let want_u = case.outputs.f32s(&format!("decode.unnormalized.{}", g.key));
+            let want_o = case.outputs.f32s(&format!("action.{}", g.key));
+            assert_eq!(
+                case.outputs.dims(&format!("action.{}", g.key)),
+                [1, dec.horizon(), g.dim],
+                "{name} {}",
+                g.key
+            );
+            assert_eq!(g.actions.len(), horizon * g.dim);
+            let du = max_abs_diff(&g.unnormalized, &want_u);
+            assert!(du <= 1e-5, "{name} {}: unnormalized max|Δ| {du:e}", g.key);
+            if g.key == "head_pose" {
+                // Compare as poses; and the rows whose rotvec flipped must flip in ours too
+                // (same sign of the dot product with the reference's).
+                let mut flips = 0;
+                for (a, b) in g.rows().zip(want_o.chunks_exact(6)) {
+                    assert!(
+                        same_rotvec_pose(a, b, 1e-5),
+                        "{name} head_pose {a:?} vs {b:?}"
+                    );
+                    let dot: f32 = (3..6).map(|i| a[i] * b[i]).sum();
+                    flips += usize::from(dot < 0.0);
+                }
+                eprintln!("{name} head_pose: {flips} rows flipped against the reference");
+            } else {
+                let d = max_abs_diff(&g.actions, &want_o);
+                eprintln!("{name} {:<18} max|Δ| {d:.3e}", g.key);
+                assert!(d <= 1e-5, "{name} {}: max|Δ| {d:e}", g.key);
+                worst = worst.max(d);
+            }
+        }
+    }
+    eprintln!("worst action max|Δ| {worst:.3e}");
+}
+
+#[test]
+fn eef_rot6d_outputs_are_orthonormal_rows() {
+    let ckpt = checkpoint();
+    let case = MultiCase::load("case_real_r1_pro_sharpa_relative_eef_2");
+    let dec = ActionDecoder::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
+    let out = dec
+        .decode(&case.outputs.f32s("head.action_pred"), &case.raw_state())
+        .unwrap();
+    for key in ["left_wrist_eef", "right_wrist_eef"] {
+        for row in out.get(key).unwrap().rows() {
+            let (r1, r2) = (&row[3..6], &row[6..9]);
+            let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+            assert!((dot(r1, r1) - 1.0).abs() < 1e-6 && (dot(r2, r2) - 1.0).abs() < 1e-6);
+            assert!(dot(r1, r2).abs() < 1e-6);
+        }
+    }
+}
