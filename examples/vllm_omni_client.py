@@ -27,9 +27,10 @@ class VllmOmniClient:
 
     def __init__(self, host, port, api_key=None):
         headers = {"Authorization": f"Api-Key {api_key}"} if api_key else None
+        # legacy=True: a long-lived connection without a `with` block (websockets >= 17.1).
         self.ws = websockets.sync.client.connect(
             f"ws://{host}:{port}{PATH}", compression=None, max_size=None,
-            additional_headers=headers)
+            additional_headers=headers, legacy=True)
         self.metadata = msgpack_numpy.unpackb(self.ws.recv())
 
     def call(self, request):
