@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Send fixture case0 to `gr00t serve --zmq-port` the way Isaac-GR00T's PolicyClient does.
 
-The envelope is msgpack {"endpoint", "data", "api_token"}; numpy arrays travel as
-{"__ndarray_class__": True, "as_npy": <np.save bytes>}. Prints the 40-step action chunk.
+The envelope is msgpack {"endpoint", "data", "api_token"}. Numpy arrays travel as N1.7's
+msgpack-numpy maps {b"nd": True, b"type", b"kind", b"shape", b"data"} (`--serializer
+msgpack-numpy`, needs the `msgpack-numpy` package) or as the older
+{"__ndarray_class__": True, "as_npy": <np.save bytes>} (`--serializer npy`, the default); the
+server answers in the form it was sent. Prints the 40-step action chunk.
 """
 import argparse
 import io
@@ -35,6 +38,32 @@ def decode(obj):
     return obj
 
 
+def encode_n17(obj):
+    """msgpack `default` hook of N1.7's MsgSerializer: msgpack-numpy, object arrays refused."""
+    import msgpack_numpy
+
+    if isinstance(obj, np.ndarray) and obj.dtype.kind == "O":
+        raise TypeError("object arrays would travel as a pickle")
+    return msgpack_numpy.encode(obj)
+
+
+def decode_n17(obj):
+    """msgpack `object_hook` of N1.7's MsgSerializer: .npy maps first, then msgpack-numpy maps,
+    refusing object payloads before msgpack-numpy would unpickle them."""
+    import msgpack_numpy
+
+    if isinstance(obj, dict):
+        if obj.get("__ndarray_class__", obj.get(b"__ndarray_class__")):
+            npy = obj.get("as_npy", obj.get(b"as_npy"))
+            return np.load(io.BytesIO(npy), allow_pickle=False)
+        if obj.get(b"nd", obj.get("nd")) and obj.get(b"kind", obj.get("kind")) in (b"O", "O"):
+            raise ValueError("refusing an object-dtype payload")
+    return msgpack_numpy.decode(obj)
+
+
+SERIALIZERS = {"npy": (encode, decode), "msgpack-numpy": (encode_n17, decode_n17)}
+
+
 def case0_observation(batch=1):
     """case0 as the DROID client sends it: video uint8 [B,2,H,W,3], state float32 [B,1,D]."""
     request = json.loads((CASE0 / "request.json").read_text())
@@ -61,7 +90,8 @@ def case0_noise():
 class PolicyClient:
     """A minimal REQ client: one request, one reply."""
 
-    def __init__(self, host, port, api_token=None, timeout_ms=120_000):
+    def __init__(self, host, port, api_token=None, timeout_ms=120_000, serializer="npy"):
+        self.encode, self.decode = SERIALIZERS[serializer]
         self.socket = zmq.Context.instance().socket(zmq.REQ)
         self.socket.setsockopt(zmq.RCVTIMEO, timeout_ms)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -70,7 +100,7 @@ class PolicyClient:
 
     def call_raw(self, payload: bytes):
         self.socket.send(payload)
-        return msgpack.unpackb(self.socket.recv(), object_hook=decode)
+        return msgpack.unpackb(self.socket.recv(), object_hook=self.decode)
 
     def call(self, endpoint, data=None):
         request = {"endpoint": endpoint}
@@ -78,7 +108,7 @@ class PolicyClient:
             request["data"] = data
         if self.api_token is not None:
             request["api_token"] = self.api_token
-        return self.call_raw(msgpack.packb(request, default=encode))
+        return self.call_raw(msgpack.packb(request, default=self.encode))
 
     def get_action(self, observation, options=None):
         reply = self.call("get_action", {"observation": observation, "options": options})
@@ -96,8 +126,9 @@ def main():
     p.add_argument("--host", default="localhost")
     p.add_argument("--port", type=int, default=5555)
     p.add_argument("--api-token")
+    p.add_argument("--serializer", choices=sorted(SERIALIZERS), default="npy")
     args = p.parse_args()
-    client = PolicyClient(args.host, args.port, args.api_token)
+    client = PolicyClient(args.host, args.port, args.api_token, serializer=args.serializer)
     print("ping:", client.call("ping"))
     actions = client.get_action(case0_observation(), {"noise": case0_noise()})
     np.set_printoptions(precision=4, suppress=True, linewidth=160)

@@ -20,7 +20,7 @@ mod ndarray;
 mod npy;
 
 use gr00t_fixtures::max_abs_diff;
-use msgpack_numpy::{from_openpi_array, get, openpi_array, pack, unpack};
+use msgpack_numpy::{from_openpi_array, get, openpi_array, pack, str_map, unpack};
 use ndarray::{DType, NdArray};
 use rmpv::Value;
 use std::net::TcpStream;
@@ -33,11 +33,19 @@ use tungstenite::{Message, WebSocket};
 type Ws = WebSocket<TcpStream>;
 
 fn connect(addr: &str, api_key: Option<&str>) -> Result<(Ws, Value), tungstenite::Error> {
+    connect_to(addr, "/", api_key)
+}
+
+fn connect_to(
+    addr: &str,
+    path: &str,
+    api_key: Option<&str>,
+) -> Result<(Ws, Value), tungstenite::Error> {
     let stream = TcpStream::connect(addr).expect("tcp connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(120)))
         .unwrap();
-    let mut req = format!("ws://{addr}/").into_client_request().unwrap();
+    let mut req = format!("ws://{addr}{path}").into_client_request().unwrap();
     if let Some(k) = api_key {
         req.headers_mut()
             .insert("Authorization", format!("Api-Key {k}").parse().unwrap());
@@ -264,4 +272,138 @@ fn websocket_requires_the_api_key_when_set() {
     assert!(meta.as_map().is_some());
     let health = test_client::get(&addr, "/healthz").expect("GET /healthz");
     assert_eq!(health.status, 200);
+}
+
+/// RoboArena's message: `observation(Some(t))` plus `endpoint` and `session_id`.
+fn arena(t: &str, session: &str) -> Value {
+    let mut m = observation(Some(t));
+    m.push((Value::from("endpoint"), Value::from("infer")));
+    m.push((Value::from("session_id"), Value::from(session)));
+    Value::Map(m)
+}
+
+#[test]
+fn websocket_roboarena_sessions_and_reset() {
+    let s = Server::start(&["--ws-port", "0"]);
+    let addr = s.ws.clone().expect("ws address");
+    let (mut a, meta) = connect(&addr, None).unwrap();
+    let meta = meta.as_map().unwrap().clone();
+    assert_eq!(
+        get(&meta, "image_resolution"),
+        Some(&Value::Array(vec![Value::from(180), Value::from(320)]))
+    );
+    assert_eq!(get(&meta, "needs_session_id"), Some(&Value::Boolean(true)));
+    assert_eq!(get(&meta, "n_external_cameras"), Some(&Value::from(1)));
+    assert_eq!(
+        get(&meta, "action_space"),
+        Some(&Value::from("joint_position"))
+    );
+
+    // t-15 on one connection and t0 on another, same session: case0.
+    infer(&mut a, &arena("t-15", "ep"));
+    let (mut b, _) = connect(&addr, None).unwrap();
+    let ours = groups(&infer(&mut b, &arena("t0", "ep")));
+    for (g, got) in GROUPS.iter().zip(&ours) {
+        let d = max_abs_diff(got, &fixture_actions("case0", g));
+        assert!(d <= 1e-5, "{g}: max|Δ| {d:.3e} > 1e-5");
+    }
+    // reset: the text frame, then the session starts over (t0 paired with itself).
+    let reset = str_map([
+        ("endpoint", Value::from("reset")),
+        ("session_id", Value::from("ep")),
+    ]);
+    b.send(Message::Binary(pack(&reset).into())).unwrap();
+    match b.read().unwrap() {
+        Message::Text(t) => assert_eq!(t.as_str(), "reset successful"),
+        other => panic!("expected the reset text frame, got {other:?}"),
+    }
+    let fresh = groups(&infer(&mut b, &arena("t0", "ep")));
+    assert_ne!(fresh, ours, "reset kept the session's frames");
+    assert_eq!(groups(&infer(&mut a, &arena("t0", "other"))), fresh);
+
+    let mut bad = arena("t0", "ep");
+    if let Value::Map(m) = &mut bad {
+        m.retain(|(k, _)| k.as_str() != Some("endpoint"));
+        m.push((Value::from("endpoint"), Value::from("teleport")));
+    }
+    let text = expect_error(&mut a, Message::Binary(pack(&bad).into()));
+    assert!(
+        text.contains("endpoint must be 'infer' or 'reset'"),
+        "{text}"
+    );
+}
+
+#[test]
+fn websocket_vllm_omni_dialect() {
+    let s = Server::start(&["--ws-port", "0"]);
+    let addr = s.ws.clone().expect("ws address");
+    let (mut ws, meta) = connect_to(&addr, "/v1/realtime/robot/openpi", None).unwrap();
+    let meta = meta.as_map().unwrap().clone();
+    assert_eq!(get(&meta, "action_horizon"), Some(&Value::from(40)));
+    let keys: Vec<Value> = GROUPS.iter().map(|g| Value::from(*g)).collect();
+    assert_eq!(get(&meta, "action_keys"), Some(&Value::Array(keys)));
+    assert_eq!(
+        get(&meta, "embodiment_tag"),
+        Some(&Value::from("OXE_DROID_RELATIVE_EEF_RELATIVE_JOINT"))
+    );
+
+    // The nested GR00T observation in openpi arrays, seed 0 (case0's noise).
+    let nested = |state_dtype: &str| {
+        let video = CAMERAS
+            .iter()
+            .map(|cam| {
+                let (w, h, mut data) = frame("case0", cam, "t-15");
+                data.extend(frame("case0", cam, "t0").2);
+                (Value::from(*cam), image(vec![1, 2, h, w, 3], data))
+            })
+            .collect();
+        let states = GROUPS
+            .iter()
+            .map(|g| {
+                let v = state("case0", g);
+                let a = if state_dtype == "<f4" {
+                    NdArray::from_f32(vec![1, 1, v.len()], &v)
+                } else {
+                    let b = v.iter().flat_map(|x| (*x as f64).to_le_bytes()).collect();
+                    NdArray::new(DType::parse("<f8").unwrap(), vec![1, 1, v.len()], b).unwrap()
+                };
+                (Value::from(*g), openpi_array(&a))
+            })
+            .collect();
+        let lang = Value::Array(vec![Value::Array(vec![Value::from(
+            "Put the blue block in the green bowl",
+        )])]);
+        str_map([
+            ("endpoint", Value::from("infer")),
+            ("session_id", Value::from("robot-1")),
+            ("video", Value::Map(video)),
+            ("state", Value::Map(states)),
+            (
+                "language",
+                str_map([("annotation.language.language_instruction", lang)]),
+            ),
+            ("seed", Value::from(0)),
+        ])
+    };
+    let reply = infer(&mut ws, &nested("<f4"));
+    let m = reply.as_map().expect("reply dict");
+    assert_eq!(m.len(), 3, "only the action keys: {reply}");
+    for (g, (_, v)) in GROUPS.iter().zip(m) {
+        let a = from_openpi_array(v).unwrap().unwrap();
+        assert_eq!((a.dtype, a.shape[..2].to_vec()), (DType::F32, vec![1, 40]));
+        let d = max_abs_diff(&a.to_f32s(), &fixture_actions("case0", g));
+        assert!(d <= 1e-5, "{g}: max|Δ| {d:.3e} > 1e-5");
+    }
+    // An error is a map, and the connection goes on.
+    let e = infer(&mut ws, &nested("<f8"));
+    let em = e.as_map().expect("error dict");
+    assert_eq!(get(em, "type"), Some(&Value::from("error")));
+    let msg = get(em, "message").and_then(|v| v.as_str()).unwrap();
+    assert!(msg.contains("np.float32. Got float64"), "{msg}");
+    assert_eq!(infer(&mut ws, &nested("<f4")), reply);
+    let reset = infer(&mut ws, &str_map([("endpoint", Value::from("reset"))]));
+    assert_eq!(
+        reset,
+        str_map([("status", Value::from("reset successful"))])
+    );
 }

@@ -19,7 +19,8 @@ mod ndarray;
 mod npy;
 
 use gr00t_fixtures::max_abs_diff;
-use msgpack_numpy::{from_gr00t_array, get, gr00t_array, pack, str_map, unpack};
+use msgpack_numpy::{decode_array, from_gr00t_array, get, gr00t_array, nd_array, pack};
+use msgpack_numpy::{str_map, unpack, ArrayForm};
 use ndarray::{DType, NdArray};
 use rmpv::Value;
 use std::time::Duration;
@@ -424,4 +425,86 @@ fn zmq_token_flat_form_and_kill() {
     let (status, log) = s.wait_exit(Duration::from_secs(60));
     assert!(status.success(), "{status}:\n{log}");
     assert!(log.contains("server stopped"), "{log}");
+}
+
+/// The same value with every `.npy` array re-encoded as N1.7's msgpack-numpy map.
+fn to_nd(v: &Value) -> Value {
+    match decode_array(v) {
+        Some((_, a)) => nd_array(&a.expect("array")),
+        None => match v {
+            Value::Map(m) => Value::Map(m.iter().map(|(k, v)| (k.clone(), to_nd(v))).collect()),
+            Value::Array(items) => Value::Array(items.iter().map(to_nd).collect()),
+            other => other.clone(),
+        },
+    }
+}
+
+#[test]
+fn zmq_n17_msgpack_numpy_requests_get_the_same_actions_in_their_form() {
+    let s = Server::start(&["--zmq-port", "0"]);
+    let mut c = Client::connect(s.zmq.as_deref().expect("zmq address"));
+    let request = || {
+        get_action(
+            case0_observation(1, false),
+            str_map([("noise", case0_noise())]),
+        )
+    };
+    let legacy = c.call("get_action", Some(request()), None);
+    let nd = c.call("get_action", Some(to_nd(&request())), None);
+    // The N1.7 request is answered with msgpack-numpy arrays, the legacy one with .npy ones.
+    let form_of = |reply: &Value| -> Vec<ArrayForm> {
+        let pair = reply.as_array().expect("[actions, info]");
+        let m = pair[0].as_map().expect("actions dict");
+        m.iter()
+            .map(|(_, v)| decode_array(v).expect("array").0)
+            .collect()
+    };
+    assert_eq!(form_of(&legacy), vec![ArrayForm::Npy; 3]);
+    assert_eq!(form_of(&nd), vec![ArrayForm::Nd; 3]);
+    let values = |reply: &Value| -> Vec<Vec<f32>> {
+        let m = reply.as_array().unwrap()[0].as_map().unwrap().clone();
+        m.iter()
+            .map(|(_, v)| decode_array(v).unwrap().1.unwrap().to_f32s())
+            .collect()
+    };
+    assert_eq!(
+        values(&nd),
+        values(&legacy),
+        "msgpack-numpy and .npy requests differ"
+    );
+    assert_fixture(&values(&nd));
+
+    // get_modality_config: both markers.
+    let mc = c.call("get_modality_config", None, None);
+    let video = get(mc.as_map().unwrap(), "video")
+        .unwrap()
+        .as_map()
+        .unwrap();
+    for marker in ["__ModalityConfig_class__", "__ModalityConfig__"] {
+        assert_eq!(get(video, marker), Some(&Value::Boolean(true)), "{marker}");
+    }
+
+    // An object array (pickle) anywhere is refused, naming where it is; serving goes on.
+    let key = |k: &[u8]| Value::Binary(k.to_vec());
+    let object = Value::Map(vec![
+        (key(b"nd"), Value::Boolean(true)),
+        (
+            key(b"type"),
+            Value::Array(vec![Value::Array(vec![Value::from(""), Value::from("|O")])]),
+        ),
+        (key(b"kind"), Value::Binary(b"O".to_vec())),
+        (key(b"shape"), Value::Array(vec![Value::from(1)])),
+        (key(b"data"), Value::Binary(b"\x80\x02N.".to_vec())),
+    ]);
+    let mut obs = to_nd(&case0_observation(1, false));
+    if let Value::Map(m) = &mut obs {
+        m.push((Value::from("extra"), object));
+    }
+    let e = error_text(&c.call("get_action", Some(get_action(obs, Value::Nil)), None));
+    assert!(
+        e.starts_with("data.observation.extra: object arrays"),
+        "{e}"
+    );
+    let again = c.call("get_action", Some(to_nd(&request())), None);
+    assert_eq!(values(&again), values(&nd));
 }

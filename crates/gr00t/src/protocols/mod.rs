@@ -1,6 +1,7 @@
 //! The peers' wire protocols beside the HTTP API, on the same model and the same queue:
 //! Isaac-GR00T's ZMQ `PolicyClient` protocol (`--zmq-port`) and openpi's websocket protocol
-//! (`--ws-port`). Both are off unless their port is given.
+//! with its RoboArena and vLLM-Omni dialects (`--ws-port`). Both are off unless their port is
+//! given.
 
 mod droid_obs;
 mod engine_ext;
@@ -100,19 +101,25 @@ pub async fn start(
     stop: &Stop,
 ) -> Result<Listeners, Box<dyn std::error::Error>> {
     let mut tasks = Vec::new();
-    if let Some(port) = opts.zmq_port {
-        let ckpt = gr00t_model::Checkpoint::open(&info.checkpoint)?;
-        let modalities = ckpt
-            .processor
-            .modality_configs
-            .get(EMBODIMENT_TAG)
-            .ok_or_else(|| format!("the checkpoint has no modality config for {EMBODIMENT_TAG}"))?;
-        let schema = observation::Schema::new(
+    if opts.zmq_port.is_none() && opts.ws_port.is_none() {
+        return Ok(Listeners { tasks });
+    }
+    let ckpt = gr00t_model::Checkpoint::open(&info.checkpoint)?;
+    let modalities = ckpt
+        .processor
+        .modality_configs
+        .get(EMBODIMENT_TAG)
+        .ok_or_else(|| format!("the checkpoint has no modality config for {EMBODIMENT_TAG}"))?;
+    let schema = |flat: bool| {
+        observation::Schema::new(
             modalities,
             ckpt.config.action_horizon,
             ckpt.config.max_action_dim,
-            opts.use_sim_policy_wrapper,
-        );
+            flat,
+        )
+    };
+    if let Some(port) = opts.zmq_port {
+        let schema = schema(opts.use_sim_policy_wrapper);
         let (socket, addr) = zmq::bind(host, port).await?;
         tracing::info!(
             "ZMQ policy server (Isaac-GR00T PolicyClient, {} observations) listening on tcp://{addr}",
@@ -131,12 +138,20 @@ pub async fn start(
             .await
             .map_err(|e| format!("cannot listen for websockets on {host}:{port}: {e}"))?;
         let addr = listener.local_addr()?;
-        tracing::info!("websocket policy server (openpi) listening on ws://{addr}");
+        tracing::info!(
+            "websocket policy server (openpi, RoboArena; vLLM-Omni on {}) listening on ws://{addr}",
+            websocket::VLLM_OMNI_PATH
+        );
         // Every connection holds the context; its sender closes when the last one ends.
         let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
+        // vLLM-Omni sends the nested GR00T observation whatever --use-sim-policy-wrapper says.
+        let schema = schema(false);
         let ctx = Arc::new(websocket::WsContext {
             worker: worker.clone(),
             metadata: websocket::metadata(info),
+            vllm_omni_metadata: websocket::vllm_omni_metadata(info, &schema),
+            schema,
+            sessions: Default::default(),
             api_token: opts.api_token.clone(),
             max_message_bytes,
             stop: stop.clone(),

@@ -1,10 +1,14 @@
-//! numpy arrays inside msgpack values, in the two conventions the peers use:
+//! numpy arrays inside msgpack values, in the three conventions the peers use:
 //!
 //! - openpi (`openpi_client/msgpack_numpy.py`): `{b"__ndarray__": True, b"data": <raw C-order
 //!   bytes>, b"dtype": "<f4", b"shape": [..]}` with **bin** keys, and numpy scalars as
 //!   `{b"__npgeneric__": True, b"data": <item>, b"dtype": "<f8"}`.
-//! - Isaac-GR00T (`gr00t/policy/server_client.py` `MsgSerializer`):
-//!   `{"__ndarray_class__": True, "as_npy": <np.save bytes>}` with **str** keys.
+//! - Isaac-GR00T before N1.7 (`MsgSerializer`): `{"__ndarray_class__": True, "as_npy": <np.save
+//!   bytes>}` with **str** keys.
+//! - Isaac-GR00T N1.7 (`MsgSerializer` on lebedov's `msgpack-numpy` 0.4.8): `{b"nd": True,
+//!   b"type": "<f4", b"kind": b"", b"shape": [..], b"data": <raw bytes>}` with **bin** keys, and
+//!   numpy scalars as `{b"nd": False, b"type": "<f8", b"data": <raw bytes>}`. Object arrays
+//!   (`kind b"O"`) carry a pickle: they are refused, never loaded.
 //!
 //! Plus the small map/number helpers both front doors need to read msgpack.
 #![cfg_attr(
@@ -73,7 +77,9 @@ pub fn type_name(v: &Value) -> &'static str {
         Value::String(_) => "str",
         Value::Binary(_) => "bytes",
         Value::Array(_) => "list",
-        Value::Map(m) if is_gr00t_array(m) || is_openpi_array(m) => "numpy.ndarray",
+        Value::Map(m) if is_gr00t_array(m) || is_openpi_array(m) || is_nd_array(m) => {
+            "numpy.ndarray"
+        }
         Value::Map(_) => "dict",
         Value::Ext(..) => "msgpack ext",
     }
@@ -154,7 +160,7 @@ pub fn from_gr00t_array(v: &Value) -> Option<Result<NdArray, String>> {
     })
 }
 
-/// A plain msgpack number, or an openpi numpy scalar, as f64.
+/// A plain msgpack number, or an openpi / msgpack-numpy numpy scalar, as f64.
 pub fn scalar(v: &Value) -> Option<f64> {
     match v {
         Value::Integer(i) => i.as_f64(),
@@ -162,6 +168,194 @@ pub fn scalar(v: &Value) -> Option<f64> {
         Value::F64(x) => Some(*x),
         Value::Boolean(b) => Some(if *b { 1.0 } else { 0.0 }),
         Value::Map(m) if get(m, "__npgeneric__").is_some() => get(m, "data").and_then(scalar),
+        Value::Map(m) if is_nd_array(m) => match from_nd_array(m) {
+            Ok(a) if a.shape.is_empty() => a.to_f64s().first().copied(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A non-negative integer: a msgpack int, or a numpy integer scalar in either library's form.
+pub fn uint(v: &Value) -> Option<u64> {
+    match v {
+        Value::Integer(i) => i.as_u64(),
+        Value::Map(m) if get(m, "__npgeneric__").is_some() => get(m, "data").and_then(uint),
+        Value::Map(m) if is_nd_array(m) => match from_nd_array(m) {
+            Ok(a) if a.shape.is_empty() => a
+                .int_values()
+                .and_then(|v| v.first().copied())
+                .and_then(|i| u64::try_from(i).ok()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The array encodings the peers use (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArrayForm {
+    /// `{"__ndarray_class__": True, "as_npy": ..}`: Isaac-GR00T before N1.7.
+    Npy,
+    /// `{b"nd": True, b"type", b"kind", b"shape", b"data"}`: Isaac-GR00T N1.7 (msgpack-numpy).
+    Nd,
+    /// `{b"__ndarray__": True, b"data", b"dtype", b"shape"}`: openpi-client.
+    Openpi,
+}
+
+/// Which array forms one message used, so that the reply can use the same one.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FormsSeen {
+    npy: bool,
+    nd: bool,
+    openpi: bool,
+}
+
+impl FormsSeen {
+    /// Records one decoded array's form.
+    pub fn note(&mut self, form: ArrayForm) {
+        match form {
+            ArrayForm::Npy => self.npy = true,
+            ArrayForm::Nd => self.nd = true,
+            ArrayForm::Openpi => self.openpi = true,
+        }
+    }
+
+    /// The single form the message used; `.npy` when it used none or several (every
+    /// Isaac-GR00T client, old or N1.7, decodes that one).
+    pub fn reply_form(&self) -> ArrayForm {
+        match (self.npy, self.nd, self.openpi) {
+            (false, true, false) => ArrayForm::Nd,
+            (false, false, true) => ArrayForm::Openpi,
+            _ => ArrayForm::Npy,
+        }
+    }
+}
+
+fn is_nd_array(m: &[(Value, Value)]) -> bool {
+    get(m, "nd").is_some()
+}
+
+/// Decodes an array in any of the three forms, with the form it used; `None` when `v` is not
+/// an array map.
+pub fn decode_array(v: &Value) -> Option<(ArrayForm, Result<NdArray, String>)> {
+    let Value::Map(m) = v else { return None };
+    if is_gr00t_array(m) {
+        return from_gr00t_array(v).map(|r| (ArrayForm::Npy, r));
+    }
+    if is_nd_array(m) {
+        return Some((ArrayForm::Nd, from_nd_array(m)));
+    }
+    from_openpi_array(v).map(|r| (ArrayForm::Openpi, r))
+}
+
+/// Encodes an array in `form`, byte for byte as that library writes it.
+pub fn encode_array(a: &NdArray, form: ArrayForm) -> Value {
+    match form {
+        ArrayForm::Npy => gr00t_array(a),
+        ArrayForm::Nd => nd_array(a),
+        ArrayForm::Openpi => openpi_array(a),
+    }
+}
+
+/// msgpack-numpy's `encode` of a C-order array: bin keys in its order, `type` as str, `kind`
+/// as empty bin.
+pub fn nd_array(a: &NdArray) -> Value {
+    let key = |k: &[u8]| Value::Binary(k.to_vec());
+    Value::Map(vec![
+        (key(b"nd"), Value::Boolean(true)),
+        (key(b"type"), Value::from(a.dtype.descr())),
+        (key(b"kind"), Value::Binary(vec![])),
+        (
+            key(b"shape"),
+            Value::Array(a.shape.iter().map(|&d| Value::from(d as u64)).collect()),
+        ),
+        (key(b"data"), Value::Binary(a.data.clone())),
+    ])
+}
+
+/// Text under a str or bin value.
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => s.as_str().map(str::to_string),
+        Value::Binary(b) => String::from_utf8(b.clone()).ok(),
+        _ => None,
+    }
+}
+
+/// Decodes a msgpack-numpy map (`nd` true: array, false: scalar, shape `()`). Object and
+/// structured payloads are refused before anything else is read.
+fn from_nd_array(m: &[(Value, Value)]) -> Result<NdArray, String> {
+    let kind = get(m, "kind").and_then(text).unwrap_or_default();
+    match kind.as_str() {
+        "O" => {
+            return Err(
+                "object arrays (msgpack-numpy kind 'O') are refused: their data is a \
+                        pickle, which this server never loads; send a numeric dtype"
+                    .into(),
+            )
+        }
+        "V" => return Err("structured arrays (msgpack-numpy kind 'V') are not supported".into()),
+        _ => {}
+    }
+    let is_array = match get(m, "nd") {
+        Some(Value::Boolean(b)) => *b,
+        Some(Value::Integer(i)) => i.as_u64() != Some(0),
+        _ => return Err("msgpack-numpy 'nd' must be True or False".into()),
+    };
+    let dtype = match get(m, "type") {
+        Some(Value::Array(_)) => return Err("structured dtypes are not supported".into()),
+        Some(v) => DType::parse(&text(v).ok_or("msgpack-numpy 'type' must be a dtype string")?)?,
+        None => return Err("msgpack-numpy array without a 'type'".into()),
+    };
+    let data = match get(m, "data") {
+        Some(Value::Binary(b)) => b.clone(),
+        _ => return Err("msgpack-numpy array without bytes under 'data'".into()),
+    };
+    let shape = if is_array {
+        match get(m, "shape") {
+            Some(Value::Array(dims)) => dims
+                .iter()
+                .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+                .collect::<Option<Vec<usize>>>()
+                .ok_or("msgpack-numpy 'shape' must hold non-negative integers")?,
+            _ => return Err("msgpack-numpy array without a 'shape' list".into()),
+        }
+    } else {
+        vec![]
+    };
+    NdArray::new(dtype, shape, data)
+}
+
+/// The first map on the way down `v` that is an object or structured msgpack-numpy payload,
+/// as its key path (`data.observation.video.cam`), for a refusal that names it.
+pub fn find_refused_payload(v: &Value, path: &str) -> Option<(String, String)> {
+    match v {
+        Value::Map(m) => {
+            if is_nd_array(m) {
+                let kind = get(m, "kind").and_then(text).unwrap_or_default();
+                if kind == "O" || kind == "V" {
+                    let err = from_nd_array(m).err().unwrap_or_default();
+                    return Some((path.to_string(), err));
+                }
+                return None;
+            }
+            m.iter().find_map(|(k, v)| {
+                let name = key_bytes(k)
+                    .map(String::from_utf8_lossy)
+                    .unwrap_or_default();
+                let sub = if path.is_empty() {
+                    name.into_owned()
+                } else {
+                    format!("{path}.{name}")
+                };
+                find_refused_payload(v, &sub)
+            })
+        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| find_refused_payload(v, &format!("{path}[{i}]"))),
         _ => None,
     }
 }

@@ -165,6 +165,35 @@ impl NdArray {
             .collect()
     }
 
+    /// Every element exactly, for integer (and bool) arrays; `None` for float arrays.
+    pub fn int_values(&self) -> Option<Vec<i128>> {
+        let size = self.dtype.size;
+        let signed = match self.dtype.kind {
+            Kind::Int => true,
+            Kind::UInt | Kind::Bool => false,
+            Kind::Float => return None,
+        };
+        Some(
+            self.data
+                .chunks_exact(size)
+                .map(|c| {
+                    let mut b = [0u8; 8];
+                    b[..size].copy_from_slice(c);
+                    if self.dtype.big_endian {
+                        b[..size].reverse();
+                    }
+                    let bits = u64::from_le_bytes(b);
+                    if signed {
+                        let shift = 64 - 8 * size as u32;
+                        (((bits << shift) as i64) >> shift) as i128
+                    } else {
+                        bits as i128
+                    }
+                })
+                .collect(),
+        )
+    }
+
     /// Every element as f32, the way numpy's `astype(np.float32)` rounds.
     pub fn to_f32s(&self) -> Vec<f32> {
         if self.dtype == DType::F32 {

@@ -6,14 +6,17 @@
 //! - flat (`--use-sim-policy-wrapper`): `{"video.<cam>": .., "state.<key>": .., lang_key:
 //!   [str] * B}`, actions `{"action.<key>": ..}`.
 //!
-//! Refusals reuse upstream's assertion texts so clients see the messages they know.
+//! Arrays may come in any of the peers' forms (`msgpack_numpy::decode_array`); the parse says
+//! which one the message used, so that the reply can use it too. Refusals reuse upstream's
+//! assertion texts so clients see the messages they know.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
 use super::engine_ext::RawRequest;
-use super::msgpack_numpy::{from_gr00t_array, get, gr00t_array, str_map, type_name};
+use super::msgpack_numpy::{decode_array, encode_array, get, str_map, type_name, uint};
+use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
 use gr00t_droid::image::{check_frame_geometry, Frame};
 use gr00t_droid::request::{NoiseSource, RawState, CAMERAS, DEFAULT_SEED, STATE_KEYS};
@@ -63,8 +66,9 @@ impl Schema {
     }
 }
 
-/// `{modality: {"__ModalityConfig_class__": True, "as_json": {...}}}` with the dataclass
-/// fields in declaration order, as `MsgSerializer` writes a `ModalityConfig`.
+/// `{modality: {"__ModalityConfig_class__": True, "__ModalityConfig__": True, "as_json":
+/// {...}}}` with the dataclass fields in declaration order: the old `MsgSerializer` marker and
+/// N1.7's, so that either client decodes it.
 fn modality_config_value(m: &ModalityConfigs) -> Value {
     let one = |c: &gr00t_model::checkpoint::ModalityConfig| {
         let ints = Value::Array(c.delta_indices.iter().map(|&d| Value::from(d)).collect());
@@ -104,6 +108,7 @@ fn modality_config_value(m: &ModalityConfigs) -> Value {
         ]);
         str_map([
             ("__ModalityConfig_class__", Value::Boolean(true)),
+            ("__ModalityConfig__", Value::Boolean(true)),
             ("as_json", json),
         ])
     };
@@ -115,11 +120,19 @@ fn modality_config_value(m: &ModalityConfigs) -> Value {
     ])
 }
 
-/// A decoded array under `key`, or the upstream-style refusal.
-fn array(v: Option<&Value>, what: &str, key: &str) -> Result<NdArray, String> {
+/// A decoded array under `key` (its form noted in `forms`), or the upstream-style refusal.
+fn array(
+    v: Option<&Value>,
+    what: &str,
+    key: &str,
+    forms: &mut FormsSeen,
+) -> Result<NdArray, String> {
     let v = v.ok_or_else(|| format!("{what} key '{key}' must be in observation"))?;
-    match from_gr00t_array(v) {
-        Some(a) => a.map_err(|e| format!("{what} key '{key}': {e}")),
+    match decode_array(v) {
+        Some((form, a)) => {
+            forms.note(form);
+            a.map_err(|e| format!("{what} key '{key}': {e}"))
+        }
         None => Err(format!(
             "{what} key '{key}' must be a numpy array. Got {}",
             type_name(v)
@@ -269,7 +282,12 @@ fn language(v: Option<&Value>, key: &str, flat: bool) -> Result<Vec<String>, Str
 
 /// The noise of `options`: `seed` (int) or `noise` (float [H, A] or [B, H, A]); the default
 /// seed otherwise. One entry per batch item.
-fn noise(options: Option<&Value>, schema: &Schema, b: usize) -> Result<Vec<NoiseSource>, String> {
+fn noise(
+    options: Option<&Value>,
+    schema: &Schema,
+    b: usize,
+    forms: &mut FormsSeen,
+) -> Result<Vec<NoiseSource>, String> {
     let opts = match options {
         None | Some(Value::Nil) => return Ok(vec![NoiseSource::Seed(DEFAULT_SEED); b]),
         Some(Value::Map(m)) => m,
@@ -285,14 +303,16 @@ fn noise(options: Option<&Value>, schema: &Schema, b: usize) -> Result<Vec<Noise
     match (seed, noise) {
         (Some(_), Some(_)) => Err("options: give either seed or noise, not both".into()),
         (Some(s), None) => {
-            let s = s
-                .as_u64()
+            let s = uint(s)
                 .ok_or_else(|| format!("options.seed must be a non-negative int. Got {s}"))?;
             Ok(vec![NoiseSource::Seed(s); b])
         }
         (None, Some(n)) => {
-            let a = match from_gr00t_array(n) {
-                Some(a) => a.map_err(|e| format!("options.noise: {e}"))?,
+            let a = match decode_array(n) {
+                Some((form, a)) => {
+                    forms.note(form);
+                    a.map_err(|e| format!("options.noise: {e}"))?
+                }
                 None => {
                     return Err(format!(
                         "options.noise must be a numpy array. Got {}",
@@ -332,12 +352,21 @@ fn noise(options: Option<&Value>, schema: &Schema, b: usize) -> Result<Vec<Noise
     }
 }
 
+/// A parsed `get_action`: one request per batch item, and the array form to answer in.
+#[derive(Debug)]
+pub struct Parsed {
+    /// The batch, in order.
+    pub items: Vec<RawRequest>,
+    /// The form the message's arrays used (`FormsSeen::reply_form`).
+    pub form: ArrayForm,
+}
+
 /// Turns `get_action`'s `observation` and `options` into one request per batch item.
 pub fn parse(
     observation: Option<&Value>,
     options: Option<&Value>,
     schema: &Schema,
-) -> Result<Vec<RawRequest>, String> {
+) -> Result<Parsed, String> {
     let obs = match observation {
         Some(Value::Map(m)) => m.as_slice(),
         Some(v) => return Err(format!("observation must be a dict. Got {}", type_name(v))),
@@ -359,6 +388,7 @@ pub fn parse(
         )
     };
     let mut bs = None;
+    let mut forms = FormsSeen::default();
     let mut cams: Vec<CameraFrames> = Vec::new();
     let mut state_rows: Vec<Vec<Vec<f32>>> = Vec::new();
     let prefix = |modality: &str, key: &str| {
@@ -370,7 +400,7 @@ pub fn parse(
     };
     for cam in CAMERAS {
         let key = prefix("video", cam);
-        let a = array(get(videos, &key), "Video", &key)?;
+        let a = array(get(videos, &key), "Video", &key, &mut forms)?;
         check_batch(
             &mut bs,
             a.shape.first().copied().unwrap_or(0),
@@ -381,7 +411,7 @@ pub fn parse(
     }
     for (name, dim) in STATE_KEYS {
         let key = prefix("state", name);
-        let a = array(get(states, &key), "State", &key)?;
+        let a = array(get(states, &key), "State", &key, &mut forms)?;
         check_batch(
             &mut bs,
             a.shape.first().copied().unwrap_or(0),
@@ -400,7 +430,7 @@ pub fn parse(
             schema.video_t
         ));
     }
-    let noises = noise(options, schema, b)?;
+    let noises = noise(options, schema, b, &mut forms)?;
     let mut out = Vec::with_capacity(b);
     for (i, (instruction, noise)) in lang.into_iter().zip(noises).enumerate() {
         let mut frames = cams.iter().map(|c| {
@@ -426,15 +456,33 @@ pub fn parse(
             noise,
         });
     }
-    Ok(out)
+    Ok(Parsed {
+        items: out,
+        form: forms.reply_form(),
+    })
 }
 
 fn is_flat_key(k: &Value) -> bool {
     super::msgpack_numpy::key_bytes(k).is_some_and(|b| b.starts_with(b"video."))
 }
 
-/// `[action_dict, info]`: float32 `[B, horizon, D]` per action key (flat: `action.<key>`).
-pub fn action_reply(responses: &[PredictResponse], schema: &Schema) -> Result<Value, String> {
+/// `[action_dict, info]`: float32 `[B, horizon, D]` per action key (flat: `action.<key>`),
+/// arrays in `form`.
+pub fn action_reply(
+    responses: &[PredictResponse],
+    schema: &Schema,
+    form: ArrayForm,
+) -> Result<Value, String> {
+    let actions = action_dict(responses, schema, form)?;
+    Ok(Value::Array(vec![actions, Value::Map(vec![])]))
+}
+
+/// `{key: float32 [B, horizon, D]}` per action key (flat: `action.<key>`), arrays in `form`.
+pub fn action_dict(
+    responses: &[PredictResponse],
+    schema: &Schema,
+    form: ArrayForm,
+) -> Result<Value, String> {
     let mut actions = Vec::new();
     for key in &schema.action_keys {
         let (mut values, mut horizon, mut dim) = (Vec::new(), 0, 0);
@@ -457,7 +505,7 @@ pub fn action_reply(responses: &[PredictResponse], schema: &Schema) -> Result<Va
         } else {
             key.clone()
         };
-        actions.push((Value::from(name), gr00t_array(&a)));
+        actions.push((Value::from(name), encode_array(&a, form)));
     }
-    Ok(Value::Array(vec![Value::Map(actions), Value::Map(vec![])]))
+    Ok(Value::Map(actions))
 }

@@ -403,7 +403,9 @@ fn gr00t_obs(b: usize, t: usize, flat: bool) -> Value {
 fn gr00t_observation_nested_and_flat() {
     for flat in [false, true] {
         let s = schema(flat);
-        let items = observation::parse(Some(&gr00t_obs(2, 2, flat)), None, &s).unwrap();
+        let parsed = observation::parse(Some(&gr00t_obs(2, 2, flat)), None, &s).unwrap();
+        assert_eq!(parsed.form, mp::ArrayForm::Npy);
+        let items = parsed.items;
         assert_eq!(items.len(), 2);
         assert_eq!(items[1].frames[0][1].data[0], 1);
         assert_eq!(items[1].frames[1][0].data[0], 2);
@@ -427,7 +429,7 @@ fn gr00t_options_seed_and_noise() {
     let obs = gr00t_obs(2, 2, false);
     let opts = |pairs: Vec<(&str, Value)>| str_map(pairs);
     let seeds = observation::parse(Some(&obs), Some(&opts(vec![("seed", Value::from(5))])), &s);
-    assert_eq!(seeds.unwrap()[1].noise, NoiseSource::Seed(5));
+    assert_eq!(seeds.unwrap().items[1].noise, NoiseSource::Seed(5));
     let noise = |shape: Vec<usize>| {
         let n: usize = shape.iter().product();
         let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
@@ -439,7 +441,8 @@ fn gr00t_options_seed_and_noise() {
         Some(&opts(vec![("noise", noise(vec![2, 40, 132]))])),
         &s,
     )
-    .unwrap();
+    .unwrap()
+    .items;
     match (&items[0].noise, &items[1].noise) {
         (NoiseSource::Client(a), NoiseSource::Client(b)) => {
             assert_eq!((a[0], b[0], b.len()), (0.0, 5280.0, 5280));
@@ -451,7 +454,8 @@ fn gr00t_options_seed_and_noise() {
         Some(&opts(vec![("noise", noise(vec![40, 132]))])),
         &s,
     )
-    .unwrap();
+    .unwrap()
+    .items;
     assert_eq!(items[0].noise, items[1].noise);
     let e = observation::parse(
         Some(&obs),
@@ -489,4 +493,233 @@ fn raw_requests_travel_through_the_queue_body() {
     assert!(RawRequest::from_body(b"{\"images\": {}}").is_none());
     assert!(RawRequest::from_body(&body[..8]).is_none());
     assert!(RawRequest::from_body(&body[..30]).unwrap().is_err());
+}
+
+#[test]
+fn nd_encoding_matches_msgpack_numpy() {
+    // msgpack 1.1.0: packb(np.array([[1.5, -2.0]], np.float32), default=msgpack_numpy.encode)
+    // with msgpack-numpy 0.4.8.
+    let want = hex(
+        "85c4026e64c3c40474797065a33c6634c4046b696e64c400c4057368617065920102c40464617461c408\
+         0000c03f000000c0",
+    );
+    let a = NdArray::from_f32(vec![1, 2], &[1.5, -2.0]);
+    assert_eq!(pack(&mp::encode_array(&a, mp::ArrayForm::Nd)), want);
+    let (form, back) = mp::decode_array(&unpack(&want).unwrap()).unwrap();
+    assert_eq!((form, back.unwrap()), (mp::ArrayForm::Nd, a.clone()));
+    // The other two forms are still told apart.
+    for form in [mp::ArrayForm::Npy, mp::ArrayForm::Openpi] {
+        let (got, back) = mp::decode_array(&mp::encode_array(&a, form)).unwrap();
+        assert_eq!((got, back.unwrap()), (form, a.clone()));
+    }
+    assert!(mp::decode_array(&str_map([("x", Value::from(1))])).is_none());
+    // np.int64(5) and np.float32(0.5): numpy scalars are {nd: False, type, data}.
+    let int = unpack(&hex(
+        "83c4026e64c2c40474797065a33c6938c40464617461c4080500000000000000",
+    ))
+    .unwrap();
+    assert_eq!((mp::uint(&int), mp::scalar(&int)), (Some(5), Some(5.0)));
+    let half = unpack(&hex(
+        "83c4026e64c2c40474797065a33c6634c40464617461c4040000003f",
+    ))
+    .unwrap();
+    assert_eq!((mp::uint(&half), mp::scalar(&half)), (None, Some(0.5)));
+    assert_eq!(mp::type_name(&half), "numpy.ndarray");
+}
+
+/// A msgpack-numpy map with these `nd`, `kind`, `type` values and `data` bytes, shape (1,).
+fn nd_map(nd: Value, kind: Value, ty: Value, data: Vec<u8>) -> Value {
+    let key = |k: &[u8]| Value::Binary(k.to_vec());
+    Value::Map(vec![
+        (key(b"nd"), nd),
+        (key(b"type"), ty),
+        (key(b"kind"), kind),
+        (key(b"shape"), Value::Array(vec![Value::from(1)])),
+        (key(b"data"), Value::Binary(data)),
+    ])
+}
+
+#[test]
+fn nd_object_structured_and_malformed_payloads_are_refused() {
+    let pickle = b"\x80\x02cos\nsystem\nq\x00X\x04\x00\x00\x00trueq\x01\x85q\x02Rq\x03.".to_vec();
+    let object_type = Value::Array(vec![Value::Array(vec![Value::from(""), Value::from("|O")])]);
+    let object = nd_map(
+        Value::Boolean(true),
+        Value::Binary(b"O".to_vec()),
+        object_type.clone(),
+        pickle.clone(),
+    );
+    let e = mp::decode_array(&object).unwrap().1.unwrap_err();
+    assert!(e.contains("object arrays") && e.contains("pickle"), "{e}");
+    // A truthy int instead of True, or a str kind, is refused the same way.
+    for (nd, kind) in [
+        (Value::from(1), Value::Binary(b"O".to_vec())),
+        (Value::Boolean(true), Value::from("O")),
+    ] {
+        let m = nd_map(nd, kind, object_type.clone(), pickle.clone());
+        assert!(mp::decode_array(&m)
+            .unwrap()
+            .1
+            .unwrap_err()
+            .contains("object"));
+    }
+    let structured_type = Value::Array(vec![Value::Array(vec![
+        Value::from("a"),
+        Value::from("<f4"),
+    ])]);
+    let structured = nd_map(
+        Value::Boolean(true),
+        Value::Binary(b"V".to_vec()),
+        structured_type,
+        vec![0; 4],
+    );
+    assert!(mp::decode_array(&structured)
+        .unwrap()
+        .1
+        .unwrap_err()
+        .contains("structured"));
+    let cases = [
+        (Value::from("<U2"), vec![0u8; 8], "unsupported dtype"),
+        (Value::from("<f4"), vec![0u8; 3], "needs 4 bytes"),
+    ];
+    for (ty, data, want) in cases {
+        let m = nd_map(Value::Boolean(true), Value::Binary(vec![]), ty, data);
+        let e = mp::decode_array(&m).unwrap().1.unwrap_err();
+        assert!(e.contains(want), "{e}");
+    }
+    // The refusal names where the payload sits, however deep.
+    let request = str_map([(
+        "data",
+        str_map([(
+            "observation",
+            str_map([("video", str_map([("wrist_image_left", object)]))]),
+        )]),
+    )]);
+    let (path, why) = mp::find_refused_payload(&request, "").unwrap();
+    assert_eq!(path, "data.observation.video.wrist_image_left");
+    assert!(why.contains("pickle"), "{why}");
+    let fine = str_map([("a", mp::nd_array(&NdArray::from_f32(vec![1], &[1.0])))]);
+    assert!(mp::find_refused_payload(&fine, "").is_none());
+}
+
+#[test]
+fn reply_form_follows_the_request() {
+    let mut seen = mp::FormsSeen::default();
+    assert_eq!(seen.reply_form(), mp::ArrayForm::Npy, "no arrays");
+    seen.note(mp::ArrayForm::Nd);
+    seen.note(mp::ArrayForm::Nd);
+    assert_eq!(seen.reply_form(), mp::ArrayForm::Nd);
+    seen.note(mp::ArrayForm::Npy);
+    assert_eq!(
+        seen.reply_form(),
+        mp::ArrayForm::Npy,
+        "mixed: the form all clients read"
+    );
+
+    // A new-form observation (and noise) parses to the same requests as the legacy one.
+    let s = schema(false);
+    let to_nd = |v: &Value| -> Value {
+        fn walk(v: &Value) -> Value {
+            match mp::decode_array(v) {
+                Some((_, a)) => mp::nd_array(&a.unwrap()),
+                None => match v {
+                    Value::Map(m) => {
+                        Value::Map(m.iter().map(|(k, v)| (k.clone(), walk(v))).collect())
+                    }
+                    other => other.clone(),
+                },
+            }
+        }
+        walk(v)
+    };
+    let legacy = gr00t_obs(2, 2, false);
+    let noise = str_map([(
+        "noise",
+        mp::gr00t_array(&NdArray::from_f32(vec![40, 132], &[0.5; 5280])),
+    )]);
+    let a = observation::parse(Some(&legacy), Some(&noise), &s).unwrap();
+    let b = observation::parse(Some(&to_nd(&legacy)), Some(&to_nd(&noise)), &s).unwrap();
+    assert_eq!((a.form, b.form), (mp::ArrayForm::Npy, mp::ArrayForm::Nd));
+    assert_eq!(a.items, b.items);
+    // A numpy int scalar is a seed.
+    let seed = str_map([(
+        "seed",
+        unpack(&hex(
+            "83c4026e64c2c40474797065a33c6938c40464617461c4080500000000000000",
+        ))
+        .unwrap(),
+    )]);
+    let c = observation::parse(Some(&legacy), Some(&seed), &s).unwrap();
+    assert_eq!(c.items[0].noise, NoiseSource::Seed(5));
+}
+
+#[test]
+fn modality_config_carries_both_markers() {
+    let s = schema(false);
+    let Value::Map(m) = &s.modality_config else {
+        panic!("not a map")
+    };
+    for (name, v) in m {
+        let inner = v.as_map().unwrap();
+        for marker in ["__ModalityConfig_class__", "__ModalityConfig__"] {
+            assert_eq!(
+                mp::get(inner, marker),
+                Some(&Value::Boolean(true)),
+                "{name} {marker}"
+            );
+        }
+        assert!(mp::get(inner, "as_json").is_some_and(|j| j.as_map().is_some()));
+    }
+}
+
+#[test]
+fn roboarena_sessions_keep_bounded_lru_histories() {
+    use super::websocket::roboarena::{session_key, Sessions};
+    let mut s = Sessions::new(2);
+    let first = s.resolve("a", observation(1));
+    assert_eq!(first.frames[0], [frame(1), frame(1)]);
+    assert_eq!(
+        s.resolve("a", observation(2)).frames[0],
+        [frame(1), frame(2)]
+    );
+    // Sessions do not share frames.
+    assert_eq!(
+        s.resolve("b", observation(3)).frames[0],
+        [frame(3), frame(3)]
+    );
+    // "a" was used before "b": a third session drops "a", not "b".
+    s.resolve("b", observation(4));
+    s.resolve("c", observation(5));
+    assert!(!s.contains("a") && s.contains("b") && s.contains("c"));
+    assert_eq!(
+        s.resolve("b", observation(6)).frames[0],
+        [frame(3), frame(6)]
+    );
+    assert_eq!(
+        s.resolve("a", observation(7)).frames[0],
+        [frame(7), frame(7)]
+    );
+    assert!(s.remove("a") && !s.remove("a"));
+
+    // session_id: str, int, int32 array (1,) (RoboArena's), openpi / numpy scalar.
+    let i32s = |v: &[i32]| {
+        let data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        NdArray::new(DType::parse("<i4").unwrap(), vec![v.len()], data).unwrap()
+    };
+    let key = |v: Value| session_key(Some(&v));
+    assert_eq!(key(Value::from("ep-1-A")), Ok(Some("ep-1-A".into())));
+    assert_eq!(key(Value::from(7)), Ok(Some("7".into())));
+    assert_eq!(key(mp::openpi_array(&i32s(&[7]))), Ok(Some("7".into())));
+    assert_eq!(key(mp::nd_array(&i32s(&[-3]))), Ok(Some("-3".into())));
+    assert_eq!(key(Value::Nil), Ok(None));
+    assert_eq!(session_key(None), Ok(None));
+    for bad in [
+        mp::openpi_array(&i32s(&[1, 2])),
+        mp::openpi_array(&NdArray::from_f32(vec![1], &[1.0])),
+        Value::F64(1.0),
+        str_map([("x", Value::from(1))]),
+    ] {
+        let e = key(bad).unwrap_err();
+        assert!(e.contains("session_id"), "{e}");
+    }
 }

@@ -1,14 +1,17 @@
 //! Isaac-GR00T's ZMQ policy protocol (`gr00t/policy/server_client.py` `PolicyServer`): a REP
 //! socket, one msgpack request `{"endpoint", "data", "api_token"}` per message and one reply,
 //! endpoints `ping`, `get_action`, `reset`, `get_modality_config` and (with `--allow-kill`)
-//! `kill`. Every failure is answered `{"error": "..."}` and the socket keeps serving.
+//! `kill`. Arrays may come as N1.7's msgpack-numpy maps or the older `.npy` maps; the reply
+//! uses the form the request used. Object-dtype payloads anywhere in a request are refused
+//! (their data is a pickle). Every failure is answered `{"error": "..."}` and the socket keeps
+//! serving.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
 use super::engine_ext::{infer, RawRequest};
-use super::msgpack_numpy::{get, pack, str_map, type_name, unpack};
+use super::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
 use super::observation::{action_reply, parse, Schema};
 use super::Stop;
 use crate::server::WorkerHandle;
@@ -105,6 +108,10 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
         Ok(v) => v,
         Err(e) => return (error(e), false),
     };
+    // MsgSerializer refuses these while decoding, whatever key they sit under.
+    if let Some((path, why)) = find_refused_payload(&request, "") {
+        return (error(format!("{path}: {why}")), false);
+    }
     let Value::Map(req) = &request else {
         return (
             error(format!(
@@ -172,8 +179,8 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
 
 async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Value>) -> Value {
     let t0 = Instant::now();
-    let items: Vec<RawRequest> = match parse(obs, options, &ctx.schema) {
-        Ok(items) => items,
+    let (items, form): (Vec<RawRequest>, _) = match parse(obs, options, &ctx.schema) {
+        Ok(p) => (p.items, p.form),
         Err(e) => {
             tracing::info!("zmq get_action refused: {e}");
             return error(e);
@@ -190,7 +197,7 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
             }
         }
     }
-    match action_reply(&responses, &ctx.schema) {
+    match action_reply(&responses, &ctx.schema, form) {
         Ok(v) => {
             tracing::info!(
                 "zmq get_action: batch {} in {:.0} ms",

@@ -1,0 +1,141 @@
+//! openpi's DROID dialect (`examples/droid/main.py` keys, `WebsocketClientPolicy`): one
+//! msgpack-numpy observation in, one reply map out with `actions` `[H, 8]` and
+//! `server_timing`; errors are a text frame then close 1011. An observation that carries
+//! `endpoint` is RoboArena's dialect of the same keys (`super::roboarena`).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+use super::super::droid_obs::{parse, FrameHistory, HISTORY_STEPS};
+use super::super::engine_ext::{infer, RawRequest};
+use super::super::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
+use super::super::ndarray::NdArray;
+use super::roboarena::{self, Endpoint};
+use super::{Step, WsContext};
+use crate::engine::EngineInfo;
+use axum::extract::ws::Message;
+use gr00t_droid::response::PredictResponse;
+use rmpv::Value;
+use std::time::Instant;
+
+/// The metadata frame: what openpi clients may want to know about the policy, plus the
+/// `PolicyServerConfig` fields RoboArena's evaluation client reads (`roboarena::config`).
+pub fn metadata(info: &EngineInfo) -> Vec<u8> {
+    let mut fields = vec![
+        ("model", Value::from(info.model_id.as_str())),
+        ("revision", Value::from(info.revision.as_str())),
+        ("embodiment", Value::from(info.embodiment.as_str())),
+        ("action_horizon", Value::from(info.action_horizon as u64)),
+        (
+            "actions",
+            Value::from(
+                "float32 [horizon, 8]: joint_position (7) then gripper_position (1), absolute",
+            ),
+        ),
+        ("frame_history_steps", Value::from(HISTORY_STEPS as u64)),
+        (
+            "image_size",
+            Value::from("16:9 frames, e.g. 180x320 (H x W)"),
+        ),
+    ];
+    fields.extend(roboarena::config());
+    pack(&str_map(fields))
+}
+
+/// One openpi connection's state.
+#[derive(Default)]
+pub struct Connection {
+    /// Frames of this connection (sessionless observations).
+    history: FrameHistory,
+    /// How long the previous message took, receive to reply sent.
+    prev_total_ms: Option<f64>,
+}
+
+impl Connection {
+    /// Answers one binary message.
+    pub async fn handle(&mut self, ctx: &WsContext, bytes: &[u8]) -> Step {
+        match self.answer(ctx, bytes).await {
+            Ok(reply) => Step::Send(reply),
+            Err(e) => Step::Fail(e),
+        }
+    }
+
+    /// Records the time the last answered message took (reported as `prev_total_ms`).
+    pub fn served(&mut self, total_ms: f64) {
+        self.prev_total_ms = Some(total_ms);
+    }
+
+    async fn answer(&mut self, ctx: &WsContext, bytes: &[u8]) -> Result<Message, String> {
+        let v = unpack(bytes)?;
+        let Value::Map(m) = &v else {
+            return Err(format!(
+                "the observation must be a dict. Got {}",
+                type_name(&v)
+            ));
+        };
+        let req = match get(m, "endpoint") {
+            None => self.history.resolve(parse(m)?),
+            Some(e) => {
+                let session = roboarena::session_key(get(m, "session_id"))?;
+                match roboarena::endpoint(e)? {
+                    Endpoint::Reset => {
+                        roboarena::reset(ctx, &mut self.history, session.as_deref());
+                        return Ok(Message::Text(roboarena::RESET_REPLY.into()));
+                    }
+                    Endpoint::Infer => {
+                        let obs = parse(m)?;
+                        roboarena::resolve(ctx, &mut self.history, session.as_deref(), obs)
+                    }
+                }
+            }
+        };
+        let (resp, infer_ms) = run(ctx, &req).await?;
+        let mut timing = vec![("infer_ms", Value::F64(infer_ms))];
+        if let Some(prev) = self.prev_total_ms {
+            timing.push(("prev_total_ms", Value::F64(prev)));
+        }
+        let mut map = reply_map(&resp);
+        map.push((Value::from("server_timing"), str_map(timing)));
+        Ok(Message::Binary(pack(&Value::Map(map)).into()))
+    }
+}
+
+/// Queues and runs one request; returns the response and the inference time.
+async fn run(ctx: &WsContext, req: &RawRequest) -> Result<(PredictResponse, f64), String> {
+    let t0 = Instant::now();
+    let resp = infer(&ctx.worker, req).await.map_err(|e| e.to_string())?;
+    Ok((resp, t0.elapsed().as_secs_f64() * 1e3))
+}
+
+/// `actions` `[H, 8]` (joint_position then gripper_position), the three groups by name, and
+/// `policy_timing` (the model's own time, as openpi policies report it).
+fn reply_map(r: &PredictResponse) -> Vec<(Value, Value)> {
+    let a = &r.actions;
+    let h = a.joint_position.len();
+    let group = |rows: &Vec<Vec<f32>>| {
+        let d = rows.first().map_or(0, Vec::len);
+        let flat: Vec<f32> = rows.iter().flatten().copied().collect();
+        openpi_array(&NdArray::from_f32(vec![rows.len(), d], &flat))
+    };
+    let combined: Vec<f32> = a
+        .joint_position
+        .iter()
+        .zip(&a.gripper_position)
+        .flat_map(|(j, g)| j.iter().chain(g).copied())
+        .collect();
+    let width = combined.len() / h.max(1);
+    vec![
+        (
+            Value::from("actions"),
+            openpi_array(&NdArray::from_f32(vec![h, width], &combined)),
+        ),
+        (Value::from("eef_9d"), group(&a.eef_9d)),
+        (Value::from("joint_position"), group(&a.joint_position)),
+        (Value::from("gripper_position"), group(&a.gripper_position)),
+        (
+            Value::from("policy_timing"),
+            str_map([("infer_ms", Value::F64(r.timing_ms.total))]),
+        ),
+    ]
+}

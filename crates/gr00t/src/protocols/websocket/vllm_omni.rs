@@ -1,0 +1,115 @@
+//! vLLM-Omni's GR00T dialect (`vllm serve nvidia/GR00T-N1.7-3B --omni`, path
+//! `/v1/realtime/robot/openpi`): openpi msgpack-numpy messages carrying `endpoint`,
+//! `session_id` and the nested GR00T observation (`video {cam: uint8 [B,T,H,W,3]}`, `state
+//! {key: float32 [B,1,D]}`, `language {key: [[str]]}`, optional `seed`). `infer` answers
+//! `{key: float32 [B,40,D]}`, `reset` `{"status": "reset successful"}`; an error is the binary
+//! map `{"type": "error", "message": ...}` and the connection stays open.
+//!
+//! The observation carries both frames per camera, so the server keeps no state per session:
+//! `session_id` is accepted and `reset` has nothing to forget (upstream's GR00T policy is
+//! stateless too).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+use super::super::engine_ext::infer;
+use super::super::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
+use super::super::observation::{action_dict, parse, Schema};
+use super::{Step, WsContext};
+use crate::engine::EngineInfo;
+use axum::extract::ws::Message;
+use gr00t_droid::request::NoiseSource;
+use gr00t_droid::EMBODIMENT_TAG;
+use rmpv::Value;
+
+/// The metadata frame, with the fields vLLM-Omni's GR00T deploy config sends.
+pub fn metadata(info: &EngineInfo, schema: &Schema) -> Vec<u8> {
+    let keys = schema
+        .action_keys
+        .iter()
+        .map(|k| Value::from(k.as_str()))
+        .collect();
+    pack(&str_map([
+        ("action_horizon", Value::from(info.action_horizon as u64)),
+        ("action_keys", Value::Array(keys)),
+        // vLLM-Omni spells the tag as Isaac-GR00T's EmbodimentTag enum name.
+        (
+            "embodiment_tag",
+            Value::from(EMBODIMENT_TAG.to_ascii_uppercase()),
+        ),
+        ("needs_session_id", Value::Boolean(true)),
+        (
+            "image_resolution",
+            Value::Array(vec![Value::from(180), Value::from(320)]),
+        ),
+    ]))
+}
+
+/// `{"type": "error", "message": ...}`, sent as a binary frame.
+pub fn error(message: String) -> Step {
+    tracing::info!("websocket (vLLM-Omni) request refused: {message}");
+    let v = str_map([
+        ("type", Value::from("error")),
+        ("message", Value::from(message)),
+    ]);
+    Step::Send(Message::Binary(pack(&v).into()))
+}
+
+/// Answers one binary message; every failure is an error map.
+pub async fn handle(ctx: &WsContext, bytes: &[u8]) -> Step {
+    match answer(ctx, bytes).await {
+        Ok(v) => Step::Send(Message::Binary(pack(&v).into())),
+        Err(e) => error(e),
+    }
+}
+
+async fn answer(ctx: &WsContext, bytes: &[u8]) -> Result<Value, String> {
+    let v = unpack(bytes)?;
+    let Value::Map(m) = &v else {
+        return Err(format!("the request must be a dict. Got {}", type_name(&v)));
+    };
+    // vLLM-Omni treats a message without `endpoint` as `infer`.
+    let endpoint = match get(m, "endpoint") {
+        None => "infer",
+        Some(Value::String(s)) => s.as_str().unwrap_or(""),
+        Some(e) => {
+            return Err(format!(
+                "endpoint must be 'infer' or 'reset'. Got {}",
+                type_name(e)
+            ))
+        }
+    };
+    match endpoint {
+        "reset" => Ok(str_map([("status", Value::from("reset successful"))])),
+        "infer" => infer_actions(ctx, &v, m).await,
+        other => Err(format!(
+            "endpoint must be 'infer' or 'reset'. Got '{other}'"
+        )),
+    }
+}
+
+async fn infer_actions(
+    ctx: &WsContext,
+    obs: &Value,
+    m: &[(Value, Value)],
+) -> Result<Value, String> {
+    let mut items = parse(Some(obs), None, &ctx.schema)?.items;
+    match get(m, "seed") {
+        None | Some(Value::Nil) => {}
+        Some(s) => {
+            let seed = uint(s)
+                .ok_or_else(|| format!("seed must be a non-negative int. Got {}", type_name(s)))?;
+            for item in &mut items {
+                item.noise = NoiseSource::Seed(seed);
+            }
+        }
+    }
+    // One queue entry per batch item, in order, as on the ZMQ door.
+    let mut responses = Vec::with_capacity(items.len());
+    for item in &items {
+        responses.push(infer(&ctx.worker, item).await.map_err(|e| e.to_string())?);
+    }
+    action_dict(&responses, &ctx.schema, ArrayForm::Openpi)
+        .map_err(|e| format!("internal error: {e}"))
+}
