@@ -5,6 +5,7 @@
 //! [`ModelInputs`]: gr00t_model::ModelInputs
 
 pub mod actions;
+pub mod embodiment;
 pub mod image;
 pub mod pose;
 pub mod processor;

@@ -1,0 +1,304 @@
+//! Any embodiment a checkpoint carries, from its own files: the layout of one tag
+//! ([`EmbodimentSpec`]: views and frame offsets, state and action keys with widths, horizon,
+//! language key, projector index) and its pre/post-processing ([`EmbodimentProcessor`]: a
+//! generic [`Observation`] → [`ModelInputs`], `action_pred` → physical actions), as NVIDIA's
+//! `Gr00tPolicy` → `Gr00tN1d7Processor` runs them. Every refusal names the request field.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+use crate::actions::{ActionDecoder, DecodedActions};
+use crate::image::{Frame, ImagePipeline};
+use crate::processor::EncodedRequest;
+use crate::prompt::{PromptEncoder, PromptError};
+use crate::request::{NoiseSource, RequestError};
+use crate::state::{StateError, StateNormalizer};
+use gr00t_model::{Checkpoint, ModelInputs};
+use std::time::Instant;
+
+/// One embodiment's layout, read from the checkpoint's processor config and statistics.
+#[derive(Debug, Clone)]
+pub struct EmbodimentSpec {
+    /// The tag (`processor_config.json` modality config key).
+    pub tag: String,
+    /// Video keys in config order.
+    pub views: Vec<String>,
+    /// Frame offsets of every view (`video.delta_indices`, oldest first).
+    pub frame_deltas: Vec<i64>,
+    /// The language key the instruction is read under (the config's first).
+    pub language_key: String,
+    /// Projector index of the category-specific layers.
+    pub embodiment_id: usize,
+    /// State encoding (keys and widths).
+    pub state: StateNormalizer,
+    /// Action decoding (keys, widths, representations, horizon).
+    pub actions: ActionDecoder,
+}
+
+impl EmbodimentSpec {
+    /// The layout of `tag`; errors name the checkpoint file and key at fault.
+    pub fn new(ckpt: &Checkpoint, tag: &str) -> Result<EmbodimentSpec, String> {
+        let cfg_file = ckpt.dir.join("processor_config.json");
+        let modality = ckpt.processor.modality_configs.get(tag).ok_or_else(|| {
+            format!(
+                "{}: no modality config for embodiment {tag:?} (it has {:?})",
+                cfg_file.display(),
+                ckpt.processor.modality_configs.keys().collect::<Vec<_>>()
+            )
+        })?;
+        let in_cfg = |e: String| format!("{}: embodiment {tag:?}: {e}", cfg_file.display());
+        if modality.video.modality_keys.is_empty() || modality.video.delta_indices.is_empty() {
+            return Err(in_cfg(
+                "the video modality has no keys or no delta_indices".into(),
+            ));
+        }
+        let language_key = modality
+            .language
+            .modality_keys
+            .first()
+            .cloned()
+            .ok_or_else(|| in_cfg("the language modality has no key".into()))?;
+        let state = StateNormalizer::new(&ckpt.statistics, &ckpt.processor, tag)
+            .map_err(|e| in_cfg(e.to_string()))?;
+        let actions = ActionDecoder::new(&ckpt.statistics, &ckpt.processor, tag)
+            .map_err(|e| in_cfg(e.to_string()))?;
+        if actions.horizon() > ckpt.config.action_horizon {
+            return Err(in_cfg(format!(
+                "action horizon {} is longer than the model's {} generated steps",
+                actions.horizon(),
+                ckpt.config.action_horizon
+            )));
+        }
+        let embodiment_id = ckpt.embodiment_id(tag).map_err(|e| e.to_string())?;
+        Ok(EmbodimentSpec {
+            tag: tag.to_string(),
+            views: modality.video.modality_keys.clone(),
+            frame_deltas: modality.video.delta_indices.clone(),
+            language_key,
+            embodiment_id,
+            state,
+            actions,
+        })
+    }
+}
+
+/// One observation of any embodiment, as a client sends it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// Per view, its frames in `delta_indices` order (oldest first).
+    pub images: Vec<(String, Vec<Frame>)>,
+    /// Raw state per key (the last time step).
+    pub state: Vec<(String, Vec<f32>)>,
+    /// The instruction as sent.
+    pub instruction: String,
+    /// Initial noise.
+    pub noise: NoiseSource,
+}
+
+impl Observation {
+    /// The state as `(key, values)` pairs.
+    pub fn raw_state(&self) -> Vec<(&str, &[f32])> {
+        self.state
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect()
+    }
+}
+
+/// Pre- and post-processing of one embodiment for one checkpoint.
+#[derive(Debug)]
+pub struct EmbodimentProcessor {
+    spec: EmbodimentSpec,
+    images: ImagePipeline,
+    prompt: PromptEncoder,
+    /// Rows the model generates (`config.action_horizon`, 40).
+    model_horizon: usize,
+    action_dim: usize,
+}
+
+impl EmbodimentProcessor {
+    /// The processor of `tag`.
+    pub fn new(
+        ckpt: &Checkpoint,
+        prompt: PromptEncoder,
+        tag: &str,
+    ) -> Result<EmbodimentProcessor, String> {
+        let spec = EmbodimentSpec::new(ckpt, tag)?;
+        let images = ImagePipeline::from_checkpoint(ckpt).map_err(|e| e.to_string())?;
+        Ok(EmbodimentProcessor {
+            spec,
+            images,
+            prompt: prompt.with_formalize(ckpt.processor.formalize_language),
+            model_horizon: ckpt.config.action_horizon,
+            action_dim: ckpt.config.max_action_dim,
+        })
+    }
+
+    /// The layout served.
+    pub fn spec(&self) -> &EmbodimentSpec {
+        &self.spec
+    }
+
+    /// Turns an observation into model inputs.
+    pub fn encode(&self, obs: &Observation) -> Result<EncodedRequest, RequestError> {
+        let t0 = Instant::now();
+        let frames = self.time_major_frames(obs)?;
+        let processed = self
+            .images
+            .process(&frames)
+            .map_err(|e| RequestError::new("images", e.to_string()))?;
+        let prompt = self
+            .prompt
+            .encode(&obs.instruction, &processed.image_grid_thw)
+            .map_err(|e| match e {
+                PromptError::Tokenizer(m) => {
+                    RequestError::new("", format!("tokenizer failure: {m}"))
+                }
+                other => RequestError::new("instruction", other.to_string()),
+            })?;
+        let state = self
+            .spec
+            .state
+            .normalize(&obs.raw_state())
+            .map_err(state_error)?;
+        let noise = match &obs.noise {
+            NoiseSource::Client(n) => {
+                let want = self.model_horizon * self.action_dim;
+                if n.len() != want {
+                    return Err(RequestError::new(
+                        "noise",
+                        format!(
+                            "expected {} rows of {} values, got {} values",
+                            self.model_horizon,
+                            self.action_dim,
+                            n.len()
+                        ),
+                    ));
+                }
+                n.clone()
+            }
+            NoiseSource::Seed(s) => {
+                gr00t_model::noise::initial_noise(*s, self.model_horizon, self.action_dim)
+                    .map_err(|e| RequestError::new("seed", e.to_string()))?
+            }
+        };
+        let t1 = Instant::now();
+        Ok(EncodedRequest {
+            inputs: ModelInputs {
+                pixel_values: processed.pixel_values,
+                patch_dim: processed.patch_dim,
+                image_grid_thw: processed.image_grid_thw,
+                input_ids: prompt.input_ids,
+                state,
+                embodiment_id: self.spec.embodiment_id,
+                noise,
+            },
+            decode_ms: 0.0,
+            encode_ms: (t1 - t0).as_secs_f64() * 1e3,
+        })
+    }
+
+    /// Turns the model's `action_pred` (`[40, action_dim]`) into physical actions, the
+    /// observation's raw state being the reference of the relative keys.
+    pub fn decode(&self, action_pred: &[f32], obs: &Observation) -> Result<DecodedActions, String> {
+        self.spec
+            .actions
+            .decode(action_pred, &obs.raw_state())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Checks the views and frame counts and orders the frames as the prompt wants them:
+    /// time-major, for each offset every view in config order. Every frame must reach the same
+    /// size after the eval transform (upstream stacks the views).
+    fn time_major_frames(&self, obs: &Observation) -> Result<Vec<Frame>, RequestError> {
+        let spec = &self.spec;
+        for (i, (view, _)) in obs.images.iter().enumerate() {
+            if !spec.views.contains(view) {
+                return Err(RequestError::new(
+                    format!("images.{view}"),
+                    format!(
+                        "not a view of {}; expected exactly {:?}",
+                        spec.tag, spec.views
+                    ),
+                ));
+            }
+            if obs.images[..i].iter().any(|(v, _)| v == view) {
+                return Err(RequestError::new(format!("images.{view}"), "given twice"));
+            }
+        }
+        let t = spec.frame_deltas.len();
+        let mut per_view = Vec::with_capacity(spec.views.len());
+        for view in &spec.views {
+            let field = format!("images.{view}");
+            let frames = obs
+                .images
+                .iter()
+                .find(|(v, _)| v == view)
+                .map(|(_, f)| f)
+                .ok_or_else(|| {
+                    RequestError::new(
+                        &field,
+                        format!("missing; {} needs views {:?}", spec.tag, spec.views),
+                    )
+                })?;
+            if frames.len() != t {
+                return Err(RequestError::new(
+                    &field,
+                    format!(
+                        "expected {t} frames (offsets {:?}, oldest first), got {}",
+                        spec.frame_deltas,
+                        frames.len()
+                    ),
+                ));
+            }
+            per_view.push(frames);
+        }
+        let mut first: Option<(String, (usize, usize))> = None;
+        let mut out = Vec::with_capacity(t * spec.views.len());
+        for step in 0..t {
+            for (view, frames) in spec.views.iter().zip(&per_view) {
+                let frame = &frames[step];
+                let field = format!("images.{view}[{step}]");
+                frame
+                    .check()
+                    .map_err(|e| RequestError::new(&field, e.to_string()))?;
+                let size = self
+                    .images
+                    .geometry(frame.width, frame.height)
+                    .map_err(|e| RequestError::new(&field, e.to_string()))?
+                    .aug_output;
+                match &first {
+                    None => first = Some((field.clone(), size)),
+                    Some((f0, s0)) if *s0 != size => {
+                        return Err(RequestError::new(
+                            &field,
+                            format!(
+                                "a {}x{} frame becomes {}x{} after the eval transform, but {f0} \
+                                 becomes {}x{}; every frame of {} must reach the same size \
+                                 (send frames of one aspect ratio)",
+                                frame.width, frame.height, size.0, size.1, s0.0, s0.1, spec.tag
+                            ),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+                out.push(frame.clone());
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A state refusal, with the field of the key at fault.
+fn state_error(e: StateError) -> RequestError {
+    let field = match &e {
+        StateError::MissingKey(k) | StateError::UnknownKey(k) | StateError::DuplicateKey(k) => {
+            format!("state.{k}")
+        }
+        StateError::WrongLength { key, .. } => format!("state.{key}"),
+        StateError::NonFinite { key, index } => format!("state.{key}[{index}]"),
+        StateError::Config(_) => String::new(),
+    };
+    RequestError::new(field, e.to_string())
+}

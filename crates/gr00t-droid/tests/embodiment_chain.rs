@@ -1,0 +1,169 @@
+//! Every multi-embodiment case end to end on the tiny model: frames + state + instruction →
+//! [`EmbodimentProcessor`] → network → physical actions, against what NVIDIA's
+//! `Gr00tPolicy.get_action` returned (`tests/fixtures/gr00t_n17_tiny_multi`).
+
+use gr00t_droid::embodiment::{EmbodimentProcessor, Observation};
+use gr00t_droid::image::Frame;
+use gr00t_droid::pose;
+use gr00t_droid::prompt::PromptEncoder;
+use gr00t_droid::request::NoiseSource;
+use gr00t_fixtures::{max_abs_diff, multi_checkpoint, multi_dir, pearson, MultiCase, MULTI_CASES};
+use gr00t_model::taps::Recorder;
+use gr00t_model::{Checkpoint, Gr00tModel};
+
+fn png(path: &std::path::Path) -> Frame {
+    let img = image::open(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .to_rgb8();
+    Frame::new(img.width() as usize, img.height() as usize, img.into_raw()).unwrap()
+}
+
+/// The case's observation with its frames read from the PNGs named in `observation.json`.
+fn observation(case: &MultiCase) -> Observation {
+    let dir = multi_dir().join(&case.name);
+    let obs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("observation.json")).unwrap()).unwrap();
+    let images = obs["video"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(view, files)| {
+            let frames = files
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| png(&dir.join(f.as_str().unwrap())))
+                .collect();
+            (view.clone(), frames)
+        })
+        .collect();
+    Observation {
+        images,
+        state: case.state.clone(),
+        instruction: case.instruction.clone(),
+        noise: NoiseSource::Client(case.noise.clone()),
+    }
+}
+
+#[test]
+fn every_embodiment_matches_nvidia_end_to_end() {
+    let ckpt = Checkpoint::open(multi_checkpoint()).unwrap();
+    let ids: Vec<usize> = ckpt.embodiment_ids.values().copied().collect();
+    let model = Gr00tModel::load_with(
+        &ckpt,
+        &gr00t_fixtures::test_device(),
+        candle_core::DType::F32,
+        Some(&ids),
+    )
+    .unwrap();
+    let mut worst_r = 1.0f64;
+    let mut worst_rel = 0.0f32;
+    for name in MULTI_CASES {
+        let case = MultiCase::load(name);
+        let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
+        let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+        let obs = observation(&case);
+        let enc = proc.encode(&obs).unwrap();
+        let out = &case.outputs;
+        // Inputs: exact.
+        let ids: Vec<i64> = enc.inputs.input_ids.iter().map(|&i| i as i64).collect();
+        assert_eq!(ids, out.i64s("proc.input_ids"), "{name} input_ids");
+        let grids: Vec<i64> = enc
+            .inputs
+            .image_grid_thw
+            .iter()
+            .flatten()
+            .map(|&g| g as i64)
+            .collect();
+        assert_eq!(grids, out.i64s("proc.image_grid_thw"), "{name} grids");
+        assert_eq!(enc.inputs.state, out.f32s("proc.state"), "{name} state");
+        assert_eq!(
+            enc.inputs.embodiment_id as i64,
+            out.i64s("proc.embodiment_id")[0],
+            "{name} embodiment_id"
+        );
+        // Network and decode: within the DROID gates.
+        let fwd = model.forward(&enc.inputs, &Recorder::disabled()).unwrap();
+        let want_pred = out.f32s("head.action_pred");
+        let r = pearson(&fwd.action_pred, &want_pred);
+        let d = max_abs_diff(&fwd.action_pred, &want_pred);
+        eprintln!("{name}: action_pred r {r:.9}, max|Δ| {d:.2e}");
+        assert!(r >= 0.99999, "{name}: action_pred r {r}");
+        let decoded = proc.decode(&fwd.action_pred, &obs).unwrap();
+        for g in &decoded.groups {
+            let want = out.f32s(&format!("action.{}", g.key));
+            assert_eq!(g.actions.len(), want.len(), "{name} {}", g.key);
+            if g.key == "head_pose" {
+                // Near π a rotvec may flip axis: compare the poses as rotations.
+                for (a, b) in g.rows().zip(want.chunks_exact(6)) {
+                    let m =
+                        |r: &[f32]| pose::rotvec_to_matrix([r[3] as f64, r[4] as f64, r[5] as f64]);
+                    let (ma, mb) = (m(a), m(b));
+                    let dr = ma
+                        .iter()
+                        .flatten()
+                        .zip(mb.iter().flatten())
+                        .map(|(x, y)| (x - y).abs())
+                        .fold(0.0, f64::max);
+                    assert!(dr <= 1e-4, "{name} head_pose rotation max|Δ| {dr}");
+                    assert!(max_abs_diff(&a[..3], &b[..3]) <= 1e-5);
+                }
+                continue;
+            }
+            let r = pearson(&g.actions, &want);
+            let d = max_abs_diff(&g.actions, &want);
+            let scale = want.iter().fold(0.0f32, |m, x| m.max(x.abs())).max(1e-6);
+            eprintln!("  {:<18} r {r:.9}, max|Δ| {d:.2e}", g.key);
+            assert!(d <= 1e-5 * scale.max(1.0), "{name} {}: max|Δ| {d}", g.key);
+            if want.iter().any(|&x| x != want[0]) {
+                assert!(r >= 0.9999, "{name} {}: r {r}", g.key);
+                worst_r = worst_r.min(r);
+            }
+            worst_rel = worst_rel.max(d / scale);
+        }
+    }
+    eprintln!("worst action r {worst_r:.9}, worst max|Δ|/max|ref| {worst_rel:.2e}");
+}
+
+#[test]
+fn refusals_name_the_field() {
+    let ckpt = Checkpoint::open(multi_checkpoint()).unwrap();
+    let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
+    let case = MultiCase::load("case_real_r1_pro_sharpa_relative_eef_1");
+    let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+    let good = observation(&case);
+    let field = |obs: &Observation| proc.encode(obs).unwrap_err().field;
+
+    let mut o = good.clone();
+    o.images.retain(|(v, _)| v != "left_wrist_view");
+    assert_eq!(field(&o), "images.left_wrist_view");
+    let mut o = good.clone();
+    o.images.push(("top_view".into(), vec![]));
+    assert_eq!(field(&o), "images.top_view");
+    let mut o = good.clone();
+    o.images[0].1.pop();
+    assert_eq!(field(&o), format!("images.{}", o.images[0].0));
+    // A portrait frame in a landscape embodiment: not the same size after the transform.
+    let mut o = good.clone();
+    let f = &o.images[1].1[1];
+    let (w, h) = (f.height, f.width);
+    o.images[1].1[1] = Frame::new(w, h, vec![0; w * h * 3]).unwrap();
+    let view = o.images[1].0.clone();
+    let err = proc.encode(&o).unwrap_err();
+    assert_eq!(err.field, format!("images.{view}[1]"), "{err}");
+    let mut o = good.clone();
+    o.state.retain(|(k, _)| k != "head_pose");
+    assert_eq!(field(&o), "state.head_pose");
+    let mut o = good.clone();
+    o.state[0].1.push(0.0);
+    assert_eq!(field(&o), format!("state.{}", o.state[0].0));
+    let mut o = good.clone();
+    o.state[1].1[2] = f32::NAN;
+    assert_eq!(field(&o), format!("state.{}[2]", o.state[1].0));
+    let mut o = good.clone();
+    o.noise = NoiseSource::Client(vec![0.0; 10]);
+    assert_eq!(field(&o), "noise");
+    let mut o = good;
+    o.instruction = " ".into();
+    assert_eq!(field(&o), "instruction");
+}
