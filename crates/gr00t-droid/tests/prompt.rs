@@ -324,3 +324,28 @@ fn bounded_formalisation_is_formalisation_up_to_the_bound() {
     assert_eq!(formalize_within(&format!("{exactly} "), max), None);
     assert!(formalize_within(&format!("{exactly}!!!"), max).is_some());
 }
+
+#[test]
+fn both_processor_paths_refuse_an_8_mb_instruction_by_its_bytes() {
+    use gr00t_droid::image::Frame;
+    let ck = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+    let p = gr00t_droid::processor::DroidProcessor::new(&ck, encoder()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&request_json("case0")).unwrap();
+    v["instruction"] = "pick up the block ".repeat(450_000).into();
+    let req = p.parse(v.to_string().as_bytes()).unwrap();
+    // HTTP: base64 frames; ZMQ and websocket: decoded frames.
+    let frame = || Frame::new(320, 180, vec![90; 320 * 180 * 3]).unwrap();
+    let errors = [
+        p.encode(&req).unwrap_err(),
+        p.encode_frames([[frame(), frame()], [frame(), frame()]], &req)
+            .unwrap_err(),
+    ];
+    for e in errors {
+        assert_eq!(e.field, "instruction");
+        assert!(
+            e.message.contains("bytes); at most 51 are allowed"),
+            "{}",
+            e.message
+        );
+    }
+}

@@ -366,3 +366,39 @@ fn the_lingering_close_stops_reading_after_four_body_limits() {
     assert!(sent < 64 << 20, "{} MiB were accepted", sent >> 20);
     assert_eq!(s.health(), 200);
 }
+
+#[test]
+fn an_8_mb_instruction_gets_the_long_instruction_400_and_changes_nothing() {
+    let s = start(&[]);
+    let b = body("case3", 2);
+    let solo = actions(&s.predict(&b));
+    let mut v: Value = serde_json::from_slice(&b).unwrap();
+    for instruction in [
+        "pick up the block ".repeat(15),
+        "pick up the block ".repeat(450_000),
+    ] {
+        v["instruction"] = instruction.into();
+        let r = s.predict(&serde_json::to_vec(&v).unwrap());
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert_eq!(r.json()["field"], "instruction");
+        let error = r.json()["error"].as_str().unwrap().to_string();
+        assert!(error.ends_with("at most 51 are allowed"), "{error}");
+    }
+    assert_eq!(actions(&s.predict(&b)), solo);
+}
+
+#[test]
+fn a_client_sending_a_whole_body_without_the_token_reads_the_401() {
+    let s = start(&["--api-token", "s3cret"]);
+    // 12 MiB (under the limit), written before reading.
+    let big = vec![b' '; 12 << 20];
+    let mut c = connect(&s.http);
+    let r = write_all_then_read(
+        &mut c,
+        "401",
+        &[head(big.len(), "").as_bytes(), &big].concat(),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert!(r.json()["error"].as_str().unwrap().contains("Bearer"));
+    assert_eq!(s.health(), 200);
+}
