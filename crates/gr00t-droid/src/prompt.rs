@@ -18,6 +18,18 @@ use tokenizers::Tokenizer;
 /// Most tokens the formalised instruction may take.
 pub const MAX_INSTRUCTION_TOKENS: usize = 51;
 
+/// Longest token of the bundled Qwen3 tokenizer, in bytes (128 spaces; `tests/prompt.rs`).
+pub const MAX_TOKEN_BYTES: usize = 128;
+
+/// Most bytes NFC (the tokenizer's normaliser) can fold into one: 3 for Hangul jamo L+V+T and
+/// the Kelvin sign, 3.5 for U+1FBE + two combining marks (checked in `tests/prompt.rs`).
+const NFC_FOLD: usize = 4;
+
+/// Bytes no instruction of [`MAX_INSTRUCTION_TOKENS`] tokens can exceed once formalised: each
+/// token covers at most [`MAX_TOKEN_BYTES`] bytes of the NFC text, which is at least a quarter
+/// of the text it came from. Longer ones are refused without being tokenised.
+pub const MAX_INSTRUCTION_BYTES: usize = NFC_FOLD * MAX_INSTRUCTION_TOKENS * MAX_TOKEN_BYTES;
+
 /// sha256 of the bundled Qwen3 `tokenizer.json` (`assets/tokenizer/qwen3/tokenizer.json.sha256`).
 pub const QWEN3_TOKENIZER_SHA256: &str =
     "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4";
@@ -49,6 +61,11 @@ pub enum PromptError {
         /// The limit.
         max: usize,
     },
+    /// The formalised instruction is over [`MAX_INSTRUCTION_BYTES`], so over `max` tokens.
+    TooManyBytes {
+        /// The token limit.
+        max: usize,
+    },
     /// An image grid is empty or not a whole number of merged tokens.
     BadGrid {
         /// Index of the image.
@@ -70,6 +87,11 @@ impl fmt::Display for PromptError {
             PromptError::TooLong { tokens, max } => write!(
                 f,
                 "instruction is {tokens} tokens long after formalisation; at most {max} are allowed"
+            ),
+            PromptError::TooManyBytes { max } => write!(
+                f,
+                "instruction is more than {max} tokens long after formalisation (over \
+                 {MAX_INSTRUCTION_BYTES} bytes); at most {max} are allowed"
             ),
             PromptError::BadGrid { index, grid } => write!(
                 f,
@@ -181,11 +203,18 @@ impl PromptEncoder {
         if instruction.trim().is_empty() {
             return Err(PromptError::EmptyInstruction);
         }
+        // Bounded before tokenising, which costs seconds on megabytes; the bound is on the text
+        // as formalised because formalisation can delete any amount of punctuation.
         let instr = if self.formalize {
-            formalize(instruction)
+            formalize_within(instruction, MAX_INSTRUCTION_BYTES)
         } else {
-            instruction.to_string()
-        };
+            Some(instruction)
+                .filter(|s| s.len() <= MAX_INSTRUCTION_BYTES)
+                .map(str::to_string)
+        }
+        .ok_or(PromptError::TooManyBytes {
+            max: MAX_INSTRUCTION_TOKENS,
+        })?;
         if instr.trim().is_empty() {
             return Err(PromptError::NothingLeft {
                 instruction: instruction.to_string(),
@@ -265,36 +294,58 @@ pub fn chat_text(instruction: &str, num_images: usize) -> String {
 /// plus U+001C..U+001F. Remaining difference: the Unicode version (Python 3.11: 14.0; here Rust's
 /// and Oniguruma's tables), which only matters for characters assigned since.
 pub fn formalize(text: &str) -> String {
-    let lower = text.to_lowercase();
-    let mut out = String::with_capacity(lower.len());
-    let mut pos = 0;
-    for (start, end) in word_runs(&lower) {
-        out.extend(lower[pos..start].chars().filter(|&c| is_python_space(c)));
-        out.push_str(&lower[start..end]);
-        pos = end;
-    }
-    out.extend(lower[pos..].chars().filter(|&c| is_python_space(c)));
-    out
+    formalize_within(text, usize::MAX).unwrap_or_default()
 }
 
-/// Byte ranges of runs of Python word characters (`[\p{L}\p{N}_]+`).
-fn word_runs(text: &str) -> Vec<(usize, usize)> {
+/// [`formalize`], or `None` as soon as the result would be over `max` bytes.
+pub fn formalize_within(text: &str, max: usize) -> Option<String> {
+    let lower = text.to_lowercase();
+    let mut out = String::new();
+    let mut pos = 0;
+    let mut over = false;
+    for_each_word_run(&lower, &mut |start, end| {
+        push_spaces(&mut out, &lower[pos..start]);
+        out.push_str(&lower[start..end]);
+        pos = end;
+        over = out.len() > max;
+        !over
+    });
+    if over {
+        return None;
+    }
+    push_spaces(&mut out, &lower[pos..]);
+    (out.len() <= max).then_some(out)
+}
+
+/// The whitespace of `gap` (what formalisation keeps of the text between word runs).
+fn push_spaces(out: &mut String, gap: &str) {
+    out.extend(gap.chars().filter(|&c| is_python_space(c)));
+}
+
+/// Calls `f` on the byte range of each run of Python word characters (`[\p{L}\p{N}_]+`) in
+/// order, until it returns false.
+fn for_each_word_run(text: &str, f: &mut dyn FnMut(usize, usize) -> bool) {
     use std::sync::OnceLock;
     use tokenizers::utils::SysRegex;
     // Rust's std has no general-category lookup; the tokenizer's Oniguruma engine does.
     static WORD: OnceLock<Option<SysRegex>> = OnceLock::new();
     match WORD.get_or_init(|| SysRegex::new(r"[\p{L}\p{N}_]+").ok()) {
-        Some(re) => re.find_iter(text).collect(),
+        Some(re) => {
+            for (start, end) in re.find_iter(text) {
+                if !f(start, end) {
+                    return;
+                }
+            }
+        }
         // Unreachable with a valid pattern; fall back to Rust's close approximation.
-        None => fallback_word_runs(text),
+        None => {
+            for (i, c) in text.char_indices() {
+                if (c.is_alphanumeric() || c == '_') && !f(i, i + c.len_utf8()) {
+                    return;
+                }
+            }
+        }
     }
-}
-
-fn fallback_word_runs(text: &str) -> Vec<(usize, usize)> {
-    text.char_indices()
-        .filter(|(_, c)| c.is_alphanumeric() || *c == '_')
-        .map(|(i, c)| (i, i + c.len_utf8()))
-        .collect()
 }
 
 /// Python's `str.isspace()` / `re` `\s` for str patterns.

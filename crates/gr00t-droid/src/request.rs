@@ -24,6 +24,9 @@ pub const STATE_KEYS: [(&str, usize); 3] = [
 /// Seed used when the request gives neither `seed` nor `noise`.
 pub const DEFAULT_SEED: u64 = 42;
 
+/// Most top-level keys a body may have (duplicates included) before it is parsed.
+const MAX_TOP_LEVEL_KEYS: usize = 64;
+
 const TOP_LEVEL_FIELDS: [&str; 6] = [
     "images",
     "state",
@@ -117,6 +120,12 @@ impl PredictRequest {
         horizon: usize,
         action_dim: usize,
     ) -> Result<PredictRequest, RequestError> {
+        // `noise` holds horizon × (action_dim + 1) values; no other field comes near.
+        let max_values = horizon
+            .saturating_mul(action_dim.saturating_add(1))
+            .saturating_mul(2)
+            .max(1024);
+        check_value_counts(body, max_values)?;
         let value: Value = serde_json::from_slice(body)
             .map_err(|e| RequestError::new("body", format!("invalid JSON: {e}")))?;
         Self::from_value(&value, horizon, action_dim)
@@ -196,6 +205,74 @@ impl PredictRequest {
             return_normalized,
         })
     }
+}
+
+/// Refuses a body with more top-level keys than [`MAX_TOP_LEVEL_KEYS`], or a top-level field
+/// holding more than `max` JSON values (counted as the `[`, `{` and `,` in it), by one scan
+/// that allocates nothing. Parsing such a body into a `Value` first would cost about 25 times
+/// its size in memory and a fraction of a second per megabyte, on the inference thread.
+/// Malformed JSON passes: the parser then says what is wrong with it.
+fn check_value_counts(body: &[u8], max: usize) -> Result<(), RequestError> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut root_object = false;
+    let mut expect_key = false;
+    let mut string_start = 0;
+    let mut key: Option<(usize, usize)> = None;
+    let (mut keys, mut values) = (0usize, 0usize);
+    let field = |key: Option<(usize, usize)>| match key {
+        Some((a, b)) => String::from_utf8_lossy(&body[a..b]).into_owned(),
+        None => "body".to_string(),
+    };
+    for (i, &b) in body.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+                if depth == 1 && expect_key {
+                    expect_key = false;
+                    key = Some((string_start, i));
+                    values = 0;
+                    keys += 1;
+                    if keys > MAX_TOP_LEVEL_KEYS {
+                        return Err(RequestError::new(
+                            "body",
+                            format!("more than {MAX_TOP_LEVEL_KEYS} top-level fields"),
+                        ));
+                    }
+                }
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                string_start = i + 1;
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                if depth == 1 {
+                    root_object = b == b'{';
+                    expect_key = root_object;
+                } else {
+                    values += 1;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b',' if depth == 1 && root_object => expect_key = true,
+            b',' if depth >= 1 => values += 1,
+            _ => {}
+        }
+        if values > max {
+            return Err(RequestError::new(
+                field(key),
+                format!("holds more than {max} JSON values; no valid request has that many"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn required<'a>(obj: &'a Map<String, Value>, key: &str) -> Result<&'a Value, RequestError> {

@@ -1,8 +1,8 @@
 //! Prompt parity with the fixtures (`proc.input_ids`, `case_info.json`) and formalisation rules.
 
 use gr00t_droid::prompt::{
-    chat_text, formalize, is_bundled_tokenizer, PromptEncoder, PromptError, MAX_INSTRUCTION_TOKENS,
-    QWEN3_TOKENIZER_SHA256,
+    chat_text, formalize, formalize_within, is_bundled_tokenizer, PromptEncoder, PromptError,
+    MAX_INSTRUCTION_BYTES, MAX_INSTRUCTION_TOKENS, MAX_TOKEN_BYTES, QWEN3_TOKENIZER_SHA256,
 };
 use gr00t_fixtures::{case_info, request_json, tokenizer_path, Taps, CASES};
 
@@ -233,4 +233,119 @@ fn bundled_tokenizer_hash_is_checked() {
         PromptEncoder::load(dir.join("missing.json")),
         Err(PromptError::Tokenizer(_))
     ));
+}
+
+#[test]
+fn the_byte_bound_follows_from_the_bundled_tokenizer() {
+    // Byte-level BPE: each character of a vocabulary entry stands for one byte; added tokens
+    // are ASCII. The longest is 128 spaces.
+    let tok = tokenizers::Tokenizer::from_file(tokenizer_path()).unwrap();
+    let longest = tok.get_vocab(true).keys().map(|t| t.chars().count()).max();
+    assert_eq!(longest, Some(MAX_TOKEN_BYTES));
+    // NFC (the tokenizer's normaliser) folds at most 3.5 bytes into one: the worst cases known.
+    let nfc = |s: &str| {
+        let mut n = tokenizers::NormalizedString::from(s);
+        n.nfc();
+        n.get().len()
+    };
+    for (s, folded) in [
+        ("\u{1100}\u{1161}\u{11a8}", 3), // Hangul jamo L V T → one syllable
+        ("\u{212a}", 1),                 // Kelvin sign → K
+        ("\u{1fbe}\u{0308}\u{0341}", 2), // → ΐ
+    ] {
+        assert_eq!(nfc(s), folded, "{s:?}");
+        assert!(s.len() <= 4 * folded, "{s:?}");
+    }
+    // No single character shrinks more than 3×.
+    for c in (0..0x11_0000u32).filter_map(char::from_u32) {
+        let s = c.to_string();
+        assert!(s.len() <= 3 * nfc(&s), "{c:?}");
+    }
+    assert_eq!(
+        MAX_INSTRUCTION_BYTES,
+        4 * MAX_INSTRUCTION_TOKENS * MAX_TOKEN_BYTES
+    );
+    // A long 51-token instruction (128-space tokens) is far inside the bound and accepted.
+    let long = format!("pick{}", format!("{} pick", " ".repeat(128)).repeat(25));
+    let enc = encoder();
+    let p = enc.encode(&long, &[[1, 16, 28]; 4]).unwrap();
+    assert_eq!(p.instruction_tokens, 51);
+    assert!(long.len() < MAX_INSTRUCTION_BYTES);
+}
+
+#[test]
+fn an_instruction_over_the_byte_bound_is_refused_without_tokenising() {
+    let enc = encoder();
+    let grids = [[1, 16, 28]; 4];
+    // TooManyBytes carries no token count: the refusal came before tokenising.
+    for n in [MAX_INSTRUCTION_BYTES / 5 + 1, 8_000_000 / 5] {
+        let e = enc.encode(&"pick ".repeat(n), &grids).unwrap_err();
+        assert!(matches!(e, PromptError::TooManyBytes { max: 51 }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("at most 51 are allowed"), "{text}");
+    }
+    // Just under the bound, the token count decides as before.
+    let under = "pick ".repeat(MAX_INSTRUCTION_BYTES / 5);
+    assert!(matches!(
+        enc.encode(&under, &grids),
+        Err(PromptError::TooLong { max: 51, .. })
+    ));
+    // The bound is on the formalised text: a megabyte of punctuation still passes.
+    let noisy = format!("{}Pick it up", "!?".repeat(500_000));
+    assert_eq!(
+        enc.encode(&noisy, &grids).unwrap().instruction,
+        "pick it up"
+    );
+    // Without formalisation the raw text is bounded.
+    let raw = enc.with_formalize(false);
+    assert!(matches!(
+        raw.encode(&"Pick! ".repeat(MAX_INSTRUCTION_BYTES / 6 + 1), &grids),
+        Err(PromptError::TooManyBytes { .. })
+    ));
+}
+
+#[test]
+fn bounded_formalisation_is_formalisation_up_to_the_bound() {
+    let max = 100;
+    for text in ["Pick it UP!", "a", "", "  spaced  out  ", "ÀÉÎ, ΣΑΣ; İx"] {
+        assert_eq!(
+            formalize_within(text, max),
+            Some(formalize(text)),
+            "{text:?}"
+        );
+    }
+    let exactly = "ab".repeat(max / 2);
+    assert_eq!(
+        formalize_within(&exactly, max).as_deref(),
+        Some(exactly.as_str())
+    );
+    // One byte over, by a word or by trailing whitespace, and punctuation that vanishes.
+    assert_eq!(formalize_within(&format!("{exactly}c"), max), None);
+    assert_eq!(formalize_within(&format!("{exactly} "), max), None);
+    assert!(formalize_within(&format!("{exactly}!!!"), max).is_some());
+}
+
+#[test]
+fn both_processor_paths_refuse_an_8_mb_instruction_by_its_bytes() {
+    use gr00t_droid::image::Frame;
+    let ck = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+    let p = gr00t_droid::processor::DroidProcessor::new(&ck, encoder()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&request_json("case0")).unwrap();
+    v["instruction"] = "pick up the block ".repeat(450_000).into();
+    let req = p.parse(v.to_string().as_bytes()).unwrap();
+    // HTTP: base64 frames; ZMQ and websocket: decoded frames.
+    let frame = || Frame::new(320, 180, vec![90; 320 * 180 * 3]).unwrap();
+    let errors = [
+        p.encode(&req).unwrap_err(),
+        p.encode_frames([[frame(), frame()], [frame(), frame()]], &req)
+            .unwrap_err(),
+    ];
+    for e in errors {
+        assert_eq!(e.field, "instruction");
+        assert!(
+            e.message.contains("bytes); at most 51 are allowed"),
+            "{}",
+            e.message
+        );
+    }
 }

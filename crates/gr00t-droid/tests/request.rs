@@ -235,3 +235,58 @@ fn seed_and_noise_errors() {
         "return_normalized"
     );
 }
+
+/// `from_json` on a serialised value: the path the HTTP body takes.
+fn refuse_body(body: &str) -> (String, String) {
+    let e = PredictRequest::from_json(body.as_bytes(), H, D).expect_err("should be refused");
+    (e.field, e.message)
+}
+
+#[test]
+fn oversized_structures_are_refused_before_parsing_naming_the_field() {
+    // Valid noise (40 × 132) passes the count; millions of values do not.
+    let full = fixture("case0");
+    assert!(PredictRequest::from_json(full.to_string().as_bytes(), H, D).is_ok());
+    let mut v = without(full.clone(), &["noise"]);
+    v["noise"] = json!(vec![0; 1_000_000]);
+    let (f, m) = refuse_body(&v.to_string());
+    assert_eq!(f, "noise");
+    assert!(m.contains("JSON values"), "{m}");
+    // Nested deeper: the top-level field is named.
+    let v = with(
+        full.clone(),
+        &["state", "eef_9d"],
+        json!(vec![json!([]); 20_000]),
+    );
+    assert_eq!(refuse_body(&v.to_string()).0, "state");
+    let v = with(
+        full.clone(),
+        &["images", "wrist_image_left"],
+        json!(vec!["x"; 20_000]),
+    );
+    assert_eq!(refuse_body(&v.to_string()).0, "images");
+    // An unknown field with a huge object, and a body with very many top-level keys.
+    let big: serde_json::Map<String, Value> =
+        (0..20_000).map(|i| (format!("k{i}"), json!(0))).collect();
+    let v = with(full.clone(), &["zzz"], Value::Object(big.clone()));
+    let (f, m) = refuse_body(&v.to_string());
+    assert_eq!(f, "zzz");
+    assert!(m.contains("JSON values"), "{m}");
+    let (f, m) = refuse_body(&Value::Object(big).to_string());
+    assert_eq!(f, "body");
+    assert!(m.contains("top-level"), "{m}");
+    // A top-level array.
+    assert_eq!(refuse_body(&json!(vec![0; 20_000]).to_string()).0, "body");
+}
+
+#[test]
+fn the_value_count_skips_strings() {
+    // Brackets, commas and escaped quotes inside strings are not structure.
+    let instruction = "pick \"it\", [up] {now} \\".repeat(20_000);
+    let v = with(fixture("case0"), &["instruction"], json!(instruction));
+    let req = PredictRequest::from_json(v.to_string().as_bytes(), H, D).unwrap();
+    assert_eq!(req.instruction, instruction);
+    // A key with an escaped quote is still one key.
+    let v = with(fixture("case0"), &["a\"b"], json!(vec![0; 20_000]));
+    assert_eq!(refuse_body(&v.to_string()).0, "a\\\"b");
+}

@@ -1,6 +1,6 @@
 //! Fault injection against the real `gr00t serve` on the tiny checkpoint, over loopback:
-//! vanishing clients, slow bodies, a 100 MiB body, thousands of idle connections and the HTTP
-//! bearer token. SIGTERM during a request is covered by
+//! vanishing clients, slow bodies, a 100 MiB body, clients that send a whole refused body before
+//! reading, thousands of idle connections and the HTTP bearer token. SIGTERM during a request is covered by
 //! `tests/server.rs::sigterm_finishes_the_request_in_flight_and_exits_zero`.
 //! Every wait is bounded by a socket timeout or a deadline; nothing sleeps to let time pass.
 
@@ -14,7 +14,7 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
-use test_client::{exchange, get, post_json, request, HttpResponse};
+use test_client::{exchange, get, parse, post_json, request, HttpResponse};
 use test_server::Server;
 
 /// `gr00t serve` on the tiny checkpoint without the status page, killed on drop.
@@ -259,4 +259,146 @@ fn api_token_guards_every_http_route_but_health() {
         !s.log_text().contains("s3cret"),
         "token leaked into the log"
     );
+}
+
+/// Like Python's `urllib`/`requests`: the whole request is written before a byte of the answer
+/// is read. A write error (the server reset the connection) fails the test.
+fn write_all_then_read(c: &mut TcpStream, what: &str, rest: &[u8]) -> HttpResponse {
+    c.write_all(rest)
+        .unwrap_or_else(|e| panic!("{what}: writing the body failed: {e}"));
+    let mut raw = Vec::new();
+    c.read_to_end(&mut raw)
+        .unwrap_or_else(|e| panic!("{what}: reading the answer failed: {e}"));
+    parse(&raw).unwrap_or_else(|| panic!("{what}: no answer: {:?}", String::from_utf8_lossy(&raw)))
+}
+
+fn chunked(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 64);
+    for part in body.chunks(1 << 20) {
+        out.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+        out.extend_from_slice(part);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+/// Waits (bounded) until the server's log has a line containing `needle`.
+fn wait_for_log(s: &Server, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !s.log_text().contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in the log:\n{}",
+            s.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_client_writing_a_40_mib_body_before_reading_gets_the_413() {
+    let s = start(&[]);
+    let b = body("case1", 21);
+    let solo = actions(&s.predict(&b));
+    let big = vec![b' '; 40 << 20];
+
+    // Declared length over the 16 MiB limit: answered before the body is read.
+    let mut c = connect(&s.http);
+    let r = write_all_then_read(
+        &mut c,
+        "declared",
+        &[head(big.len(), "").as_bytes(), &big].concat(),
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.json()["field"], "body", "{}", r.text());
+    assert!(r.json()["error"].as_str().unwrap().contains("limit"));
+
+    // Chunked: answered once the limit is crossed, with the rest still coming.
+    let h = "POST /predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+             Transfer-Encoding: chunked\r\n\r\n";
+    let mut c = connect(&s.http);
+    let r = write_all_then_read(&mut c, "chunked", &[h.as_bytes(), &chunked(&big)].concat());
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.json()["field"], "body", "{}", r.text());
+
+    assert_eq!(s.health(), 200);
+    assert_eq!(actions(&s.predict(&b)), solo);
+}
+
+#[test]
+fn a_client_finishing_a_slow_body_before_reading_gets_the_408() {
+    let s = start(&["--body-timeout-s", "1"]);
+    let b = body("case2", 8);
+    let solo = actions(&s.predict(&b));
+    // 12 MiB (under the limit): more than the socket buffers hold, so a reset would show.
+    let slow = vec![b' '; 12 << 20];
+    let mut c = connect(&s.http);
+    c.write_all(head(slow.len(), "").as_bytes()).unwrap();
+    c.write_all(&slow[..100]).unwrap();
+    // The server gives up on the body; this client does not look, and sends the rest.
+    wait_for_log(&s, "408 refused");
+    let r = write_all_then_read(&mut c, "slow", &slow[100..]);
+    assert_eq!(r.status, 408, "{}", r.text());
+    assert_eq!(r.json()["field"], "body", "{}", r.text());
+    assert!(r.text().contains("--body-timeout-s"), "{}", r.text());
+    assert_eq!(s.health(), 200);
+    assert_eq!(actions(&s.predict(&b)), solo);
+}
+
+#[test]
+fn the_lingering_close_stops_reading_after_four_body_limits() {
+    let s = start(&["--max-body-mb", "1"]);
+    let mut c = connect(&s.http);
+    c.write_all(head(1 << 30, "").as_bytes()).unwrap();
+    // The server discards at most 4 MiB after its 413, then closes: writing 1 GiB must fail
+    // (reset) long before it is all written.
+    let chunk = vec![b' '; 1 << 20];
+    let mut sent = 0usize;
+    let failed = (0..1024).any(|_| match c.write_all(&chunk) {
+        Ok(()) => {
+            sent += chunk.len();
+            false
+        }
+        Err(_) => true,
+    });
+    assert!(failed, "the server read a whole 1 GiB body");
+    assert!(sent < 64 << 20, "{} MiB were accepted", sent >> 20);
+    assert_eq!(s.health(), 200);
+}
+
+#[test]
+fn an_8_mb_instruction_gets_the_long_instruction_400_and_changes_nothing() {
+    let s = start(&[]);
+    let b = body("case3", 2);
+    let solo = actions(&s.predict(&b));
+    let mut v: Value = serde_json::from_slice(&b).unwrap();
+    for instruction in [
+        "pick up the block ".repeat(15),
+        "pick up the block ".repeat(450_000),
+    ] {
+        v["instruction"] = instruction.into();
+        let r = s.predict(&serde_json::to_vec(&v).unwrap());
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert_eq!(r.json()["field"], "instruction");
+        let error = r.json()["error"].as_str().unwrap().to_string();
+        assert!(error.ends_with("at most 51 are allowed"), "{error}");
+    }
+    assert_eq!(actions(&s.predict(&b)), solo);
+}
+
+#[test]
+fn a_client_sending_a_whole_body_without_the_token_reads_the_401() {
+    let s = start(&["--api-token", "s3cret"]);
+    // 12 MiB (under the limit), written before reading.
+    let big = vec![b' '; 12 << 20];
+    let mut c = connect(&s.http);
+    let r = write_all_then_read(
+        &mut c,
+        "401",
+        &[head(big.len(), "").as_bytes(), &big].concat(),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert!(r.json()["error"].as_str().unwrap().contains("Bearer"));
+    assert_eq!(s.health(), 200);
 }

@@ -1,7 +1,8 @@
 //! Limits against hostile or broken HTTP clients (docs/HARDENING.md): a cap on open
 //! connections (at the cap the longest-idle connection is closed to make room, so a health
 //! check still gets in), an idle timeout for connections with no request in progress, a
-//! deadline for reading a request body, and the optional bearer token (`--api-token`).
+//! deadline for reading a request body, the optional bearer token (`--api-token`), and a
+//! bounded lingering close after a refusal that left the body unread.
 
 #![cfg_attr(
     not(test),
@@ -55,6 +56,11 @@ impl Default for HardeningOptions {
     }
 }
 
+/// Longest a connection keeps reading (and discarding) after a refused body before closing.
+pub const LINGER_TIME: Duration = Duration::from_secs(5);
+/// Most bytes discarded by that lingering close, in bodies of the size limit.
+pub const LINGER_BODIES: usize = 4;
+
 /// A duration from a flag's seconds; non-finite or negative values mean "1 ms" rather than
 /// a panic in `Duration::from_secs_f64`.
 pub fn seconds(s: f64) -> Duration {
@@ -70,6 +76,9 @@ pub struct ConnState {
     last_ms: AtomicU64,
     /// Set by the listener to close this (idle) connection and free its slot.
     evict: AtomicBool,
+    /// Set by the guard when it refused a request whose body may be unread: the close then
+    /// lingers so that a client still sending reads the answer instead of a reset.
+    linger: AtomicBool,
     /// Wakes the connection's pending read when it is evicted.
     waker: Mutex<Option<Waker>>,
     /// The listener's start, for `last_ms`.
@@ -82,6 +91,7 @@ impl ConnState {
             busy: AtomicUsize::new(0),
             last_ms: AtomicU64::new(epoch.elapsed().as_millis() as u64),
             evict: AtomicBool::new(false),
+            linger: AtomicBool::new(false),
             waker: Mutex::new(None),
             epoch,
         }
@@ -115,18 +125,24 @@ pub struct LimitedListener {
     permits: Arc<Semaphore>,
     max: usize,
     idle: Duration,
+    linger_bytes: usize,
     epoch: Instant,
     open: Vec<Weak<ConnState>>,
 }
 
 impl LimitedListener {
-    /// Wraps a bound listener.
-    pub fn new(inner: TcpListener, opts: &HardeningOptions) -> LimitedListener {
+    /// Wraps a bound listener; `max_body_bytes` sizes the lingering close.
+    pub fn new(
+        inner: TcpListener,
+        opts: &HardeningOptions,
+        max_body_bytes: usize,
+    ) -> LimitedListener {
         LimitedListener {
             inner,
             permits: Arc::new(Semaphore::new(opts.max_connections.max(1))),
             max: opts.max_connections.max(1),
             idle: seconds(opts.idle_timeout_s),
+            linger_bytes: max_body_bytes.saturating_mul(LINGER_BODIES),
             epoch: Instant::now(),
             open: Vec::new(),
         }
@@ -170,7 +186,8 @@ impl Listener for LimitedListener {
             self.open.retain(|w| w.strong_count() > 0);
         }
         self.open.push(Arc::downgrade(&state));
-        (GuardedStream::new(tcp, permit, state, self.idle), addr)
+        let stream = GuardedStream::new(tcp, permit, state, self.idle, self.linger_bytes);
+        (stream, addr)
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -185,6 +202,22 @@ pub struct GuardedStream {
     state: Arc<ConnState>,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
+    linger_bytes: usize,
+    closing: Closing,
+}
+
+/// Where a connection's close stands.
+enum Closing {
+    /// Not closing.
+    Open,
+    /// Write side shut (answer and FIN sent); discarding input until EOF, the deadline, or
+    /// `left` more bytes.
+    Lingering {
+        deadline: Pin<Box<Sleep>>,
+        left: usize,
+    },
+    /// Done.
+    Closed,
 }
 
 impl GuardedStream {
@@ -193,6 +226,7 @@ impl GuardedStream {
         permit: OwnedSemaphorePermit,
         state: Arc<ConnState>,
         idle: Duration,
+        linger_bytes: usize,
     ) -> GuardedStream {
         GuardedStream {
             inner,
@@ -200,6 +234,37 @@ impl GuardedStream {
             state,
             idle,
             deadline: Box::pin(tokio::time::sleep(idle)),
+            linger_bytes,
+            closing: Closing::Open,
+        }
+    }
+
+    /// Reads and discards until the peer's EOF, an error, the linger deadline or byte budget,
+    /// or an eviction; then the close may complete.
+    fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Closing::Lingering { deadline, left } = &mut self.closing else {
+            return Poll::Ready(());
+        };
+        let mut scratch = [0u8; 16 * 1024];
+        loop {
+            if self.state.evict.load(Ordering::SeqCst) || deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            let mut buf = ReadBuf::new(&mut scratch);
+            // tokio's cooperative budget makes a long drain yield to other connections.
+            match Pin::new(&mut self.inner).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    *left = left.saturating_sub(buf.filled().len());
+                    if *left == 0 {
+                        return Poll::Ready(());
+                    }
+                }
+                Poll::Ready(_) => return Poll::Ready(()),
+                Poll::Pending => {
+                    self.state.remember(cx.waker());
+                    return Poll::Pending;
+                }
+            }
         }
     }
 
@@ -282,7 +347,24 @@ impl AsyncWrite for GuardedStream {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        if let Closing::Open = this.closing {
+            // hyper flushed the answer before this; shutting the write side sends the FIN.
+            std::task::ready!(Pin::new(&mut this.inner).poll_shutdown(cx))?;
+            // Closing with unread input would reset the connection, and a client that writes
+            // its whole body before reading would see the reset, not the answer.
+            this.closing = if this.state.linger.load(Ordering::SeqCst) {
+                Closing::Lingering {
+                    deadline: Box::pin(tokio::time::sleep(LINGER_TIME)),
+                    left: this.linger_bytes,
+                }
+            } else {
+                Closing::Closed
+            };
+        }
+        std::task::ready!(this.poll_linger(cx));
+        this.closing = Closing::Closed;
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -318,10 +400,14 @@ pub struct Guard {
 
 /// Busy marking, token check and body deadline, in that order, before the router.
 pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
-    let conn = req.extensions().get::<ConnectInfo<ConnInfo>>();
-    let _busy = conn.map(|ConnectInfo(ConnInfo(state))| {
+    let conn = req
+        .extensions()
+        .get::<ConnectInfo<ConnInfo>>()
+        .map(|ConnectInfo(ConnInfo(state))| state.clone());
+    let _busy = conn.clone().map(|state| {
         state.busy.fetch_add(1, Ordering::SeqCst);
-        BusyGuard(state.clone())
+        state.linger.store(false, Ordering::SeqCst);
+        BusyGuard(state)
     });
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let refuse = |e: ApiError| {
@@ -331,11 +417,17 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
             e.status.as_u16(),
             e.message
         );
+        // The body may be partly unread: should hyper close, it closes lingering.
+        if let Some(state) = &conn {
+            state.linger.store(true, Ordering::SeqCst);
+        }
         let status = e.status;
         let mut r = e.into_response();
         let extra = match status {
             StatusCode::UNAUTHORIZED => Some((header::WWW_AUTHENTICATE, "Bearer")),
-            StatusCode::REQUEST_TIMEOUT => Some((header::CONNECTION, "close")),
+            StatusCode::REQUEST_TIMEOUT | StatusCode::PAYLOAD_TOO_LARGE => {
+                Some((header::CONNECTION, "close"))
+            }
             _ => None,
         };
         if let Some((k, v)) = extra {
@@ -378,13 +470,16 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
             "body",
             format!("cannot read the request body: {e}"),
         )),
-        Err(_) => refuse(ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            format!(
-                "body: the request body did not arrive within {:.1} s (--body-timeout-s)",
-                g.body_timeout.as_secs_f64()
-            ),
-        )),
+        Err(_) => refuse(ApiError {
+            field: Some("body".into()),
+            ..ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "body: the request body did not arrive within {:.1} s (--body-timeout-s)",
+                    g.body_timeout.as_secs_f64()
+                ),
+            )
+        }),
     }
 }
 

@@ -204,7 +204,7 @@ async fn serve(
     // Printed bare (not through the log formatter): tooling waits for exactly this line.
     eprintln!("Application startup complete");
     // Connection cap and idle timeout (the listener also sets TCP_NODELAY).
-    let listener = hardening::LimitedListener::new(listener, &opts.hardening);
+    let listener = hardening::LimitedListener::new(listener, &opts.hardening, max_message);
     let guard = hardening::Guard {
         api_token: opts.protocols.api_token.as_deref().map(Into::into),
         body_timeout: hardening::seconds(opts.hardening.body_timeout_s),

@@ -103,7 +103,8 @@ pub fn exchange(addr: &str, head: &[u8], body: &[u8]) -> std::io::Result<HttpRes
     }
 }
 
-fn parse(raw: &[u8]) -> Option<HttpResponse> {
+/// Parses one whole response (head and body); `None` when it is incomplete.
+pub fn parse(raw: &[u8]) -> Option<HttpResponse> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..end]).ok()?;
     let mut lines = head.split("\r\n");
