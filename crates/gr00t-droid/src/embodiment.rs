@@ -83,6 +83,52 @@ impl EmbodimentSpec {
     }
 }
 
+impl EmbodimentSpec {
+    /// Checks `(view, frame count)` pairs: exactly the embodiment's views, each once, each with
+    /// one frame per offset. The error names the view at fault and lists what is expected.
+    pub fn check_views<'a>(
+        &self,
+        given: impl Iterator<Item = (&'a str, usize)> + Clone,
+    ) -> Result<(), RequestError> {
+        let t = self.frame_deltas.len();
+        let expected = || {
+            format!(
+                "{} takes views {:?}, {t} frame(s) each (offsets {:?}, oldest first)",
+                self.tag, self.views, self.frame_deltas
+            )
+        };
+        for (i, (view, count)) in given.clone().enumerate() {
+            let field = format!("images.{view}");
+            if !self.views.iter().any(|v| v == view) {
+                return Err(RequestError::new(
+                    field,
+                    format!("not a view of {}; {}", self.tag, expected()),
+                ));
+            }
+            if given.clone().take(i).any(|(v, _)| v == view) {
+                return Err(RequestError::new(field, "given twice"));
+            }
+            if count != t {
+                return Err(RequestError::new(
+                    field,
+                    format!("expected {t} frames, got {count}; {}", expected()),
+                ));
+            }
+        }
+        if let Some(missing) = self
+            .views
+            .iter()
+            .find(|v| !given.clone().any(|(g, _)| g == v.as_str()))
+        {
+            return Err(RequestError::new(
+                format!("images.{missing}"),
+                format!("missing; {}", expected()),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One observation of any embodiment, as a client sends it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observation {
@@ -213,47 +259,13 @@ impl EmbodimentProcessor {
     /// size after the eval transform (upstream stacks the views).
     fn time_major_frames(&self, obs: &Observation) -> Result<Vec<Frame>, RequestError> {
         let spec = &self.spec;
-        for (i, (view, _)) in obs.images.iter().enumerate() {
-            if !spec.views.contains(view) {
-                return Err(RequestError::new(
-                    format!("images.{view}"),
-                    format!(
-                        "not a view of {}; expected exactly {:?}",
-                        spec.tag, spec.views
-                    ),
-                ));
-            }
-            if obs.images[..i].iter().any(|(v, _)| v == view) {
-                return Err(RequestError::new(format!("images.{view}"), "given twice"));
-            }
-        }
+        spec.check_views(obs.images.iter().map(|(v, f)| (v.as_str(), f.len())))?;
+        let per_view: Vec<&Vec<Frame>> = spec
+            .views
+            .iter()
+            .filter_map(|view| obs.images.iter().find(|(v, _)| v == view).map(|(_, f)| f))
+            .collect();
         let t = spec.frame_deltas.len();
-        let mut per_view = Vec::with_capacity(spec.views.len());
-        for view in &spec.views {
-            let field = format!("images.{view}");
-            let frames = obs
-                .images
-                .iter()
-                .find(|(v, _)| v == view)
-                .map(|(_, f)| f)
-                .ok_or_else(|| {
-                    RequestError::new(
-                        &field,
-                        format!("missing; {} needs views {:?}", spec.tag, spec.views),
-                    )
-                })?;
-            if frames.len() != t {
-                return Err(RequestError::new(
-                    &field,
-                    format!(
-                        "expected {t} frames (offsets {:?}, oldest first), got {}",
-                        spec.frame_deltas,
-                        frames.len()
-                    ),
-                ));
-            }
-            per_view.push(frames);
-        }
         let mut first: Option<(String, (usize, usize))> = None;
         let mut out = Vec::with_capacity(t * spec.views.len());
         for step in 0..t {

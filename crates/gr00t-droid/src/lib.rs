@@ -6,6 +6,8 @@
 
 pub mod actions;
 pub mod embodiment;
+pub mod embodiment_request;
+pub mod embodiment_tags;
 pub mod image;
 pub mod pose;
 pub mod processor;

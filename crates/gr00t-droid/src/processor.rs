@@ -204,27 +204,9 @@ impl DroidProcessor {
             .actions
             .decode(action_pred, &req.state.groups())
             .map_err(|e| e.to_string())?;
-        let pick = |key: &str, normalized: bool| -> Result<Vec<Vec<f32>>, String> {
-            let g = decoded
-                .get(key)
-                .ok_or_else(|| format!("the decoder produced no {key} group"))?;
-            let flat = if normalized {
-                &g.normalized
-            } else {
-                &g.actions
-            };
-            Ok(flat.chunks_exact(g.dim).map(|r| r.to_vec()).collect())
-        };
-        let groups = |normalized: bool| -> Result<ActionGroups, String> {
-            Ok(ActionGroups {
-                eef_9d: pick("eef_9d", normalized)?,
-                gripper_position: pick("gripper_position", normalized)?,
-                joint_position: pick("joint_position", normalized)?,
-            })
-        };
         Ok(ChunkActions {
-            actions: groups(false)?,
-            normalized: groups(true)?,
+            actions: ActionGroups::from_decoded(&decoded, false),
+            normalized: ActionGroups::from_decoded(&decoded, true),
         })
     }
 }

@@ -117,6 +117,7 @@ pub struct EncodedPrompt {
 }
 
 /// Builds and tokenises GR00T prompts with the Qwen3 tokenizer.
+#[derive(Clone)]
 pub struct PromptEncoder {
     tokenizer: Tokenizer,
     image_pad_id: u32,

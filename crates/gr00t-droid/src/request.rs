@@ -120,15 +120,7 @@ impl PredictRequest {
         horizon: usize,
         action_dim: usize,
     ) -> Result<PredictRequest, RequestError> {
-        // `noise` holds horizon × (action_dim + 1) values; no other field comes near.
-        let max_values = horizon
-            .saturating_mul(action_dim.saturating_add(1))
-            .saturating_mul(2)
-            .max(1024);
-        check_value_counts(body, max_values)?;
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| RequestError::new("body", format!("invalid JSON: {e}")))?;
-        Self::from_value(&value, horizon, action_dim)
+        Self::from_value(&parse_body(body, horizon, action_dim)?, horizon, action_dim)
     }
 
     /// Validates an already parsed JSON value.
@@ -163,40 +155,7 @@ impl PredictRequest {
                 ))
             }
         };
-        let seed = match obj.get("seed") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_u64().ok_or_else(|| {
-                RequestError::new(
-                    "seed",
-                    format!("expected an unsigned integer, got {}", describe(v)),
-                )
-            })?),
-        };
-        let noise = match obj.get("noise") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(parse_noise(v, horizon, action_dim)?),
-        };
-        let noise = match (seed, noise) {
-            (Some(_), Some(_)) => {
-                return Err(RequestError::new(
-                    "noise",
-                    "give either seed or noise, not both",
-                ));
-            }
-            (Some(s), None) => NoiseSource::Seed(s),
-            (None, Some(n)) => NoiseSource::Client(n),
-            (None, None) => NoiseSource::Seed(DEFAULT_SEED),
-        };
-        let return_normalized = match obj.get("return_normalized") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(v) => {
-                return Err(RequestError::new(
-                    "return_normalized",
-                    format!("expected a boolean, got {}", kind(v)),
-                ))
-            }
-        };
+        let (noise, return_normalized) = parse_noise_options(obj, horizon, action_dim)?;
         Ok(PredictRequest {
             images,
             state,
@@ -205,6 +164,62 @@ impl PredictRequest {
             return_normalized,
         })
     }
+}
+
+/// A body's JSON, after a scan that refuses hostile sizes without allocating (see
+/// [`check_value_counts`]); `horizon`/`action_dim` size the largest valid field (`noise`).
+pub fn parse_body(body: &[u8], horizon: usize, action_dim: usize) -> Result<Value, RequestError> {
+    // `noise` holds horizon × (action_dim + 1) values; no other field comes near.
+    let max_values = horizon
+        .saturating_mul(action_dim.saturating_add(1))
+        .saturating_mul(2)
+        .max(1024);
+    check_value_counts(body, max_values)?;
+    serde_json::from_slice(body)
+        .map_err(|e| RequestError::new("body", format!("invalid JSON: {e}")))
+}
+
+/// `seed` | `noise` (default seed 42) and `return_normalized` of a request object.
+pub(crate) fn parse_noise_options(
+    obj: &Map<String, Value>,
+    horizon: usize,
+    action_dim: usize,
+) -> Result<(NoiseSource, bool), RequestError> {
+    let seed = match obj.get("seed") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            RequestError::new(
+                "seed",
+                format!("expected an unsigned integer, got {}", describe(v)),
+            )
+        })?),
+    };
+    let noise = match obj.get("noise") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_noise(v, horizon, action_dim)?),
+    };
+    let noise = match (seed, noise) {
+        (Some(_), Some(_)) => {
+            return Err(RequestError::new(
+                "noise",
+                "give either seed or noise, not both",
+            ));
+        }
+        (Some(s), None) => NoiseSource::Seed(s),
+        (None, Some(n)) => NoiseSource::Client(n),
+        (None, None) => NoiseSource::Seed(DEFAULT_SEED),
+    };
+    let return_normalized = match obj.get("return_normalized") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(RequestError::new(
+                "return_normalized",
+                format!("expected a boolean, got {}", kind(v)),
+            ))
+        }
+    };
+    Ok((noise, return_normalized))
 }
 
 /// Refuses a body with more top-level keys than [`MAX_TOP_LEVEL_KEYS`], or a top-level field
@@ -275,14 +290,17 @@ fn check_value_counts(body: &[u8], max: usize) -> Result<(), RequestError> {
     Ok(())
 }
 
-fn required<'a>(obj: &'a Map<String, Value>, key: &str) -> Result<&'a Value, RequestError> {
+pub(crate) fn required<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+) -> Result<&'a Value, RequestError> {
     match obj.get(key) {
         Some(Value::Null) | None => Err(RequestError::new(key, "is required")),
         Some(v) => Ok(v),
     }
 }
 
-fn kind(v: &Value) -> &'static str {
+pub(crate) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -293,7 +311,7 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-fn describe(v: &Value) -> String {
+pub(crate) fn describe(v: &Value) -> String {
     match v {
         Value::Number(n) => format!("{n}"),
         other => kind(other).to_string(),
@@ -349,7 +367,7 @@ fn parse_images(v: &Value) -> Result<[[String; FRAMES_PER_CAMERA]; 2], RequestEr
     Ok(out)
 }
 
-fn parse_floats(v: &Value, field: &str, len: usize) -> Result<Vec<f32>, RequestError> {
+pub(crate) fn parse_floats(v: &Value, field: &str, len: usize) -> Result<Vec<f32>, RequestError> {
     let arr = v.as_array().ok_or_else(|| {
         RequestError::new(
             field,

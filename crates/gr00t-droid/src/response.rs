@@ -1,16 +1,66 @@
 //! The `/predict` response of the HTTP contract (docs/API.md).
 
+use crate::actions::DecodedActions;
+use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
-/// Physical action targets per group, `[horizon][dim]`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ActionGroups {
-    /// Absolute end-effector pose: xyz then the first two rotation rows.
-    pub eef_9d: Vec<Vec<f32>>,
-    /// Absolute gripper opening.
-    pub gripper_position: Vec<Vec<f32>>,
-    /// Absolute joint targets.
-    pub joint_position: Vec<Vec<f32>>,
+/// Physical action targets per action key, `[horizon][dim]`, in the embodiment's key order
+/// (DROID: `eef_9d`, `gripper_position`, `joint_position`); serialised as a JSON object.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ActionGroups(pub Vec<(String, Vec<Vec<f32>>)>);
+
+impl ActionGroups {
+    /// The rows of one key.
+    pub fn get(&self, key: &str) -> Option<&Vec<Vec<f32>>> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The rows of one key, empty when the key is absent.
+    pub fn rows(&self, key: &str) -> &[Vec<f32>] {
+        self.get(key).map_or(&[], Vec::as_slice)
+    }
+
+    /// Keys and rows in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Vec<Vec<f32>>)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// The final (or, with `normalized`, the model-space) chunk of every decoded key.
+    pub fn from_decoded(decoded: &DecodedActions, normalized: bool) -> ActionGroups {
+        ActionGroups(
+            decoded
+                .groups
+                .iter()
+                .map(|g| {
+                    let flat = if normalized {
+                        &g.normalized
+                    } else {
+                        &g.actions
+                    };
+                    // A zero-width key still has one (empty) row per step.
+                    let rows = (0..decoded.horizon)
+                        .map(|t| flat[t * g.dim..(t + 1) * g.dim].to_vec())
+                        .collect();
+                    (g.key.clone(), rows)
+                })
+                .collect(),
+        )
+    }
+
+    /// Steps in the chunk.
+    pub fn horizon(&self) -> usize {
+        self.0.first().map_or(0, |(_, rows)| rows.len())
+    }
+}
+
+impl Serialize for ActionGroups {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
 }
 
 /// Stage timings in milliseconds.
@@ -45,9 +95,9 @@ pub struct TimingMs {
 pub struct PredictResponse {
     /// Physical action chunk.
     pub actions: ActionGroups,
-    /// 40.
+    /// Steps in the chunk (40 for DROID; the embodiment's action horizon).
     pub action_horizon: usize,
-    /// `oxe_droid_relative_eef_relative_joint`.
+    /// The embodiment tag served.
     pub embodiment: String,
     /// VLM sequence length.
     pub seq_len: usize,

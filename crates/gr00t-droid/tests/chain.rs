@@ -53,9 +53,9 @@ fn flat(rows: &[Vec<f32>]) -> Vec<f32> {
 /// reference's max |value|.
 fn group_agreement(actions: &ActionGroups, taps: &Taps) -> Vec<(&'static str, f64, f32, f32)> {
     [
-        ("eef_9d", &actions.eef_9d),
-        ("gripper_position", &actions.gripper_position),
-        ("joint_position", &actions.joint_position),
+        ("eef_9d", actions.rows("eef_9d")),
+        ("gripper_position", actions.rows("gripper_position")),
+        ("joint_position", actions.rows("joint_position")),
     ]
     .into_iter()
     .map(|(key, ours)| {
@@ -88,11 +88,11 @@ fn request_json_to_actions_matches_reference_for_every_case() {
             assert!(r >= 0.9999, "{case} {key}: r = {r}, max|Δ| = {d:e}");
             assert!(d <= 1e-4 * scale.max(1.0), "{case} {key}: max|Δ| = {d:e}");
         }
-        assert_eq!(actions.eef_9d.len(), 40);
-        assert_eq!(normalized.joint_position[0].len(), 7);
+        assert_eq!(actions.rows("eef_9d").len(), 40);
+        assert_eq!(normalized.rows("joint_position")[0].len(), 7);
         // Normalised chunk = the valid dims of action_pred.
         assert_eq!(
-            normalized.eef_9d[3],
+            normalized.rows("eef_9d")[3],
             action_pred[3 * 132..3 * 132 + 9].to_vec()
         );
     }

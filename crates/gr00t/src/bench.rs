@@ -75,6 +75,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
         checkpoint: opts.checkpoint.clone(),
         tokenizer: None,
         device: opts.device,
+        embodiments: Vec::new(),
     })
     .map_err(|e| format!("cannot load the model: {e}"))?;
     let info = engine.info().clone();

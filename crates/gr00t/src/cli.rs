@@ -28,6 +28,11 @@ enum Command {
         /// Tokenizer file [default: the bundled Qwen3 tokenizer].
         #[arg(long)]
         tokenizer: Option<PathBuf>,
+        /// Embodiment to serve (tag or upstream enum name, e.g. NEW_EMBODIMENT); repeat for
+        /// several. The first is the default of requests that name none [default: every
+        /// embodiment of the checkpoint this server can serve, DROID first].
+        #[arg(long = "embodiment", value_name = "TAG")]
+        embodiments: Vec<String>,
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
@@ -143,6 +148,7 @@ pub fn run() -> i32 {
         Command::Serve {
             checkpoint,
             tokenizer,
+            embodiments,
             host,
             port,
             queue,
@@ -156,6 +162,7 @@ pub fn run() -> i32 {
         } => crate::server::run(crate::server::ServeOptions {
             checkpoint,
             tokenizer,
+            embodiments,
             host,
             port,
             queue,
@@ -235,6 +242,8 @@ fn predict(
         checkpoint: resolve_checkpoint(checkpoint)?,
         tokenizer,
         device,
+        // A request names its embodiment; every servable one is loaded.
+        embodiments: Vec::new(),
     };
     let engine = Engine::load(&opts).map_err(|e| e.to_string())?;
     if engine.info().synthetic_weights {

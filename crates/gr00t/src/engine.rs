@@ -1,12 +1,17 @@
-//! The inference engine: one loaded model plus the DROID processor, turning a `/predict` body
-//! into a response. Synchronous; the server runs it off the async runtime.
+//! The inference engine: one loaded model plus the processors of the embodiments it serves,
+//! turning a `/predict` body into a response. DROID bodies take the DROID processor (the
+//! contract's fixed layout); a body naming another `embodiment` takes that embodiment's generic
+//! processor. Synchronous; the server runs it off the async runtime.
 
 use crate::device::DeviceOptions;
 use candle_core::DType;
+use gr00t_droid::embodiment::{EmbodimentProcessor, EmbodimentSpec};
+use gr00t_droid::embodiment_request::EmbodimentRequest;
+use gr00t_droid::embodiment_tags;
 use gr00t_droid::processor::{DroidProcessor, EncodedRequest};
 use gr00t_droid::prompt::PromptEncoder;
-use gr00t_droid::request::{NoiseSource, PredictRequest, RequestError};
-use gr00t_droid::response::{PredictResponse, TimingMs};
+use gr00t_droid::request::{self, NoiseSource, PredictRequest, RequestError};
+use gr00t_droid::response::{ActionGroups, PredictResponse, TimingMs};
 use gr00t_droid::EMBODIMENT_TAG;
 use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::cpu_kernel;
@@ -27,6 +32,8 @@ pub struct EngineOptions {
     pub tokenizer: Option<PathBuf>,
     /// Where the network runs and in which precision.
     pub device: DeviceOptions,
+    /// Embodiments to serve (tags or upstream enum names); empty = every servable one.
+    pub embodiments: Vec<String>,
 }
 
 /// Why a prediction was not produced.
@@ -60,8 +67,10 @@ pub struct EngineInfo {
     pub checkpoint_digest: String,
     /// True for `gr00t synth-checkpoint` weights.
     pub synthetic_weights: bool,
-    /// Embodiment tag.
+    /// The default embodiment tag (the first served).
     pub embodiment: String,
+    /// Every served embodiment's layout.
+    pub embodiments: Vec<EmbodimentInfo>,
     /// 40.
     pub action_horizon: usize,
     /// Denoise implementation.
@@ -78,14 +87,128 @@ pub struct EngineInfo {
     pub version: String,
 }
 
+/// One served embodiment's layout, as `/info` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EmbodimentInfo {
+    /// The tag.
+    pub tag: String,
+    /// Projector index of its category-specific weights.
+    pub embodiment_id: usize,
+    /// Video keys in prompt order.
+    pub views: Vec<String>,
+    /// Frame offsets of every view, oldest first.
+    pub frame_deltas: Vec<i64>,
+    /// State keys with their widths.
+    pub state: Vec<KeyWidth>,
+    /// Action keys with their widths and representations.
+    pub actions: Vec<KeyWidth>,
+    /// Steps returned per chunk.
+    pub action_horizon: usize,
+    /// The language key the instruction stands for.
+    pub language_key: String,
+}
+
+/// A key and its width.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyWidth {
+    /// The key.
+    pub key: String,
+    /// Its number of values.
+    pub dim: usize,
+    /// How an action key is decoded (`absolute`, `relative <format> to <state key>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rep: Option<String>,
+}
+
+impl EmbodimentInfo {
+    fn of(spec: &EmbodimentSpec) -> EmbodimentInfo {
+        use gr00t_droid::actions::Representation;
+        EmbodimentInfo {
+            tag: spec.tag.clone(),
+            embodiment_id: spec.embodiment_id,
+            views: spec.views.clone(),
+            frame_deltas: spec.frame_deltas.clone(),
+            state: spec
+                .state
+                .keys()
+                .map(|(k, d)| KeyWidth {
+                    key: k.into(),
+                    dim: d,
+                    rep: None,
+                })
+                .collect(),
+            actions: spec
+                .actions
+                .keys()
+                .map(|(k, d, rep)| KeyWidth {
+                    key: k.into(),
+                    dim: d,
+                    rep: Some(match rep {
+                        Representation::Absolute => "absolute".into(),
+                        Representation::Relative { state_key, format } => {
+                            format!("relative {format:?} to state {state_key}")
+                        }
+                    }),
+                })
+                .collect(),
+            action_horizon: spec.actions.horizon(),
+            language_key: spec.language_key.clone(),
+        }
+    }
+}
+
+/// The tags to serve: the requested ones (resolved, in order), or every tag whose layout the
+/// server can serve, DROID first; unservable tags are logged when not asked for.
+fn served_tags(ckpt: &Checkpoint, requested: &[String]) -> Result<Vec<String>, String> {
+    let all: Vec<&str> = ckpt
+        .processor
+        .modality_configs
+        .keys()
+        .map(String::as_str)
+        .collect();
+    if !requested.is_empty() {
+        let mut tags: Vec<String> = Vec::new();
+        for name in requested {
+            let tag = embodiment_tags::resolve(name, all.iter().copied()).ok_or_else(|| {
+                format!(
+                    "--embodiment {name:?}: the checkpoint has no such embodiment (it has {all:?})"
+                )
+            })?;
+            EmbodimentSpec::new(ckpt, tag)?;
+            if !tags.iter().any(|t| t == tag) {
+                tags.push(tag.to_string());
+            }
+        }
+        return Ok(tags);
+    }
+    let mut tags = Vec::new();
+    for tag in all {
+        match EmbodimentSpec::new(ckpt, tag) {
+            Ok(_) => tags.push(tag.to_string()),
+            Err(e) => tracing::warn!("embodiment {tag:?} is not served: {e}"),
+        }
+    }
+    // DROID first: the contract's default layout.
+    tags.sort_by_key(|t| t != EMBODIMENT_TAG);
+    if tags.is_empty() {
+        return Err("the checkpoint has no embodiment this server can serve".into());
+    }
+    Ok(tags)
+}
+
 /// The bundled Qwen3 tokenizer (`assets/tokenizer/qwen3/tokenizer.json`).
 pub const BUNDLED_TOKENIZER: &[u8] =
     include_bytes!("../../../assets/tokenizer/qwen3/tokenizer.json");
 
-/// One loaded model and its processor.
+/// One loaded model and the processors of the embodiments it serves.
 pub struct Engine {
     model: Gr00tModel,
-    processor: DroidProcessor,
+    /// The DROID layout's processor, when DROID is served.
+    droid: Option<DroidProcessor>,
+    /// Every served embodiment, the default first.
+    embodiments: Vec<EmbodimentProcessor>,
+    horizon: usize,
+    action_dim: usize,
     info: EngineInfo,
 }
 
@@ -101,14 +224,26 @@ impl Engine {
             Some(path) => PromptEncoder::load(path)?,
             None => PromptEncoder::from_bytes(BUNDLED_TOKENIZER)?,
         };
-        let processor = DroidProcessor::new(&ckpt, prompt)?;
+        let tags = served_tags(&ckpt, &opts.embodiments)?;
+        let droid = if tags.iter().any(|t| t == EMBODIMENT_TAG) {
+            Some(DroidProcessor::new(&ckpt, prompt.clone())?)
+        } else {
+            None
+        };
+        let embodiments = tags
+            .iter()
+            .map(|t| EmbodimentProcessor::new(&ckpt, prompt.clone(), t))
+            .collect::<Result<Vec<_>, _>>()?;
         let device = opts.device.device.open()?;
         let dtype = opts.device.dtype.resolve(&device);
         // Before the weights load: packing at load depends on the kernel.
         let kernel = cpu_kernel::select(kernel_cap);
-        // Only DROID's embodiment-specific weights are kept (the others would cost ~0.6 GB).
-        let embodiment = ckpt.embodiment_id(EMBODIMENT_TAG)?;
-        let mut model = Gr00tModel::load_with(&ckpt, &device, dtype, Some(&[embodiment]))?;
+        // Only the served embodiments' category-specific weights are kept (~20 MB a slot in
+        // bf16 on the full model).
+        let mut ids: Vec<usize> = embodiments.iter().map(|p| p.spec().embodiment_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut model = Gr00tModel::load_with(&ckpt, &device, dtype, Some(&ids))?;
         model.set_denoise_backend(backend);
         model.set_vision_cache_capacity(cache_images);
         let info = EngineInfo {
@@ -117,7 +252,11 @@ impl Engine {
             checkpoint: opts.checkpoint.display().to_string(),
             checkpoint_digest: ckpt.digest()?,
             synthetic_weights: ckpt.is_synthetic(),
-            embodiment: EMBODIMENT_TAG.into(),
+            embodiment: tags[0].clone(),
+            embodiments: embodiments
+                .iter()
+                .map(|p| EmbodimentInfo::of(p.spec()))
+                .collect(),
             action_horizon: ckpt.config.action_horizon,
             denoise_backend: model.denoise_backend().as_str().into(),
             cpu_kernel: if device.is_cpu() {
@@ -130,32 +269,131 @@ impl Engine {
             threads: candle_core::utils::get_num_threads(),
             version: env!("CARGO_PKG_VERSION").into(),
         };
+        for p in &embodiments {
+            let s = p.spec();
+            tracing::info!(
+                "serving embodiment {} (projector {}): views {:?} × offsets {:?}, {} state keys, \
+                 {} action keys, horizon {}",
+                s.tag,
+                s.embodiment_id,
+                s.views,
+                s.frame_deltas,
+                s.state.keys().count(),
+                s.actions.keys().count(),
+                s.actions.horizon()
+            );
+        }
         Ok(Engine {
             model,
-            processor,
+            droid,
+            embodiments,
+            horizon: ckpt.config.action_horizon,
+            action_dim: ckpt.config.max_action_dim,
             info,
         })
     }
 
-    /// Runs one `/predict` body.
+    /// Runs one `/predict` body: DROID's layout unless it names another `embodiment`.
     pub fn predict(&self, body: &[u8]) -> Result<PredictResponse, PredictError> {
         let t0 = Instant::now();
-        let req = self
-            .processor
-            .parse(body)
-            .map_err(PredictError::BadRequest)?;
-        self.predict_encoded(t0, &req, |p| p.encode(&req))
+        let bad = PredictError::BadRequest;
+        let mut value = request::parse_body(body, self.horizon, self.action_dim).map_err(bad)?;
+        let named = match value.get("embodiment") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(v) => {
+                return Err(bad(RequestError::new(
+                    "embodiment",
+                    format!("expected a tag string, got {v}"),
+                )))
+            }
+        };
+        let processor = match &named {
+            None => &self.embodiments[0],
+            Some(name) => self.embodiment(name).ok_or_else(|| {
+                bad(RequestError::new(
+                    "embodiment",
+                    format!(
+                        "{name:?} is not served here; served: {:?}",
+                        self.embodiments
+                            .iter()
+                            .map(|p| p.spec().tag.as_str())
+                            .collect::<Vec<_>>()
+                    ),
+                ))
+            })?,
+        };
+        match &self.droid {
+            Some(droid) if processor.spec().tag == EMBODIMENT_TAG => {
+                if let Some(obj) = value.as_object_mut() {
+                    obj.remove("embodiment");
+                }
+                let req = PredictRequest::from_value(&value, self.horizon, self.action_dim)
+                    .map_err(bad)?;
+                self.predict_encoded(t0, &req, |p| p.encode(&req))
+            }
+            _ => {
+                let req = EmbodimentRequest::from_value(
+                    &value,
+                    processor.spec(),
+                    self.horizon,
+                    self.action_dim,
+                )
+                .map_err(bad)?;
+                drop(value);
+                self.predict_generic(t0, processor, &req)
+            }
+        }
     }
 
-    /// [`predict`](Self::predict) once the request is parsed (from `t0`): `encode` builds the
-    /// model inputs, so the binary protocols can hand over decoded frames (`protocols`).
-    pub fn predict_encoded(
+    /// Whether the DROID layout is served (the demo request and the ZMQ/websocket doors need it).
+    pub fn serves_droid(&self) -> bool {
+        self.droid.is_some()
+    }
+
+    /// Runs one blank observation of the default embodiment (mid-grey 256×256 frames, zero
+    /// state, seed 0), so first-call costs are paid before a client arrives.
+    pub fn warm_up_blank(&self) -> Result<PredictResponse, PredictError> {
+        let processor = &self.embodiments[0];
+        let spec = processor.spec();
+        let frame = gr00t_droid::image::Frame::new(256, 256, vec![128; 256 * 256 * 3])
+            .map_err(|e| PredictError::Internal(e.to_string()))?;
+        let req = EmbodimentRequest {
+            observation: gr00t_droid::embodiment::Observation {
+                images: spec
+                    .views
+                    .iter()
+                    .map(|v| (v.clone(), vec![frame.clone(); spec.frame_deltas.len()]))
+                    .collect(),
+                state: spec
+                    .state
+                    .keys()
+                    .map(|(k, d)| (k.to_string(), vec![0.0; d]))
+                    .collect(),
+                instruction: "warm up".into(),
+                noise: NoiseSource::Seed(0),
+            },
+            return_normalized: false,
+        };
+        self.predict_generic(Instant::now(), processor, &req)
+    }
+
+    /// The served embodiment `name` means (tag in any case, or upstream's enum name).
+    pub fn embodiment(&self, name: &str) -> Option<&EmbodimentProcessor> {
+        let tag =
+            embodiment_tags::resolve(name, self.embodiments.iter().map(|p| p.spec().tag.as_str()))?;
+        self.embodiments.iter().find(|p| p.spec().tag == tag)
+    }
+
+    /// One request of a generic embodiment.
+    fn predict_generic(
         &self,
         t0: Instant,
-        req: &PredictRequest,
-        encode: impl FnOnce(&DroidProcessor) -> Result<EncodedRequest, RequestError>,
+        processor: &EmbodimentProcessor,
+        req: &EmbodimentRequest,
     ) -> Result<PredictResponse, PredictError> {
-        let enc = encode(&self.processor).map_err(|e| {
+        let t_parsed = Instant::now();
+        let enc = processor.encode(&req.observation).map_err(|e| {
             if e.field.is_empty() {
                 PredictError::Internal(e.message)
             } else {
@@ -168,8 +406,68 @@ impl Engine {
             .forward(&enc.inputs, &Recorder::disabled())
             .map_err(|e| PredictError::Internal(e.to_string()))?;
         let t2 = Instant::now();
-        let chunk = self
-            .processor
+        let decoded = processor
+            .decode(&out.action_pred, &req.observation)
+            .map_err(PredictError::Internal)?;
+        let t3 = Instant::now();
+        let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+        let (noise_source, seed) = match req.observation.noise {
+            NoiseSource::Seed(s) => ("seed", Some(s)),
+            NoiseSource::Client(_) => ("client", None),
+        };
+        Ok(PredictResponse {
+            actions: ActionGroups::from_decoded(&decoded, false),
+            action_horizon: decoded.horizon,
+            embodiment: processor.spec().tag.clone(),
+            seq_len: out.seq_len,
+            noise_source,
+            seed,
+            actions_normalized: req
+                .return_normalized
+                .then(|| ActionGroups::from_decoded(&decoded, true)),
+            timing_ms: TimingMs {
+                // JSON parsing and frame decoding count as decoding the request.
+                decode: ms(t0, t_parsed),
+                encode: ms(t_parsed, t1),
+                device: ms(t1, t2),
+                decode_actions: ms(t2, t3),
+                total: ms(t0, t3),
+                vision: Some(out.timings.vision_ms),
+                llm: Some(out.timings.llm_ms),
+                adapter: Some(out.timings.adapter_ms),
+                denoise: Some(out.timings.denoise_ms),
+            },
+        })
+    }
+
+    /// [`predict`](Self::predict) once the request is parsed (from `t0`): `encode` builds the
+    /// model inputs, so the binary protocols can hand over decoded frames (`protocols`).
+    pub fn predict_encoded(
+        &self,
+        t0: Instant,
+        req: &PredictRequest,
+        encode: impl FnOnce(&DroidProcessor) -> Result<EncodedRequest, RequestError>,
+    ) -> Result<PredictResponse, PredictError> {
+        let droid = self.droid.as_ref().ok_or_else(|| {
+            PredictError::BadRequest(RequestError::new(
+                "embodiment",
+                format!("{EMBODIMENT_TAG} is not served here"),
+            ))
+        })?;
+        let enc = encode(droid).map_err(|e| {
+            if e.field.is_empty() {
+                PredictError::Internal(e.message)
+            } else {
+                PredictError::BadRequest(e)
+            }
+        })?;
+        let t1 = Instant::now();
+        let out = self
+            .model
+            .forward(&enc.inputs, &Recorder::disabled())
+            .map_err(|e| PredictError::Internal(e.to_string()))?;
+        let t2 = Instant::now();
+        let chunk = droid
             .decode(&out.action_pred, req)
             .map_err(PredictError::Internal)?;
         let t3 = Instant::now();
@@ -181,7 +479,7 @@ impl Engine {
         let parse_ms = ms(t0, t1) - enc.decode_ms - enc.encode_ms;
         Ok(PredictResponse {
             actions: chunk.actions,
-            action_horizon: self.processor.horizon(),
+            action_horizon: droid.horizon(),
             embodiment: EMBODIMENT_TAG.into(),
             seq_len: out.seq_len,
             noise_source,

@@ -191,6 +191,49 @@ function path3d(ctx, w, h, paths, now, box) {
 }
 
 const xyz = (a) => a.eef_9d.map((r) => r.slice(0, 3));
+const DROID_KEYS = ["eef_9d", "gripper_position", "joint_position"];
+const LINE_COLORS = ["#1c7ed6", "#e8590c", "#2f9e44", "#c2255c", "#7048e8", "#0c8599", "#f59f00",
+  "#868e96", "#5c940d", "#d6336c"];
+
+/** How `/info` says an action key of an embodiment is decoded (e.g. "relative XyzRot6d …"). */
+function actionRep(embodiment, key) {
+  const e = info && (info.embodiments || []).find((x) => x.tag === embodiment);
+  const a = e && e.actions.find((x) => x.key === key);
+  return (a && a.rep) || "";
+}
+
+/** The xyz of every step of an end-effector key, or null for a joint-like key. */
+function eefPath(rows, rep) {
+  if (/Homogeneous/.test(rep)) return rows.map((r) => [r[3], r[7], r[11]]);
+  if (/XyzRot6d|XyzRotvec/.test(rep)) return rows.map((r) => r.slice(0, 3));
+  return null;
+}
+
+/** Any embodiment: per action key a line per dimension (● the current state when the state
+ *  has the key), and a 3-D path for end-effector keys. */
+function genericPlots(container, actions, state, small, embodiment) {
+  const [w3, wl, h] = small ? [185, 235, 190] : [240, 310, 210];
+  const figs = [];
+  for (const [key, rows] of Object.entries(actions)) {
+    if (!rows.length || !rows[0].length) continue;
+    const now = Array.isArray(state[key]) ? state[key] : [];
+    const path = eefPath(rows, actionRep(embodiment, key));
+    if (path) {
+      const cur = now.length >= 3 ? now.slice(0, 3) : null;
+      const [f, c, w, hh] = figure(w3, h, `${key}: xyz path (blue → red)${cur ? ", ● now" : ""}`);
+      path3d(c, w, hh, [{ pts: path, color: "time" }], cur, bounds3(path.concat(cur ? [cur] : [])));
+      figs.push(f);
+    }
+    const dims = rows[0].length;
+    const [f, c, w, hh] = figure(wl, h, `${key} (${dims}) over the horizon${now.length === dims ? ", ● now" : ""}`);
+    lines(c, w, hh, rows[0].map((_, j) => ({
+      ys: rows.map((r) => r[j]), color: LINE_COLORS[j % LINE_COLORS.length],
+      now: now.length === dims ? now[j] : null,
+    })));
+    figs.push(f);
+  }
+  container.replaceChildren(...figs);
+}
 
 /** Shared scales for several answers to the same request, so their plots compare by eye. */
 function scales(actionSets, state) {
@@ -206,8 +249,12 @@ function scales(actionSets, state) {
  * The three chunk plots of one answer: xyz path, joints vs the current joints, gripper.
  * `shared` fixes the scales (see `scales`); `small` draws them narrower (demo panels).
  */
-function chunkPlots(container, actions, state, shared, small) {
+function chunkPlots(container, actions, state, shared, small, embodiment) {
   state = state || {};
+  if (!DROID_KEYS.every((k) => Array.isArray(actions[k]))) {
+    genericPlots(container, actions, state, small, embodiment);
+    return;
+  }
   const s = shared || scales([actions], state);
   const [wa, wb, wc, h] = small ? [185, 235, 160, 190] : [240, 310, 220, 210];
   const now = state.eef_9d ? state.eef_9d.slice(0, 3) : null;
@@ -269,7 +316,7 @@ function card(e) {
   }
   if (e.frames_error) frames.append(el("p", { className: "error" }, e.frames_error));
   timingBar($(".timing", node), e.timing_ms, e.queue_ms);
-  chunkPlots($(".plots", node), e.actions, e.state);
+  chunkPlots($(".plots", node), e.actions, e.state, null, false, e.embodiment);
   return node;
 }
 

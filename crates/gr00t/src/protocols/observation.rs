@@ -487,12 +487,10 @@ pub fn action_dict(
     for key in &schema.action_keys {
         let (mut values, mut horizon, mut dim) = (Vec::new(), 0, 0);
         for r in responses {
-            let rows = match key.as_str() {
-                "eef_9d" => &r.actions.eef_9d,
-                "gripper_position" => &r.actions.gripper_position,
-                "joint_position" => &r.actions.joint_position,
-                other => return Err(format!("no actions for key {other:?}")),
-            };
+            let rows = r
+                .actions
+                .get(key)
+                .ok_or_else(|| format!("no actions for key {key:?}"))?;
             (horizon, dim) = (rows.len(), rows.first().map_or(0, Vec::len));
             values.extend(rows.iter().flatten().copied());
         }

@@ -40,10 +40,15 @@ impl Server {
 
     /// Starts the server asking for HTTP port `port` (0: any free one) and waits until ready.
     pub fn start_on(port: u16, extra: &[&str]) -> Server {
+        Server::start_in(&tiny_checkpoint(), port, extra)
+    }
+
+    /// Starts the server on `checkpoint` (HTTP port `port`, 0: any) and waits until ready.
+    pub fn start_in(checkpoint: &std::path::Path, port: u16, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gr00t"))
             .arg("serve")
             .arg("--checkpoint")
-            .arg(tiny_checkpoint())
+            .arg(checkpoint)
             .args(["--port", &port.to_string()])
             .args(extra)
             .env("RUST_LOG", "info")

@@ -221,6 +221,7 @@ pub fn entry_json(p: &Pending, pipeline: Option<&ImagePipeline>) -> Value {
                 "frames": frames,
                 "actions": response.actions,
                 "action_horizon": response.action_horizon,
+                "embodiment": response.embodiment,
                 "timing_ms": response.timing_ms,
                 "queue_ms": queue_ms,
                 "seq_len": response.seq_len,
@@ -238,6 +239,28 @@ pub fn entry_json(p: &Pending, pipeline: Option<&ImagePipeline>) -> Value {
 /// The four frames in model order (`[ext t−15, wrist t−15, ext t, wrist t]`) after the eval
 /// crop and the Qwen resize, as `{label, camera, t, width, height, src}` with a JPEG data URL.
 pub fn model_frames(request: &Value, pipeline: &ImagePipeline) -> Result<Vec<Value>, String> {
+    let droid_views = CAMERAS.iter().all(|c| request["images"].get(c).is_some());
+    if let (false, Some(views)) = (droid_views, request["images"].as_object()) {
+        // Another embodiment: every view's frames, oldest first, labelled by view and index.
+        let mut out = Vec::new();
+        for (view, frames) in views {
+            for (t, b64) in frames.as_array().into_iter().flatten().enumerate() {
+                let field = format!("images.{view}[{t}]");
+                let b64 = b64
+                    .as_str()
+                    .ok_or_else(|| format!("{field}: not a string"))?;
+                out.push(seen_frame(
+                    b64,
+                    pipeline,
+                    &field,
+                    format!("{view} [{t}]"),
+                    view,
+                    t,
+                )?);
+            }
+        }
+        return Ok(out);
+    }
     let mut out = Vec::with_capacity(CAMERAS.len() * FRAMES_PER_CAMERA);
     for t in 0..FRAMES_PER_CAMERA {
         for cam in CAMERAS {
@@ -245,13 +268,6 @@ pub fn model_frames(request: &Value, pipeline: &ImagePipeline) -> Result<Vec<Val
             let b64 = request["images"][cam][t]
                 .as_str()
                 .ok_or_else(|| format!("{field}: not a string"))?;
-            let frame = decode_base64_frame(b64).map_err(|e| format!("{field}: {e}"))?;
-            let seen = pipeline
-                .frame_stages(&frame)
-                .map_err(|e| format!("{field}: {e}"))?
-                .qwen_resized;
-            let jpeg = encode_jpeg(&seen.data, seen.width, seen.height)
-                .map_err(|e| format!("{field}: cannot encode JPEG: {e}"))?;
             let short = if cam.starts_with("wrist") {
                 "wrist"
             } else {
@@ -262,20 +278,46 @@ pub fn model_frames(request: &Value, pipeline: &ImagePipeline) -> Result<Vec<Val
             } else {
                 "t−15"
             };
-            out.push(json!({
-                "label": format!("{short} {when}"),
-                "camera": cam,
-                "t": t,
-                "width": seen.width,
-                "height": seen.height,
-                "src": format!(
-                    "data:image/jpeg;base64,{}",
-                    base64::engine::general_purpose::STANDARD.encode(jpeg)
-                ),
-            }));
+            out.push(seen_frame(
+                b64,
+                pipeline,
+                &field,
+                format!("{short} {when}"),
+                cam,
+                t,
+            )?);
         }
     }
     Ok(out)
+}
+
+/// One frame as the model saw it (after crop and Qwen resize), as the page's JSON entry.
+fn seen_frame(
+    b64: &str,
+    pipeline: &ImagePipeline,
+    field: &str,
+    label: String,
+    camera: &str,
+    t: usize,
+) -> Result<Value, String> {
+    let frame = decode_base64_frame(b64).map_err(|e| format!("{field}: {e}"))?;
+    let seen = pipeline
+        .frame_stages(&frame)
+        .map_err(|e| format!("{field}: {e}"))?
+        .qwen_resized;
+    let jpeg = encode_jpeg(&seen.data, seen.width, seen.height)
+        .map_err(|e| format!("{field}: cannot encode JPEG: {e}"))?;
+    Ok(json!({
+        "label": label,
+        "camera": camera,
+        "t": t,
+        "width": seen.width,
+        "height": seen.height,
+        "src": format!(
+            "data:image/jpeg;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(jpeg)
+        ),
+    }))
 }
 
 fn encode_jpeg(rgb: &[u8], width: usize, height: usize) -> Result<Vec<u8>, image::ImageError> {
@@ -296,11 +338,11 @@ mod tests {
 
     fn response() -> Arc<PredictResponse> {
         Arc::new(PredictResponse {
-            actions: ActionGroups {
-                eef_9d: vec![vec![0.5; 9]; 40],
-                gripper_position: vec![vec![0.1]; 40],
-                joint_position: vec![vec![0.2; 7]; 40],
-            },
+            actions: ActionGroups(vec![
+                ("eef_9d".into(), vec![vec![0.5; 9]; 40]),
+                ("gripper_position".into(), vec![vec![0.1]; 40]),
+                ("joint_position".into(), vec![vec![0.2; 7]; 40]),
+            ]),
             action_horizon: 40,
             embodiment: "x".into(),
             seq_len: 517,

@@ -42,6 +42,8 @@ pub struct ServeOptions {
     pub checkpoint: Option<PathBuf>,
     /// Tokenizer file; `None` = the bundled one.
     pub tokenizer: Option<PathBuf>,
+    /// `--embodiment` tags; empty = every servable one.
+    pub embodiments: Vec<String>,
     /// Address to listen on.
     pub host: String,
     /// First port to try.
@@ -84,6 +86,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         checkpoint: checkpoint.clone(),
         tokenizer: opts.tokenizer.clone(),
         device: opts.device,
+        embodiments: opts.embodiments.clone(),
     })
     .map_err(|e| format!("cannot load the model: {e}"))?;
     let info = engine.info().clone();
@@ -266,6 +269,18 @@ fn warn_synthetic(info: &EngineInfo) {
 /// loaded checkpoint is the one the demo reference was computed for, checks the answer.
 fn warm_up(engine: &Engine, info: &EngineInfo) -> Result<(), Box<dyn Error>> {
     let t0 = Instant::now();
+    if !engine.serves_droid() {
+        // The demo is a DROID request: warm up on a blank observation of the default instead.
+        engine
+            .warm_up_blank()
+            .map_err(|e| format!("warm-up request failed: {e}"))?;
+        tracing::info!(
+            "warm-up request ({}, blank frames) done in {:.2} s",
+            info.embodiment,
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let response = engine
         .predict(demo::DEMO_REQUEST.as_bytes())
         .map_err(|e| format!("warm-up request failed: {e}"))?;
@@ -277,12 +292,7 @@ fn warm_up(engine: &Engine, info: &EngineInfo) -> Result<(), Box<dyn Error>> {
     if reference.checkpoint_digest != info.checkpoint_digest {
         return Ok(());
     }
-    let a = &response.actions;
-    let groups = [
-        ("eef_9d", &a.eef_9d),
-        ("gripper_position", &a.gripper_position),
-        ("joint_position", &a.joint_position),
-    ];
+    let groups: Vec<(&str, &Vec<Vec<f32>>)> = response.actions.iter().collect();
     // The reference is fp32; bf16 compute lands within a few 1e-3 on the tiny model.
     let tolerance = if info.dtype == "f32" { 1e-4 } else { 3e-2 };
     match demo::max_abs_diff(&reference, &groups) {

@@ -361,11 +361,11 @@ mod tests {
 
     fn response() -> PredictResponse {
         PredictResponse {
-            actions: ActionGroups {
-                eef_9d: vec![],
-                gripper_position: vec![],
-                joint_position: vec![],
-            },
+            actions: ActionGroups(vec![
+                ("eef_9d".into(), vec![]),
+                ("gripper_position".into(), vec![]),
+                ("joint_position".into(), vec![]),
+            ]),
             action_horizon: 40,
             embodiment: String::new(),
             seq_len: 517,

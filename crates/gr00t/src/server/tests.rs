@@ -34,6 +34,7 @@ fn info() -> EngineInfo {
         checkpoint_digest: "0".repeat(64),
         synthetic_weights: false,
         embodiment: "oxe_droid_relative_eef_relative_joint".into(),
+        embodiments: Vec::new(),
         action_horizon: 40,
         denoise_backend: "test".into(),
         cpu_kernel: "test".into(),
@@ -73,11 +74,11 @@ fn start(predict: PredictFn, queue: usize, max_body_bytes: usize) -> TestServer 
 
 fn ok_response(seq_len: usize) -> PredictResponse {
     PredictResponse {
-        actions: ActionGroups {
-            eef_9d: vec![vec![0.5; 9]; 40],
-            gripper_position: vec![vec![0.0; 1]; 40],
-            joint_position: vec![vec![0.25; 7]; 40],
-        },
+        actions: ActionGroups(vec![
+            ("eef_9d".into(), vec![vec![0.5; 9]; 40]),
+            ("gripper_position".into(), vec![vec![0.0; 1]; 40]),
+            ("joint_position".into(), vec![vec![0.25; 7]; 40]),
+        ]),
         action_horizon: 40,
         embodiment: "oxe_droid_relative_eef_relative_joint".into(),
         seq_len,

@@ -183,11 +183,11 @@ mod tests {
     /// A response whose `seq_len` carries the first body byte, to check routing and order.
     fn response(tag: u8) -> PredictResponse {
         PredictResponse {
-            actions: ActionGroups {
-                eef_9d: vec![],
-                gripper_position: vec![],
-                joint_position: vec![],
-            },
+            actions: ActionGroups(vec![
+                ("eef_9d".into(), vec![]),
+                ("gripper_position".into(), vec![]),
+                ("joint_position".into(), vec![]),
+            ]),
             action_horizon: 40,
             embodiment: String::new(),
             seq_len: tag as usize,

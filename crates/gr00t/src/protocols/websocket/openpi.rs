@@ -112,16 +112,16 @@ async fn run(ctx: &WsContext, req: &RawRequest) -> Result<(PredictResponse, f64)
 /// `policy_timing` (the model's own time, as openpi policies report it).
 fn reply_map(r: &PredictResponse) -> Vec<(Value, Value)> {
     let a = &r.actions;
-    let h = a.joint_position.len();
-    let group = |rows: &Vec<Vec<f32>>| {
+    let (joints, gripper) = (a.rows("joint_position"), a.rows("gripper_position"));
+    let h = joints.len();
+    let group = |rows: &[Vec<f32>]| {
         let d = rows.first().map_or(0, Vec::len);
         let flat: Vec<f32> = rows.iter().flatten().copied().collect();
         openpi_array(&NdArray::from_f32(vec![rows.len(), d], &flat))
     };
-    let combined: Vec<f32> = a
-        .joint_position
+    let combined: Vec<f32> = joints
         .iter()
-        .zip(&a.gripper_position)
+        .zip(gripper)
         .flat_map(|(j, g)| j.iter().chain(g).copied())
         .collect();
     let width = combined.len() / h.max(1);
@@ -130,9 +130,9 @@ fn reply_map(r: &PredictResponse) -> Vec<(Value, Value)> {
             Value::from("actions"),
             openpi_array(&NdArray::from_f32(vec![h, width], &combined)),
         ),
-        (Value::from("eef_9d"), group(&a.eef_9d)),
-        (Value::from("joint_position"), group(&a.joint_position)),
-        (Value::from("gripper_position"), group(&a.gripper_position)),
+        (Value::from("eef_9d"), group(a.rows("eef_9d"))),
+        (Value::from("joint_position"), group(joints)),
+        (Value::from("gripper_position"), group(gripper)),
         (
             Value::from("policy_timing"),
             str_map([("infer_ms", Value::F64(r.timing_ms.total))]),

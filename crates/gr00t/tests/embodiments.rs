@@ -1,0 +1,197 @@
+//! `gr00t serve` on the multi-embodiment fixture checkpoint (DROID plus four embodiments from
+//! NVIDIA's code): every case's `request.json` over real HTTP against what `Gr00tPolicy`
+//! returned, `/info`'s layouts, `--embodiment`, and the refusals naming their field.
+
+#[path = "../src/server/test_client.rs"]
+mod test_client;
+#[path = "../src/protocols/test_server.rs"]
+mod test_server;
+
+use gr00t_fixtures::{max_abs_diff, multi_checkpoint, multi_dir, MultiCase, MULTI_CASES};
+use serde_json::{json, Value};
+use test_client::{get, post_json};
+use test_server::Server;
+
+fn post(server: &Server, body: &Value) -> (u16, Value) {
+    let r = post_json(&server.http, "/predict", body.to_string().as_bytes()).expect("POST");
+    (r.status, r.json())
+}
+
+fn request(case: &str) -> Value {
+    let text = std::fs::read_to_string(multi_dir().join(case).join("request.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn flat(rows: &Value) -> Vec<f32> {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+        })
+        .collect()
+}
+
+/// xyz + rotvec rows compared as poses (a rotvec near π may flip axis).
+fn rotvec_rows_close(a: &[f32], b: &[f32]) -> bool {
+    let m =
+        |r: &[f32]| gr00t_droid::pose::rotvec_to_matrix([r[3] as f64, r[4] as f64, r[5] as f64]);
+    a.chunks_exact(6).zip(b.chunks_exact(6)).all(|(x, y)| {
+        let (mx, my) = (m(x), m(y));
+        max_abs_diff(&x[..3], &y[..3]) <= 1e-5
+            && mx
+                .iter()
+                .flatten()
+                .zip(my.iter().flatten())
+                .all(|(p, q)| (p - q).abs() <= 1e-4)
+    })
+}
+
+#[test]
+fn every_embodiment_is_served_over_http() {
+    let server = Server::start_in(&multi_checkpoint(), 0, &[]);
+    let info = get(&server.http, "/info").unwrap().json();
+    let tags: Vec<&str> = info["embodiments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["tag"].as_str().unwrap())
+        .collect();
+    assert_eq!(tags[0], "oxe_droid_relative_eef_relative_joint", "{info}");
+    assert_eq!(tags.len(), 5, "{tags:?}");
+    let r1 = &info["embodiments"][tags
+        .iter()
+        .position(|t| *t == "real_r1_pro_sharpa_relative_eef")
+        .unwrap()];
+    assert_eq!(r1["frame_deltas"], json!([-20, 0]));
+    assert_eq!(r1["views"].as_array().unwrap().len(), 3);
+    assert_eq!(r1["action_horizon"], 40);
+    assert_eq!(r1["embodiment_id"], 26);
+
+    for name in MULTI_CASES {
+        let case = MultiCase::load(name);
+        let (status, resp) = post(&server, &request(name));
+        assert_eq!(status, 200, "{name}: {resp}");
+        assert_eq!(resp["embodiment"], case.tag.as_str());
+        let h = case.outputs.dims("head.action_pred")[1].min(40);
+        let keys: Vec<&String> = resp["actions"].as_object().unwrap().keys().collect();
+        for key in keys {
+            let want = case.outputs.f32s(&format!("action.{key}"));
+            let dims = case.outputs.dims(&format!("action.{key}"));
+            assert_eq!(resp["action_horizon"], dims[1], "{name}");
+            assert!(dims[1] <= h);
+            let ours = flat(&resp["actions"][key]);
+            assert_eq!(ours.len(), want.len(), "{name} {key}");
+            if key == "head_pose" {
+                assert!(rotvec_rows_close(&ours, &want), "{name} head_pose");
+            } else {
+                let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+                let d = max_abs_diff(&ours, &want);
+                assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d}");
+            }
+        }
+    }
+
+    // DROID bodies are unchanged; naming DROID (tag or enum name) gives the same bits.
+    let case0: Value = serde_json::from_str(&gr00t_fixtures::request_json("case0")).unwrap();
+    let (status, plain) = post(&server, &case0);
+    assert_eq!(status, 200, "{plain}");
+    let mut named = case0.clone();
+    named["embodiment"] = json!("OXE_DROID_RELATIVE_EEF_RELATIVE_JOINT");
+    let (status, again) = post(&server, &named);
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(plain["actions"], again["actions"]);
+    let taps = gr00t_fixtures::Taps::load("case0");
+    for g in ["eef_9d", "gripper_position", "joint_position"] {
+        let d = max_abs_diff(
+            &flat(&plain["actions"][g]),
+            &taps.f32s(&format!("output.{g}")),
+        );
+        assert!(d <= 1e-5, "case0 {g}: {d}");
+    }
+
+    // Refusals name the field and say what is expected.
+    let refuse = |body: Value, field: &str, needle: &str| {
+        let (status, resp) = post(&server, &body);
+        assert_eq!(status, 400, "{resp}");
+        assert_eq!(resp["field"], field, "{resp}");
+        let msg = resp["error"].as_str().unwrap();
+        assert!(msg.contains(needle), "{msg}");
+    };
+    let base = request("case_new_embodiment_1");
+    let mut b = base.clone();
+    b["embodiment"] = json!("robot_9000");
+    refuse(b, "embodiment", "new_embodiment");
+    let mut b = base.clone();
+    b["images"].as_object_mut().unwrap().remove("wrist");
+    refuse(b, "images.wrist", "\"front\", \"wrist\"");
+    let mut b = base.clone();
+    b["state"]["single_arm"] = json!([0.0, 1.0]);
+    refuse(b, "state.single_arm", "expected 5 numbers");
+    let mut b = base.clone();
+    b["state"]["elbow"] = json!([0.0]);
+    refuse(b, "state.elbow", "single_arm [5]");
+    let mut b = base.clone();
+    b["images"]["front"] = json!([]);
+    refuse(b, "images.front", "expected 1 frames");
+    let mut b = base;
+    b["images"]["front"] = json!(["bm90IGFuIGltYWdl"]);
+    refuse(b, "images.front[0]", "");
+    // Still serving.
+    let (status, _) = post(&server, &request("case_simpler_env_widowx_1"));
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn embodiment_flag_picks_what_is_served() {
+    let server = Server::start_in(
+        &multi_checkpoint(),
+        0,
+        &[
+            "--embodiment",
+            "NEW_EMBODIMENT",
+            "--embodiment",
+            "simpler_env_google",
+        ],
+    );
+    let info = get(&server.http, "/info").unwrap().json();
+    assert_eq!(info["embodiment"], "new_embodiment");
+    let tags: Vec<&str> = info["embodiments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["tag"].as_str().unwrap())
+        .collect();
+    assert_eq!(tags, ["new_embodiment", "simpler_env_google"]);
+    // A request that names no embodiment gets the first served one.
+    let mut body = request("case_new_embodiment_2");
+    body.as_object_mut().unwrap().remove("embodiment");
+    let (status, resp) = post(&server, &body);
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(resp["embodiment"], "new_embodiment");
+    assert_eq!(resp["action_horizon"], 16);
+    // DROID is not served here.
+    let case0: Value = serde_json::from_str(&gr00t_fixtures::request_json("case0")).unwrap();
+    let (status, resp) = post(&server, &case0);
+    assert_eq!(status, 400, "{resp}");
+    assert_eq!(resp["field"], "images.exterior_image_1_left", "{resp}");
+}
+
+#[test]
+fn unknown_embodiment_flag_is_refused_at_startup() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gr00t"))
+        .args(["serve", "--port", "0", "--checkpoint"])
+        .arg(multi_checkpoint())
+        .args(["--embodiment", "REAL_G1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("REAL_G1") && err.contains("new_embodiment"),
+        "{err}"
+    );
+}
