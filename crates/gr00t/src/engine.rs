@@ -346,6 +346,26 @@ impl Engine {
         }
     }
 
+    /// Runs one decoded observation of embodiment `tag` (the binary doors' generic path).
+    pub fn predict_observation(
+        &self,
+        t0: Instant,
+        tag: &str,
+        observation: gr00t_droid::embodiment::Observation,
+    ) -> Result<PredictResponse, PredictError> {
+        let processor = self.embodiment(tag).ok_or_else(|| {
+            PredictError::BadRequest(RequestError::new(
+                "embodiment",
+                format!("{tag:?} is not served here"),
+            ))
+        })?;
+        let req = EmbodimentRequest {
+            observation,
+            return_normalized: false,
+        };
+        self.predict_generic(t0, processor, &req)
+    }
+
     /// Whether the DROID layout is served (the demo request and the ZMQ/websocket doors need it).
     pub fn serves_droid(&self) -> bool {
         self.droid.is_some()

@@ -5,7 +5,7 @@
 
 // The protocol decoders, compiled in by path as the fuzz crate does (the `gr00t` crate has no
 // library target). They are declared at the crate root, so their `super::` is this file;
-// `engine_ext` is reduced to the one type the decoders use.
+// `engine_ext` is reduced to the request types the decoders use.
 #[allow(dead_code)]
 #[path = "../src/protocols/droid_obs.rs"]
 mod droid_obs;
@@ -22,20 +22,13 @@ mod npy;
 #[path = "../src/protocols/observation.rs"]
 mod observation;
 
-/// Mirror of the server's `engine_ext::RawRequest`.
-mod engine_ext {
-    use gr00t_droid::image::Frame;
-    use gr00t_droid::request::{NoiseSource, RawState, FRAMES_PER_CAMERA};
+#[allow(dead_code)]
+#[path = "../src/protocols/items.rs"]
+mod items;
 
-    /// One DROID observation with its frames decoded.
-    #[allow(dead_code)]
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct RawRequest {
-        pub frames: [[Frame; FRAMES_PER_CAMERA]; 2],
-        pub state: RawState,
-        pub instruction: String,
-        pub noise: NoiseSource,
-    }
+/// The part of the server's `engine_ext` the decoders use: its request types.
+mod engine_ext {
+    pub use super::items::{AnyRequest, Item, RawRequest};
 }
 
 use gr00t_droid::image::{decode_base64_frame, decode_frame_bytes, ImageError};
@@ -168,8 +161,10 @@ fn openpi_arrays_whose_bytes_do_not_match_their_shape_are_refused() {
 #[test]
 fn gr00t_observations_with_hostile_shapes_are_refused() {
     let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
-    let m = &ckpt.processor.modality_configs[gr00t_droid::EMBODIMENT_TAG];
-    let schema = observation::Schema::new(m, 40, 132, false);
+    let tag = gr00t_droid::EMBODIMENT_TAG;
+    let spec = gr00t_droid::embodiment::EmbodimentSpec::new(&ckpt, tag).unwrap();
+    let schema =
+        observation::Schema::new(&spec, &ckpt.processor.modality_configs[tag], 40, 132, false);
     let npy_arr = |h: &str, data: &[u8]| {
         str_map(vec![
             ("__ndarray_class__", Value::Boolean(true)),

@@ -508,3 +508,124 @@ fn zmq_n17_msgpack_numpy_requests_get_the_same_actions_in_their_form() {
     let again = c.call("get_action", Some(to_nd(&request())), None);
     assert_eq!(values(&again), values(&nd));
 }
+
+/// A multi-embodiment case as upstream's nested observation: `video {view: u8 [1,T,H,W,3]}`,
+/// `state {key: f32 [1,1,D]}`, `language {key: [[instruction]]}`.
+fn multi_observation(case: &gr00t_fixtures::MultiCase) -> Value {
+    let dir = gr00t_fixtures::multi_dir().join(&case.name);
+    let obs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("observation.json")).unwrap()).unwrap();
+    let video = obs["video"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(view, files)| {
+            let mut data = Vec::new();
+            let (mut w, mut h, mut t) = (0, 0, 0);
+            for f in files.as_array().unwrap() {
+                let img = image::open(dir.join(f.as_str().unwrap()))
+                    .unwrap()
+                    .to_rgb8();
+                (w, h, t) = (img.width() as usize, img.height() as usize, t + 1);
+                data.extend(img.into_raw());
+            }
+            let a = NdArray::new(DType::U8, vec![1, t, h, w, 3], data).unwrap();
+            (Value::from(view.as_str()), nd_array(&a))
+        })
+        .collect();
+    let state = case
+        .state
+        .iter()
+        .map(|(k, v)| {
+            let a = NdArray::from_f32(vec![1, 1, v.len()], v);
+            (Value::from(k.as_str()), nd_array(&a))
+        })
+        .collect();
+    let lang = obs["language_key"].as_str().unwrap();
+    str_map([
+        ("video", Value::Map(video)),
+        ("state", Value::Map(state)),
+        (
+            "language",
+            str_map([(
+                lang,
+                Value::Array(vec![Value::Array(vec![Value::from(
+                    case.instruction.as_str(),
+                )])]),
+            )]),
+        ),
+    ])
+}
+
+#[test]
+fn zmq_serves_every_embodiment_by_options() {
+    let server = Server::start_in(&gr00t_fixtures::multi_checkpoint(), 0, &["--zmq-port", "0"]);
+    let mut c = Client::connect(server.zmq.as_deref().expect("zmq address"));
+    for name in gr00t_fixtures::MULTI_CASES {
+        let case = gr00t_fixtures::MultiCase::load(name);
+        let noise = nd_array(&NdArray::from_f32(vec![1, 40, 132], &case.noise));
+        let options = str_map([
+            ("embodiment", Value::from(case.tag.to_uppercase())),
+            ("noise", noise),
+        ]);
+        let reply = c.call(
+            "get_action",
+            Some(get_action(multi_observation(&case), options)),
+            None,
+        );
+        let Value::Array(pair) = &reply else {
+            panic!("{name}: {reply}")
+        };
+        let Value::Map(acts) = &pair[0] else {
+            panic!("{name}: {reply}")
+        };
+        assert!(!acts.is_empty(), "{name}");
+        for (k, v) in acts {
+            let key = k.as_str().unwrap();
+            let (form, a) = decode_array(v).expect("array");
+            assert_eq!(form, ArrayForm::Nd, "replies mirror the request's form");
+            let a = a.unwrap();
+            assert_eq!(
+                a.shape,
+                case.outputs.dims(&format!("action.{key}")),
+                "{name} {key}"
+            );
+            let want = case.outputs.f32s(&format!("action.{key}"));
+            let ours = a.to_f32s();
+            if key == "head_pose" {
+                // Near-π rotation vectors: compare the translation only here (the HTTP and
+                // processor tests compare the rotations).
+                let xyz = |v: &[f32]| -> Vec<f32> {
+                    v.chunks_exact(6).flat_map(|r| r[..3].to_vec()).collect()
+                };
+                assert!(
+                    max_abs_diff(&xyz(&ours), &xyz(&want)) <= 1e-5,
+                    "{name} head_pose"
+                );
+                continue;
+            }
+            let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+            let d = max_abs_diff(&ours, &want);
+            assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d}");
+        }
+    }
+    // get_modality_config answers for the default (DROID) or the named embodiment.
+    let m = c.call("get_modality_config", None, None);
+    assert!(format!("{m}").contains("exterior_image_1_left"), "{m}");
+    let m = c.call(
+        "get_modality_config",
+        Some(str_map([("embodiment", Value::from("new_embodiment"))])),
+        None,
+    );
+    assert!(format!("{m}").contains("single_arm"), "{m}");
+    // An embodiment the server does not serve.
+    let reply = c.call(
+        "get_action",
+        Some(get_action(
+            case0_observation(1, false),
+            str_map([("embodiment", Value::from("REAL_G1"))]),
+        )),
+        None,
+    );
+    assert!(error_text(&reply).contains("not served"), "{reply}");
+}

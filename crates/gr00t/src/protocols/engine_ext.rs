@@ -7,29 +7,146 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub use super::items::{AnyRequest, Item, RawRequest};
 use super::msgpack_numpy::{get, pack, str_map, unpack};
 use crate::engine::{Engine, PredictError};
 use crate::server::{SubmitError, WorkerHandle};
 use axum::body::Bytes;
+use gr00t_droid::embodiment::Observation;
 use gr00t_droid::image::Frame;
-use gr00t_droid::request::{NoiseSource, PredictRequest, RawState, FRAMES_PER_CAMERA};
+use gr00t_droid::request::{NoiseSource, PredictRequest, RawState};
 use gr00t_droid::response::PredictResponse;
 use rmpv::Value;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// One DROID observation with its frames already decoded.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RawRequest {
-    /// Frames per camera in `CAMERAS` order (exterior, wrist), each `[t−15, t]`.
-    pub frames: [[Frame; FRAMES_PER_CAMERA]; 2],
-    /// Raw state.
-    pub state: RawState,
-    /// Instruction as sent.
-    pub instruction: String,
-    /// Initial noise.
-    pub noise: NoiseSource,
+impl AnyRequest {
+    /// The tagged queue body (an `embodiment` key tells it from a DROID one).
+    pub fn to_body(&self) -> Bytes {
+        let o = &self.observation;
+        let images = o
+            .images
+            .iter()
+            .map(|(view, frames)| {
+                let frames = frames
+                    .iter()
+                    .map(|f| {
+                        Value::Array(vec![
+                            Value::from(f.width as u64),
+                            Value::from(f.height as u64),
+                            Value::Binary(f.data.clone()),
+                        ])
+                    })
+                    .collect();
+                Value::Array(vec![Value::from(view.as_str()), Value::Array(frames)])
+            })
+            .collect();
+        let state = o
+            .state
+            .iter()
+            .map(|(k, v)| Value::Array(vec![Value::from(k.as_str()), Value::Binary(f32_bytes(v))]))
+            .collect();
+        let noise = match &o.noise {
+            NoiseSource::Seed(seed) => ("seed", Value::from(*seed)),
+            NoiseSource::Client(n) => ("noise", Value::Binary(f32_bytes(n))),
+        };
+        let v = str_map([
+            ("embodiment", Value::from(self.tag.as_str())),
+            ("images", Value::Array(images)),
+            ("state", Value::Array(state)),
+            ("instruction", Value::from(o.instruction.as_str())),
+            noise,
+        ]);
+        let mut body = tag().to_vec();
+        body.extend(pack(&v));
+        Bytes::from(body)
+    }
+
+    fn unpack(m: &[(Value, Value)]) -> Option<AnyRequest> {
+        let mut images = Vec::new();
+        for entry in get(m, "images")?.as_array()? {
+            let [view, frames] = entry.as_array()?.as_slice() else {
+                return None;
+            };
+            let mut out = Vec::new();
+            for f in frames.as_array()? {
+                let f = f.as_array()?;
+                let (w, h) = (f.first()?.as_u64()?, f.get(1)?.as_u64()?);
+                let Value::Binary(data) = f.get(2)? else {
+                    return None;
+                };
+                out.push(Frame::new(w as usize, h as usize, data.clone()).ok()?);
+            }
+            images.push((view.as_str()?.to_string(), out));
+        }
+        let mut state = Vec::new();
+        for entry in get(m, "state")?.as_array()? {
+            let [key, Value::Binary(b)] = entry.as_array()?.as_slice() else {
+                return None;
+            };
+            state.push((key.as_str()?.to_string(), f32s(b)));
+        }
+        let noise = match (get(m, "seed"), get(m, "noise")) {
+            (Some(s), None) => NoiseSource::Seed(s.as_u64()?),
+            (None, Some(Value::Binary(b))) => NoiseSource::Client(f32s(b)),
+            _ => return None,
+        };
+        Some(AnyRequest {
+            tag: get(m, "embodiment")?.as_str()?.to_string(),
+            observation: Observation {
+                images,
+                state,
+                instruction: get(m, "instruction")?.as_str()?.to_string(),
+                noise,
+            },
+        })
+    }
+}
+
+impl Item {
+    /// The DROID request (tests of the DROID layout).
+    #[cfg(test)]
+    pub fn droid(&self) -> &RawRequest {
+        match self {
+            Item::Droid(r) => r,
+            Item::Any(a) => panic!("not a DROID item: {}", a.tag),
+        }
+    }
+
+    /// Replaces the initial noise.
+    pub fn set_noise(&mut self, noise: NoiseSource) {
+        match self {
+            Item::Droid(r) => r.noise = noise,
+            Item::Any(a) => a.observation.noise = noise,
+        }
+    }
+
+    /// The tagged queue body.
+    pub fn to_body(&self) -> Bytes {
+        match self {
+            Item::Droid(r) => r.to_body(),
+            Item::Any(a) => a.to_body(),
+        }
+    }
+
+    /// Unpacks a tagged body; `None` when `body` is not one (an HTTP body).
+    pub fn from_body(body: &[u8]) -> Option<Result<Item, String>> {
+        let rest = body.strip_prefix(&tag()[..])?;
+        let bad = || "malformed internal request".to_string();
+        let v = match unpack(rest) {
+            Ok(v) => v,
+            Err(_) => return Some(Err(bad())),
+        };
+        let Some(m) = v.as_map() else {
+            return Some(Err(bad()));
+        };
+        Some(if get(m, "embodiment").is_some() {
+            AnyRequest::unpack(m).map(Item::Any).ok_or_else(bad)
+        } else {
+            RawRequest::unpack_map(m).map(Item::Droid).ok_or_else(bad)
+        })
+    }
 }
 
 /// Why a protocol request got no actions: the text goes back to the client.
@@ -127,15 +244,7 @@ impl RawRequest {
         Bytes::from(body)
     }
 
-    /// Unpacks a tagged body; `None` when `body` is not one (an HTTP body).
-    pub fn from_body(body: &[u8]) -> Option<Result<RawRequest, String>> {
-        let rest = body.strip_prefix(&tag()[..])?;
-        Some(Self::unpack(rest).ok_or_else(|| "malformed internal request".to_string()))
-    }
-
-    fn unpack(bytes: &[u8]) -> Option<RawRequest> {
-        let v = unpack(bytes).ok()?;
-        let m = v.as_map()?;
+    fn unpack_map(m: &[(Value, Value)]) -> Option<RawRequest> {
         let mut frames = Vec::new();
         for f in get(m, "frames")?.as_array()? {
             let f = f.as_array()?;
@@ -193,16 +302,27 @@ impl RawRequest {
 /// an HTTP `/predict` body.
 pub fn predict(engine: &Engine, body: &[u8]) -> Result<PredictResponse, PredictError> {
     let t0 = Instant::now();
-    match RawRequest::from_body(body) {
+    match Item::from_body(body) {
         None => engine.predict(body),
         Some(Err(e)) => Err(PredictError::Internal(e)),
-        Some(Ok(raw)) => raw.predict(engine, t0),
+        Some(Ok(Item::Droid(raw))) => raw.predict(engine, t0),
+        Some(Ok(Item::Any(a))) => engine.predict_observation(t0, &a.tag, a.observation),
     }
 }
 
-/// Queues one observation behind whatever HTTP and other protocol requests wait, and waits.
+/// Queues one DROID observation behind whatever HTTP and other protocol requests wait, and
+/// waits.
 pub async fn infer(worker: &WorkerHandle, req: &RawRequest) -> Result<PredictResponse, InferError> {
-    let reply = worker.submit(req.to_body()).map_err(|e| match e {
+    infer_body(worker, req.to_body()).await
+}
+
+/// [`infer`] for any embodiment's observation.
+pub async fn infer_item(worker: &WorkerHandle, item: &Item) -> Result<PredictResponse, InferError> {
+    infer_body(worker, item.to_body()).await
+}
+
+async fn infer_body(worker: &WorkerHandle, body: Bytes) -> Result<PredictResponse, InferError> {
+    let reply = worker.submit(body).map_err(|e| match e {
         SubmitError::Full => InferError::Busy {
             queue: worker.state().capacity,
             retry_after_s: worker.retry_after_s(),

@@ -5,6 +5,7 @@
 
 mod droid_obs;
 mod engine_ext;
+mod items;
 mod msgpack_numpy;
 mod ndarray;
 mod npy;
@@ -19,6 +20,7 @@ pub use engine_ext::predict;
 
 use crate::engine::EngineInfo;
 use crate::server::WorkerHandle;
+use gr00t_droid::embodiment::EmbodimentSpec;
 use gr00t_droid::EMBODIMENT_TAG;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -105,21 +107,25 @@ pub async fn start(
         return Ok(Listeners { tasks });
     }
     let ckpt = gr00t_model::Checkpoint::open(&info.checkpoint)?;
-    let modalities = ckpt
-        .processor
-        .modality_configs
-        .get(EMBODIMENT_TAG)
-        .ok_or_else(|| format!("the checkpoint has no modality config for {EMBODIMENT_TAG}"))?;
-    let schema = |flat: bool| {
-        observation::Schema::new(
-            modalities,
-            ckpt.config.action_horizon,
-            ckpt.config.max_action_dim,
-            flat,
-        )
+    // One schema per served embodiment, the default first.
+    let schemas = |flat: bool| -> Result<Vec<observation::Schema>, String> {
+        info.embodiments
+            .iter()
+            .map(|e| {
+                let spec = EmbodimentSpec::new(&ckpt, &e.tag)?;
+                let modalities = &ckpt.processor.modality_configs[&e.tag];
+                Ok(observation::Schema::new(
+                    &spec,
+                    modalities,
+                    ckpt.config.action_horizon,
+                    ckpt.config.max_action_dim,
+                    flat,
+                ))
+            })
+            .collect()
     };
     if let Some(port) = opts.zmq_port {
-        let schema = schema(opts.use_sim_policy_wrapper);
+        let schemas = schemas(opts.use_sim_policy_wrapper)?;
         let (socket, addr) = zmq::bind(host, port).await?;
         tracing::info!(
             "ZMQ policy server (Isaac-GR00T PolicyClient, {} observations) listening on tcp://{addr}",
@@ -127,7 +133,7 @@ pub async fn start(
         );
         let ctx = zmq::ZmqContext {
             worker: worker.clone(),
-            schema,
+            schemas,
             api_token: opts.api_token.clone(),
             allow_kill: opts.allow_kill,
         };
@@ -145,7 +151,13 @@ pub async fn start(
         // Every connection holds the context; its sender closes when the last one ends.
         let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
         // vLLM-Omni sends the nested GR00T observation whatever --use-sim-policy-wrapper says.
-        let schema = schema(false);
+        let all = schemas(false)?;
+        let schema = all
+            .iter()
+            .find(|s| s.tag == EMBODIMENT_TAG)
+            .or(all.first())
+            .cloned()
+            .ok_or("no embodiment is served")?;
         let ctx = Arc::new(websocket::WsContext {
             worker: worker.clone(),
             metadata: websocket::metadata(info),

@@ -14,19 +14,27 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::engine_ext::RawRequest;
+use super::engine_ext::{AnyRequest, Item, RawRequest};
 use super::msgpack_numpy::{decode_array, encode_array, get, str_map, type_name, uint};
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
+use gr00t_droid::embodiment::{EmbodimentSpec, Observation};
 use gr00t_droid::image::{check_frame_geometry, Frame};
-use gr00t_droid::request::{NoiseSource, RawState, CAMERAS, DEFAULT_SEED, STATE_KEYS};
+use gr00t_droid::request::{NoiseSource, RawState, DEFAULT_SEED};
 use gr00t_droid::response::PredictResponse;
+use gr00t_droid::EMBODIMENT_TAG;
 use gr00t_model::checkpoint::ModalityConfigs;
 use rmpv::Value;
 
 /// The observation layout the server expects, from the checkpoint's modality config.
 #[derive(Debug, Clone)]
 pub struct Schema {
+    /// The embodiment tag.
+    pub tag: String,
+    /// Video keys in config order.
+    pub views: Vec<String>,
+    /// State keys in config order with their widths.
+    pub state_keys: Vec<(String, usize)>,
     /// Video frames per camera (`len(video.delta_indices)`, 2 for DROID).
     pub video_t: usize,
     /// State steps (`len(state.delta_indices)`, 1 for DROID).
@@ -46,9 +54,18 @@ pub struct Schema {
 }
 
 impl Schema {
-    /// The schema of a checkpoint's DROID modality config.
-    pub fn new(m: &ModalityConfigs, horizon: usize, action_dim: usize, flat: bool) -> Schema {
+    /// The schema of one embodiment (its layout and modality config).
+    pub fn new(
+        spec: &EmbodimentSpec,
+        m: &ModalityConfigs,
+        horizon: usize,
+        action_dim: usize,
+        flat: bool,
+    ) -> Schema {
         Schema {
+            tag: spec.tag.clone(),
+            views: spec.views.clone(),
+            state_keys: spec.state.keys().map(|(k, d)| (k.to_string(), d)).collect(),
             video_t: m.video.delta_indices.len(),
             state_t: m.state.delta_indices.len(),
             language_key: m
@@ -143,8 +160,9 @@ fn array(
 /// One camera's frames `[B][T]`.
 type CameraFrames = Vec<Vec<Frame>>;
 
-/// Checks a video array like `check_observation` and cuts it into frames.
-fn video(a: &NdArray, key: &str, t: usize) -> Result<CameraFrames, String> {
+/// Checks a video array like `check_observation` and cuts it into frames; `droid` adds the
+/// DROID contract's 16:9 check (other embodiments take any size their processor accepts).
+fn video(a: &NdArray, key: &str, t: usize, droid: bool) -> Result<CameraFrames, String> {
     if a.dtype != DType::U8 {
         return Err(format!(
             "Video key '{key}' must be a numpy array of type np.uint8. Got {}",
@@ -163,7 +181,9 @@ fn video(a: &NdArray, key: &str, t: usize) -> Result<CameraFrames, String> {
     if c != 3 {
         return Err(format!("Video key '{key}'s channel 'C' must be 3. Got {c}"));
     }
-    check_frame_geometry(w, h).map_err(|e| format!("Video key '{key}': {e}"))?;
+    if droid {
+        check_frame_geometry(w, h).map_err(|e| format!("Video key '{key}': {e}"))?;
+    }
     let frame_len = h * w * 3;
     let mut chunks = a.data.chunks_exact(frame_len.max(1));
     let mut out = Vec::with_capacity(b);
@@ -356,7 +376,7 @@ fn noise(
 #[derive(Debug)]
 pub struct Parsed {
     /// The batch, in order.
-    pub items: Vec<RawRequest>,
+    pub items: Vec<Item>,
     /// The form the message's arrays used (`FormsSeen::reply_form`).
     pub form: ArrayForm,
 }
@@ -398,7 +418,8 @@ pub fn parse(
             key.to_string()
         }
     };
-    for cam in CAMERAS {
+    let droid = schema.tag == EMBODIMENT_TAG;
+    for cam in &schema.views {
         let key = prefix("video", cam);
         let a = array(get(videos, &key), "Video", &key, &mut forms)?;
         check_batch(
@@ -407,9 +428,9 @@ pub fn parse(
             "Video",
             &key,
         )?;
-        cams.push(video(&a, &key, schema.video_t)?);
+        cams.push(video(&a, &key, schema.video_t, droid)?);
     }
-    for (name, dim) in STATE_KEYS {
+    for (name, dim) in &schema.state_keys {
         let key = prefix("state", name);
         let a = array(get(states, &key), "State", &key, &mut forms)?;
         check_batch(
@@ -418,20 +439,52 @@ pub fn parse(
             "State",
             &key,
         )?;
-        state_rows.push(state(&a, &key, schema.state_t, dim)?);
+        state_rows.push(state(&a, &key, schema.state_t, *dim)?);
     }
     let key = &schema.language_key;
     let lang = language(get(langs, key), key, schema.flat)?;
     let b = bs.unwrap_or(0);
     check_batch(&mut bs, lang.len(), "Language", key)?;
-    if schema.video_t != 2 {
-        return Err(format!(
-            "the DROID model takes 2 frames per camera; the modality config says {}",
-            schema.video_t
-        ));
-    }
     let noises = noise(options, schema, b, &mut forms)?;
     let mut out = Vec::with_capacity(b);
+    if !droid {
+        for (i, (instruction, noise)) in lang.into_iter().zip(noises).enumerate() {
+            let images = schema
+                .views
+                .iter()
+                .zip(&cams)
+                .map(|(view, c)| (view.clone(), c[i].clone()))
+                .collect();
+            let state = schema
+                .state_keys
+                .iter()
+                .zip(&state_rows)
+                .map(|((key, _), rows)| (key.clone(), rows[i].clone()))
+                .collect();
+            out.push(Item::Any(AnyRequest {
+                tag: schema.tag.clone(),
+                observation: Observation {
+                    images,
+                    state,
+                    instruction,
+                    noise,
+                },
+            }));
+        }
+        return Ok(Parsed {
+            items: out,
+            form: forms.reply_form(),
+        });
+    }
+    if schema.video_t != 2 || cams.len() != 2 || state_rows.len() != 3 {
+        return Err(format!(
+            "the DROID layout takes 2 cameras × 2 frames and 3 state keys; the modality config \
+             says {} × {} and {}",
+            cams.len(),
+            schema.video_t,
+            state_rows.len()
+        ));
+    }
     for (i, (instruction, noise)) in lang.into_iter().zip(noises).enumerate() {
         let mut frames = cams.iter().map(|c| {
             let f = &c[i];
@@ -449,12 +502,12 @@ pub fn parse(
         state.eef_9d.copy_from_slice(&state_rows[0][i]);
         state.gripper_position.copy_from_slice(&state_rows[1][i]);
         state.joint_position.copy_from_slice(&state_rows[2][i]);
-        out.push(RawRequest {
+        out.push(Item::Droid(RawRequest {
             frames: [ext, wrist],
             state,
             instruction,
             noise,
-        });
+        }));
     }
     Ok(Parsed {
         items: out,

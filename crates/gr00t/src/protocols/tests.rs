@@ -2,7 +2,7 @@
 //! produce (pasted from those libraries), and of the observation parsers.
 
 use super::droid_obs::{self, eef_9d_from_cartesian, CameraInput, FrameHistory};
-use super::engine_ext::RawRequest;
+use super::engine_ext::{Item, RawRequest};
 use super::msgpack_numpy::{self as mp, pack, str_map, unpack};
 use super::ndarray::{DType, Kind, NdArray};
 use super::npy;
@@ -349,8 +349,9 @@ fn droid_observation_parses_and_names_what_is_wrong() {
 
 fn schema(flat: bool) -> Schema {
     let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
-    let m = &ckpt.processor.modality_configs[gr00t_droid::EMBODIMENT_TAG];
-    Schema::new(m, 40, 132, flat)
+    let tag = gr00t_droid::EMBODIMENT_TAG;
+    let spec = gr00t_droid::embodiment::EmbodimentSpec::new(&ckpt, tag).unwrap();
+    Schema::new(&spec, &ckpt.processor.modality_configs[tag], 40, 132, flat)
 }
 
 fn gr00t_obs(b: usize, t: usize, flat: bool) -> Value {
@@ -407,11 +408,11 @@ fn gr00t_observation_nested_and_flat() {
         assert_eq!(parsed.form, mp::ArrayForm::Npy);
         let items = parsed.items;
         assert_eq!(items.len(), 2);
-        assert_eq!(items[1].frames[0][1].data[0], 1);
-        assert_eq!(items[1].frames[1][0].data[0], 2);
-        assert_eq!(items[0].state.joint_position, [0.5; 7]);
-        assert_eq!(items[0].instruction, "pick it");
-        assert_eq!(items[0].noise, NoiseSource::Seed(42));
+        assert_eq!(items[1].droid().frames[0][1].data[0], 1);
+        assert_eq!(items[1].droid().frames[1][0].data[0], 2);
+        assert_eq!(items[0].droid().state.joint_position, [0.5; 7]);
+        assert_eq!(items[0].droid().instruction, "pick it");
+        assert_eq!(items[0].droid().noise, NoiseSource::Seed(42));
     }
     // The nested server names the flag a flat client needs.
     let e = observation::parse(Some(&gr00t_obs(1, 2, true)), None, &schema(false)).unwrap_err();
@@ -429,7 +430,7 @@ fn gr00t_options_seed_and_noise() {
     let obs = gr00t_obs(2, 2, false);
     let opts = |pairs: Vec<(&str, Value)>| str_map(pairs);
     let seeds = observation::parse(Some(&obs), Some(&opts(vec![("seed", Value::from(5))])), &s);
-    assert_eq!(seeds.unwrap().items[1].noise, NoiseSource::Seed(5));
+    assert_eq!(seeds.unwrap().items[1].droid().noise, NoiseSource::Seed(5));
     let noise = |shape: Vec<usize>| {
         let n: usize = shape.iter().product();
         let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
@@ -443,7 +444,7 @@ fn gr00t_options_seed_and_noise() {
     )
     .unwrap()
     .items;
-    match (&items[0].noise, &items[1].noise) {
+    match (&items[0].droid().noise, &items[1].droid().noise) {
         (NoiseSource::Client(a), NoiseSource::Client(b)) => {
             assert_eq!((a[0], b[0], b.len()), (0.0, 5280.0, 5280));
         }
@@ -456,7 +457,7 @@ fn gr00t_options_seed_and_noise() {
     )
     .unwrap()
     .items;
-    assert_eq!(items[0].noise, items[1].noise);
+    assert_eq!(items[0].droid().noise, items[1].droid().noise);
     let e = observation::parse(
         Some(&obs),
         Some(&opts(vec![("noise", noise(vec![40, 8]))])),
@@ -480,19 +481,22 @@ fn raw_requests_travel_through_the_queue_body() {
         noise: NoiseSource::Client(vec![0.5, -1.0]),
     };
     let body = req.to_body();
-    assert_eq!(RawRequest::from_body(&body).unwrap().unwrap(), req);
+    assert_eq!(
+        Item::from_body(&body).unwrap().unwrap(),
+        Item::Droid(req.clone())
+    );
     let seeded = RawRequest {
         noise: NoiseSource::Seed(9),
         ..req
     };
     assert_eq!(
-        RawRequest::from_body(&seeded.to_body()).unwrap().unwrap(),
-        seeded
+        Item::from_body(&seeded.to_body()).unwrap().unwrap(),
+        Item::Droid(seeded)
     );
     // HTTP bodies, including ones that start with NUL, are not raw requests.
-    assert!(RawRequest::from_body(b"{\"images\": {}}").is_none());
-    assert!(RawRequest::from_body(&body[..8]).is_none());
-    assert!(RawRequest::from_body(&body[..30]).unwrap().is_err());
+    assert!(Item::from_body(b"{\"images\": {}}").is_none());
+    assert!(Item::from_body(&body[..8]).is_none());
+    assert!(Item::from_body(&body[..30]).unwrap().is_err());
 }
 
 #[test]
@@ -650,7 +654,7 @@ fn reply_form_follows_the_request() {
         .unwrap(),
     )]);
     let c = observation::parse(Some(&legacy), Some(&seed), &s).unwrap();
-    assert_eq!(c.items[0].noise, NoiseSource::Seed(5));
+    assert_eq!(c.items[0].droid().noise, NoiseSource::Seed(5));
 }
 
 #[test]

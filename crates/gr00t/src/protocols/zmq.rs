@@ -10,11 +10,12 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::engine_ext::{infer, RawRequest};
+use super::engine_ext::{infer_item, Item};
 use super::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
 use super::observation::{action_reply, parse, Schema};
 use super::Stop;
 use crate::server::WorkerHandle;
+use gr00t_droid::embodiment_tags;
 use rmpv::Value;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -25,11 +26,38 @@ pub struct ZmqContext {
     /// The shared inference queue.
     pub worker: WorkerHandle,
     /// Observation layout and modality config.
-    pub schema: Schema,
+    /// One per served embodiment, the default first.
+    pub schemas: Vec<Schema>,
     /// `--api-token`.
     pub api_token: Option<String>,
     /// `--allow-kill`.
     pub allow_kill: bool,
+}
+
+impl ZmqContext {
+    /// The schema of the embodiment a request names (`options.embodiment`; a tag or
+    /// upstream's enum name), or the default one.
+    fn schema(&self, named: Option<&Value>) -> Result<&Schema, String> {
+        let name = match named {
+            None | Some(Value::Nil) => return self.schemas.first().ok_or("no embodiment".into()),
+            Some(Value::String(s)) => s.as_str().unwrap_or(""),
+            Some(v) => return Err(format!("embodiment must be a str. Got {}", type_name(v))),
+        };
+        let tag = embodiment_tags::resolve(name, self.schemas.iter().map(|s| s.tag.as_str()))
+            .ok_or_else(|| {
+                format!(
+                    "embodiment {name:?} is not served here; served: {:?}",
+                    self.schemas
+                        .iter()
+                        .map(|s| s.tag.as_str())
+                        .collect::<Vec<_>>()
+                )
+            })?;
+        self.schemas
+            .iter()
+            .find(|s| s.tag == tag)
+            .ok_or_else(|| "internal: schema".into())
+    }
 }
 
 /// Binds a REP socket on `host:port` (port 0: any free port).
@@ -165,7 +193,10 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
         ),
         // The policy keeps no state between calls: `Gr00tPolicy.reset` answers `{}` too.
         "reset" => (Value::Map(vec![]), false),
-        "get_modality_config" => (ctx.schema.modality_config.clone(), false),
+        "get_modality_config" => match ctx.schema(data.and_then(|d| get(d, "embodiment"))) {
+            Ok(s) => (s.modality_config.clone(), false),
+            Err(e) => (error(e), false),
+        },
         "get_action" => {
             let data = data.unwrap_or(&[]);
             (
@@ -179,7 +210,15 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
 
 async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Value>) -> Value {
     let t0 = Instant::now();
-    let (items, form): (Vec<RawRequest>, _) = match parse(obs, options, &ctx.schema) {
+    let named = match options {
+        Some(Value::Map(m)) => get(m, "embodiment"),
+        _ => None,
+    };
+    let schema = match ctx.schema(named) {
+        Ok(s) => s,
+        Err(e) => return error(e),
+    };
+    let (items, form): (Vec<Item>, _) = match parse(obs, options, schema) {
         Ok(p) => (p.items, p.form),
         Err(e) => {
             tracing::info!("zmq get_action refused: {e}");
@@ -189,7 +228,7 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
     // One queue entry per batch item, in order, so a batch never overflows the queue.
     let mut responses = Vec::with_capacity(items.len());
     for item in &items {
-        match infer(&ctx.worker, item).await {
+        match infer_item(&ctx.worker, item).await {
             Ok(r) => responses.push(r),
             Err(e) => {
                 tracing::info!("zmq get_action failed: {e}");
@@ -197,7 +236,7 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
             }
         }
     }
-    match action_reply(&responses, &ctx.schema, form) {
+    match action_reply(&responses, schema, form) {
         Ok(v) => {
             tracing::info!(
                 "zmq get_action: batch {} in {:.0} ms",

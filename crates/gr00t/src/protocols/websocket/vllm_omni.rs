@@ -13,7 +13,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::super::engine_ext::infer;
+use super::super::engine_ext::infer_item;
 use super::super::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
 use super::super::observation::{action_dict, parse, Schema};
 use super::{Step, WsContext};
@@ -101,14 +101,18 @@ async fn infer_actions(
             let seed = uint(s)
                 .ok_or_else(|| format!("seed must be a non-negative int. Got {}", type_name(s)))?;
             for item in &mut items {
-                item.noise = NoiseSource::Seed(seed);
+                item.set_noise(NoiseSource::Seed(seed));
             }
         }
     }
     // One queue entry per batch item, in order, as on the ZMQ door.
     let mut responses = Vec::with_capacity(items.len());
     for item in &items {
-        responses.push(infer(&ctx.worker, item).await.map_err(|e| e.to_string())?);
+        responses.push(
+            infer_item(&ctx.worker, item)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
     }
     action_dict(&responses, &ctx.schema, ArrayForm::Openpi)
         .map_err(|e| format!("internal error: {e}"))
