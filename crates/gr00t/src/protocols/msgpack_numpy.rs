@@ -29,12 +29,11 @@ pub fn pack(v: &Value) -> Vec<u8> {
 }
 
 /// Most values one message may hold (the top value, every array item, every map key and
-/// value). The largest valid observation holds about 5,500: ~120 for the envelope, the frames
-/// and state as bin-blob arrays and the instruction, plus 5,320 for a 40×132 noise sent as
-/// nested lists; each further batch item adds 2.
+/// value). case0's N1.7 `get_action` (frames, state and noise as bin-blob arrays) holds 106;
+/// with the 40×132 noise as nested lists, 5,422; each further batch item adds 2.
 pub const MAX_MSGPACK_ELEMENTS: u64 = 1 << 16;
 
-/// Deepest nesting of arrays and maps one message may have (a valid observation: 7).
+/// Deepest nesting of arrays and maps one message may have (a valid observation: 6).
 pub const MAX_MSGPACK_DEPTH: usize = 32;
 
 /// Decodes one msgpack value that must span the whole buffer, after [`check_size`] has
