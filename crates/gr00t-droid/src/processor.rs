@@ -8,7 +8,7 @@
 
 use crate::actions::ActionDecoder;
 use crate::image::{
-    check_frame_geometry, decode_base64_frame, Frame, ImagePipeline, DROID_GRID_THW,
+    check_frame_geometry, decode_base64, EncodedFrame, Frame, ImagePipeline, DROID_GRID_THW,
 };
 use crate::prompt::{PromptEncoder, PromptError};
 use crate::request::{NoiseSource, PredictRequest, RequestError, CAMERAS, FRAMES_PER_CAMERA};
@@ -158,16 +158,19 @@ impl DroidProcessor {
     }
 
     /// Decodes the four frames in time-major order `[ext t−15, wrist t−15, ext t, wrist t]`,
-    /// checking each frame's geometry.
+    /// checking each frame's geometry on its header's size before decoding its pixels.
     fn decode_frames(&self, req: &PredictRequest) -> Result<Vec<Frame>, RequestError> {
         let mut frames = Vec::with_capacity(CAMERAS.len() * FRAMES_PER_CAMERA);
         for t in 0..FRAMES_PER_CAMERA {
             for (c, cam) in CAMERAS.iter().enumerate() {
                 let field = format!("images.{cam}[{t}]");
-                let frame = decode_base64_frame(&req.images[c][t])
-                    .map_err(|e| RequestError::new(&field, e.to_string()))?;
-                self.check_frame(&frame, &field)?;
-                frames.push(frame);
+                let image_err =
+                    |e: crate::image::ImageError| RequestError::new(&field, e.to_string());
+                let bytes = decode_base64(&req.images[c][t]).map_err(image_err)?;
+                let encoded = EncodedFrame::read_header(&bytes).map_err(image_err)?;
+                // A wrong size is refused before its pixels are decoded (image bombs).
+                self.check_size(encoded.width(), encoded.height(), &field)?;
+                frames.push(encoded.decode().map_err(image_err)?);
             }
         }
         Ok(frames)
@@ -175,18 +178,21 @@ impl DroidProcessor {
 
     /// The serving contract's geometry check of one frame: 16:9-like, on the DROID grid.
     fn check_frame(&self, frame: &Frame, field: &str) -> Result<(), RequestError> {
-        check_frame_geometry(frame.width, frame.height)
-            .map_err(|e| RequestError::new(field, e.to_string()))?;
+        self.check_size(frame.width, frame.height, field)
+    }
+
+    /// [`check_frame`](Self::check_frame) on a size alone.
+    fn check_size(&self, width: usize, height: usize, field: &str) -> Result<(), RequestError> {
+        check_frame_geometry(width, height).map_err(|e| RequestError::new(field, e.to_string()))?;
         let grid = self
             .images
-            .grid_for(frame.width, frame.height)
+            .grid_for(width, height)
             .map_err(|e| RequestError::new(field, e.to_string()))?;
         if grid != DROID_GRID_THW {
             return Err(RequestError::new(
                 field,
                 format!(
-                    "a {}x{} frame lands on patch grid {grid:?}, not {DROID_GRID_THW:?}",
-                    frame.width, frame.height
+                    "a {width}x{height} frame lands on patch grid {grid:?}, not {DROID_GRID_THW:?}"
                 ),
             ));
         }

@@ -1,13 +1,16 @@
 //! Image pipeline parity with the golden fixtures (every uint8 stage bit-exact, pixel_values,
 //! grids), plus unit checks of decoding, the resize paths and smart_resize.
 
+use base64::Engine;
 use gr00t_droid::image::area::resize_area;
 use gr00t_droid::image::pipeline::{MAX_FRAME_ASPECT, MIN_FRAME_ASPECT};
 use gr00t_droid::image::{
-    check_frame_geometry, decode_base64_frame, decode_frame_bytes, smart_resize, EvalTransform,
-    Frame, ImageError, ImagePipeline, DROID_GRID_THW,
+    check_frame_geometry, decode_base64_frame, decode_frame_bytes, smart_resize, EncodedFrame,
+    EvalTransform, Frame, ImageError, ImagePipeline, DROID_GRID_THW,
 };
-use gr00t_fixtures::{case_dir, request_json, tiny_checkpoint, Taps, CASES};
+use gr00t_droid::processor::DroidProcessor;
+use gr00t_droid::prompt::PromptEncoder;
+use gr00t_fixtures::{case_dir, request_json, tiny_checkpoint, tokenizer_path, Taps, CASES};
 use gr00t_model::checkpoint::ProcessorConfig;
 use gr00t_model::Checkpoint;
 use image::{DynamicImage, ImageBuffer, ImageFormat, Luma, LumaA, Rgb, Rgba};
@@ -491,6 +494,111 @@ fn decode_errors_are_typed() {
     assert!(matches!(err, ImageError::TooLarge(_)), "{err}");
     let err = decode_frame_bytes(&png_header_only(8193, 16)).unwrap_err();
     assert!(matches!(err, ImageError::TooLarge(_)), "{err}");
+}
+
+/// A PNG whose IHDR declares `w`×`h` RGB8, followed by an IDAT chunk of bytes that are not a
+/// zlib stream: its header reads, its pixels cannot be decoded.
+fn png_declaring(w: u32, h: u32) -> Vec<u8> {
+    let mut png = png_header_only(w, h);
+    for (kind, data) in [(&b"IDAT"[..], &b"not zlib"[..]), (b"IEND", b"")] {
+        let chunk = [kind, data].concat();
+        png.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        png.extend_from_slice(&chunk);
+        png.extend_from_slice(&crc32(&chunk).to_be_bytes());
+    }
+    png
+}
+
+/// case0's request with `images.exterior_image_1_left[0]` replaced by `file`.
+fn case0_with_exterior_frame(file: &[u8]) -> Vec<u8> {
+    let mut v: serde_json::Value = serde_json::from_str(&request_json("case0")).unwrap();
+    v["images"]["exterior_image_1_left"][0] = base64::engine::general_purpose::STANDARD
+        .encode(file)
+        .into();
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// A real 64x36 JPEG whose SOF0 header is patched to declare `w`×`h`.
+fn jpeg_declaring(w: u16, h: u16) -> Vec<u8> {
+    let img = ImageBuffer::from_fn(64, 36, |x, y| Rgb([x as u8, y as u8, 9]));
+    let mut bytes = Cursor::new(Vec::new());
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut bytes, 90)
+        .encode_image(&img)
+        .unwrap();
+    let mut jpeg = bytes.into_inner();
+    let sof = jpeg.windows(2).position(|m| m == [0xFF, 0xC0]).unwrap();
+    // FF C0, length (2), precision (1), height (2), width (2).
+    jpeg[sof + 5..sof + 7].copy_from_slice(&h.to_be_bytes());
+    jpeg[sof + 7..sof + 9].copy_from_slice(&w.to_be_bytes());
+    jpeg
+}
+
+#[test]
+fn frame_sizes_are_refused_from_the_header_before_any_pixel_is_decoded() {
+    // The header alone gives the size: this file has no decodable pixel data.
+    let bomb = png_declaring(8192, 8192);
+    let header = EncodedFrame::read_header(&bomb).unwrap();
+    assert_eq!((header.width(), header.height()), (8192, 8192));
+    assert!(matches!(header.decode(), Err(ImageError::Decode(_))));
+    let jpeg = jpeg_declaring(8000, 4000);
+    let header = EncodedFrame::read_header(&jpeg).unwrap();
+    assert_eq!((header.width(), header.height()), (8000, 4000));
+
+    let ckpt = Checkpoint::open(tiny_checkpoint()).unwrap();
+    let prompt = PromptEncoder::load(tokenizer_path()).unwrap();
+    let processor = DroidProcessor::new(&ckpt, prompt).unwrap();
+    let field = "images.exterior_image_1_left[0]";
+    // Wrong aspect: the geometry 400. Decoding it would have failed with `cannot decode`
+    // (its IDAT is not zlib), so this error shows that no decode was attempted.
+    for file in [
+        png_declaring(8192, 8192),
+        png_declaring(8192, 2048),
+        jpeg_declaring(8000, 4000),
+    ] {
+        let req = processor.parse(&case0_with_exterior_frame(&file)).unwrap();
+        let err = processor.encode(&req).unwrap_err();
+        assert_eq!(err.field, field);
+        assert!(
+            err.message.starts_with("bad image geometry: frame "),
+            "{}",
+            err.message
+        );
+    }
+    // Over the decoder limit with a 16:9 shape: refused from the header too.
+    let req = processor
+        .parse(&case0_with_exterior_frame(&png_declaring(16384, 9216)))
+        .unwrap();
+    let err = processor.encode(&req).unwrap_err();
+    assert_eq!(err.field, field);
+    assert!(
+        err.message.starts_with("image too large"),
+        "{}",
+        err.message
+    );
+    // A 16:9 frame the contract accepts goes on to the pixel decode (which fails here).
+    let req = processor
+        .parse(&case0_with_exterior_frame(&png_declaring(320, 180)))
+        .unwrap();
+    let err = processor.encode(&req).unwrap_err();
+    assert_eq!(err.field, field);
+    assert!(
+        err.message.starts_with("cannot decode image"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn valid_frames_decode_as_the_image_crate_decodes_them() {
+    for f in FRAME_FILES {
+        let bytes = std::fs::read(case_dir("case0").join(f)).unwrap();
+        let ours = EncodedFrame::read_header(&bytes).unwrap().decode().unwrap();
+        let theirs = image::load_from_memory(&bytes).unwrap().to_rgb8();
+        let (w, h) = theirs.dimensions();
+        assert_eq!((ours.width, ours.height), (w as usize, h as usize));
+        assert_eq!(ours.data, theirs.into_raw(), "{f}");
+        assert_eq!(decode_frame_bytes(&bytes).unwrap(), ours);
+    }
 }
 
 #[test]

@@ -145,6 +145,26 @@ fn groups(reply: &Value) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// Messages whose `Value` would be huge or deep, with the refusal each gets: 16 MiB − 8 of
+/// `nil`s in one array (under the 16 MiB message limit), 100 000 nested arrays, and a header
+/// claiming 2³² − 1 items with nothing after it.
+fn msgpack_bombs() -> Vec<(Vec<u8>, &'static str)> {
+    let n = (16 << 20) - 8;
+    let mut nils = vec![0xdd];
+    nils.extend_from_slice(&(n as u32).to_be_bytes());
+    nils.resize(5 + n, 0xc0);
+    let mut deep = vec![0x91; 100_000];
+    deep.push(0xc0);
+    vec![
+        (nils, "declares more than 65536 elements"),
+        (deep, "nested deeper than 32 levels"),
+        (
+            vec![0xdd, 0xff, 0xff, 0xff, 0xff],
+            "declares more than 65536 elements",
+        ),
+    ]
+}
+
 #[test]
 fn websocket_serves_openpi_clients() {
     let s = Server::start(&["--ws-port", "0"]);
@@ -245,6 +265,11 @@ fn websocket_serves_openpi_clients() {
         ),
         (Message::Text("hello".into()), "binary"),
     ];
+    let cases = cases.into_iter().chain(
+        msgpack_bombs()
+            .into_iter()
+            .map(|(b, want)| (Message::Binary(b.into()), want)),
+    );
     for (msg, want) in cases {
         let (mut bad, _) = connect(&addr, None).unwrap();
         let text = expect_error(&mut bad, msg);
@@ -400,6 +425,20 @@ fn websocket_vllm_omni_dialect() {
     assert_eq!(get(em, "type"), Some(&Value::from("error")));
     let msg = get(em, "message").and_then(|v| v.as_str()).unwrap();
     assert!(msg.contains("np.float32. Got float64"), "{msg}");
+    assert_eq!(infer(&mut ws, &nested("<f4")), reply);
+    // Messages too big for a Value: refused as error maps before decoding; the answer after
+    // them is unchanged.
+    for (bomb, want) in msgpack_bombs() {
+        ws.send(Message::Binary(bomb.into())).expect("send");
+        let e = match ws.read().expect("reply") {
+            Message::Binary(b) => unpack(&b).expect("reply msgpack"),
+            other => panic!("expected a binary error map, got {other:?}"),
+        };
+        let em = e.as_map().expect("error dict");
+        assert_eq!(get(em, "type"), Some(&Value::from("error")));
+        let msg = get(em, "message").and_then(|v| v.as_str()).unwrap();
+        assert!(msg.contains(want), "{msg}");
+    }
     assert_eq!(infer(&mut ws, &nested("<f4")), reply);
     let reset = infer(&mut ws, &str_map([("endpoint", Value::from("reset"))]));
     assert_eq!(

@@ -362,6 +362,25 @@ fn zmq_get_action_matches_fixture_and_http_and_survives_bad_requests() {
     }
     let e = error_text(&unpack(&c.exchange(b"\xc1garbage".to_vec())).unwrap());
     assert!(e.contains("msgpack"), "garbage: {e}");
+    // Too big for a Value: 16 MiB of nils in one array, 100 000 nested arrays, a header
+    // claiming 2^32 - 1 items with nothing after it. Refused before decoding.
+    let mut nils = vec![0xdd];
+    nils.extend_from_slice(&(16u32 << 20).to_be_bytes());
+    nils.resize(5 + (16 << 20), 0xc0);
+    let mut deep = vec![0x91; 100_000];
+    deep.push(0xc0);
+    for (what, bomb, want) in [
+        ("16 MiB of nils", nils, "declares more than 65536 elements"),
+        ("deep nesting", deep, "nested deeper than 32 levels"),
+        (
+            "2^32 - 1 items claimed",
+            vec![0xdd, 0xff, 0xff, 0xff, 0xff],
+            "declares more than 65536 elements",
+        ),
+    ] {
+        let e = error_text(&unpack(&c.exchange(bomb)).unwrap());
+        assert!(e.contains(want), "{what}: {e}");
+    }
     let e = error_text(&c.call("teleport", None, None));
     assert_eq!(e, "Unknown endpoint: teleport");
     let e = error_text(&c.call("kill", None, None));

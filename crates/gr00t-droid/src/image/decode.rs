@@ -11,7 +11,7 @@
 use super::{Frame, ImageError};
 use base64::engine::general_purpose::STANDARD_PAD_INDIFFERENT;
 use base64::Engine;
-use image::{DynamicImage, ImageFormat, ImageReader, Limits};
+use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits};
 use std::io::Cursor;
 
 /// Largest accepted width or height, checked on the declared size before any pixel is decoded.
@@ -22,41 +22,114 @@ const MAX_DECODE_ALLOC: u64 = 512 * 1024 * 1024;
 
 /// Decodes a base64 string (standard alphabet, padding optional) holding PNG or JPEG bytes.
 pub fn decode_base64_frame(s: &str) -> Result<Frame, ImageError> {
-    let bytes = STANDARD_PAD_INDIFFERENT
+    decode_frame_bytes(&decode_base64(s)?)
+}
+
+/// The bytes of a base64 string (standard alphabet, padding optional).
+pub fn decode_base64(s: &str) -> Result<Vec<u8>, ImageError> {
+    STANDARD_PAD_INDIFFERENT
         .decode(s.trim())
-        .map_err(|e| ImageError::Base64(e.to_string()))?;
-    decode_frame_bytes(&bytes)
+        .map_err(|e| ImageError::Base64(e.to_string()))
 }
 
 /// Decodes PNG or JPEG bytes into an RGB8 frame.
 pub fn decode_frame_bytes(bytes: &[u8]) -> Result<Frame, ImageError> {
-    let format = match image::guess_format(bytes) {
-        Ok(f @ (ImageFormat::Png | ImageFormat::Jpeg)) => f,
-        Ok(other) => {
-            return Err(ImageError::UnsupportedFormat(format!(
-                "{other:?} (only PNG and JPEG are accepted)"
-            )))
+    EncodedFrame::read_header(bytes)?.decode()
+}
+
+/// A PNG or JPEG file whose header has been read and is within the decoder limits; its pixels
+/// are not decoded yet, so a caller can refuse the declared size first.
+#[derive(Debug, Clone, Copy)]
+pub struct EncodedFrame<'a> {
+    bytes: &'a [u8],
+    format: ImageFormat,
+    width: usize,
+    height: usize,
+}
+
+impl<'a> EncodedFrame<'a> {
+    /// Reads the format and the header's dimensions (no pixel data is read or allocated);
+    /// refuses other formats and sizes over [`MAX_DECODE_DIMENSION`] or the allocation limit.
+    pub fn read_header(bytes: &'a [u8]) -> Result<EncodedFrame<'a>, ImageError> {
+        let format = match image::guess_format(bytes) {
+            Ok(f @ (ImageFormat::Png | ImageFormat::Jpeg)) => f,
+            Ok(other) => {
+                return Err(ImageError::UnsupportedFormat(format!(
+                    "{other:?} (only PNG and JPEG are accepted)"
+                )))
+            }
+            Err(_) => {
+                return Err(ImageError::UnsupportedFormat(
+                    "not a PNG or JPEG file".to_string(),
+                ))
+            }
+        };
+        // `into_decoder` parses the header and checks the dimension limits; the allocation
+        // limit is checked here on the declared size, as `decode` would before allocating.
+        let decoder = reader(bytes, format).into_decoder().map_err(decode_error)?;
+        let (width, height) = decoder.dimensions();
+        if decoder.total_bytes() > MAX_DECODE_ALLOC {
+            return Err(ImageError::TooLarge(format!(
+                "{width}x{height} needs {} bytes, more than {MAX_DECODE_ALLOC}",
+                decoder.total_bytes()
+            )));
         }
-        Err(_) => {
-            return Err(ImageError::UnsupportedFormat(
-                "not a PNG or JPEG file".to_string(),
-            ))
+        Ok(EncodedFrame {
+            bytes,
+            format,
+            width: width as usize,
+            height: height as usize,
+        })
+    }
+
+    /// Width declared in the header.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Height declared in the header.
+    pub fn height(&self) -> usize {
+        self.height
+    }
+
+    /// Decodes the pixels into an RGB8 frame of the header's size.
+    pub fn decode(&self) -> Result<Frame, ImageError> {
+        let img = reader(self.bytes, self.format)
+            .decode()
+            .map_err(decode_error)?;
+        // The checks made on the header must hold for the pixels too.
+        if (img.width() as usize, img.height() as usize) != (self.width, self.height) {
+            return Err(ImageError::Decode(format!(
+                "the header says {}x{}, the pixels are {}x{}",
+                self.width,
+                self.height,
+                img.width(),
+                img.height()
+            )));
         }
-    };
+        to_frame(img)
+    }
+}
+
+/// A reader of `bytes` with the decoder limits set.
+fn reader(bytes: &[u8], format: ImageFormat) -> ImageReader<Cursor<&[u8]>> {
     let mut limits = Limits::default();
     limits.max_image_width = Some(MAX_DECODE_DIMENSION);
     limits.max_image_height = Some(MAX_DECODE_DIMENSION);
     limits.max_alloc = Some(MAX_DECODE_ALLOC);
     let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
     reader.limits(limits);
-    let img = reader.decode().map_err(|e| match e {
+    reader
+}
+
+fn decode_error(e: image::ImageError) -> ImageError {
+    match e {
         image::ImageError::Limits(l) => ImageError::TooLarge(format!(
             "{l} (at most {MAX_DECODE_DIMENSION}x{MAX_DECODE_DIMENSION} pixels)"
         )),
         image::ImageError::Unsupported(u) => ImageError::Decode(u.to_string()),
         other => ImageError::Decode(other.to_string()),
-    })?;
-    to_frame(img)
+    }
 }
 
 /// PIL `convert("RGB")`: alpha dropped (no compositing), gray replicated, 16-bit RGB/LA reduced to

@@ -16,7 +16,9 @@ pub mod pipeline;
 pub mod qwen;
 
 pub use augment::{AugStages, EvalTransform};
-pub use decode::{decode_base64_frame, decode_frame_bytes, MAX_DECODE_DIMENSION};
+pub use decode::{
+    decode_base64, decode_base64_frame, decode_frame_bytes, EncodedFrame, MAX_DECODE_DIMENSION,
+};
 pub use error::ImageError;
 pub use pipeline::{
     check_frame_geometry, FrameGeometry, FrameStages, ImagePipeline, ProcessedImages,

@@ -28,8 +28,18 @@ pub fn pack(v: &Value) -> Vec<u8> {
     out
 }
 
-/// Decodes one msgpack value that must span the whole buffer.
+/// Most values one message may hold (the top value, every array item, every map key and
+/// value). case0's N1.7 `get_action` (frames, state and noise as bin-blob arrays) holds 106;
+/// with the 40×132 noise as nested lists, 5,422; each further batch item adds 2.
+pub const MAX_MSGPACK_ELEMENTS: u64 = 1 << 16;
+
+/// Deepest nesting of arrays and maps one message may have (a valid observation: 6).
+pub const MAX_MSGPACK_DEPTH: usize = 32;
+
+/// Decodes one msgpack value that must span the whole buffer, after [`check_size`] has
+/// bounded what decoding it can build.
 pub fn unpack(bytes: &[u8]) -> Result<Value, String> {
+    check_size(bytes)?;
     let mut rd = bytes;
     let v = rmpv::decode::read_value(&mut rd).map_err(|e| format!("invalid msgpack: {e}"))?;
     if !rd.is_empty() {
@@ -39,6 +49,98 @@ pub fn unpack(bytes: &[u8]) -> Result<Value, String> {
         ));
     }
     Ok(v)
+}
+
+/// Walks the headers of the first msgpack value in `bytes` without allocating and refuses it
+/// when it declares more than [`MAX_MSGPACK_ELEMENTS`] values, nests deeper than
+/// [`MAX_MSGPACK_DEPTH`], or is cut short. `rmpv` builds a `Value` (~40 bytes) per element, so
+/// 16 MiB of `nil`s would otherwise cost ~670 MB before any field is read.
+pub fn check_size(bytes: &[u8]) -> Result<(), String> {
+    // Values still to read in each open array or map.
+    let mut pending = [0u64; MAX_MSGPACK_DEPTH];
+    let mut depth = 0;
+    let mut total: u64 = 1;
+    let mut pos = 0usize;
+    loop {
+        let (header, children, payload) = value_header(bytes, pos)?;
+        pos = pos
+            .checked_add(header)
+            .and_then(|p| p.checked_add(payload))
+            .filter(|&end| end <= bytes.len())
+            .ok_or("invalid msgpack: the message ends inside a value")?;
+        if children > 0 {
+            // Counted on the declared length, so a header claiming 2^32 items stops here.
+            total = total.saturating_add(children);
+            if total > MAX_MSGPACK_ELEMENTS {
+                return Err(format!(
+                    "msgpack message refused: it declares more than {MAX_MSGPACK_ELEMENTS} \
+                     elements (a valid observation holds under 6,000)"
+                ));
+            }
+            if depth == MAX_MSGPACK_DEPTH {
+                return Err(format!(
+                    "msgpack message refused: arrays and maps nested deeper than \
+                     {MAX_MSGPACK_DEPTH} levels"
+                ));
+            }
+            pending[depth] = children;
+            depth += 1;
+            continue;
+        }
+        // A value is complete: close every container it completes.
+        loop {
+            if depth == 0 {
+                return Ok(());
+            }
+            pending[depth - 1] -= 1;
+            if pending[depth - 1] > 0 {
+                break;
+            }
+            depth -= 1;
+        }
+    }
+}
+
+/// The value starting at `pos`: its header length, how many values it contains (arrays and
+/// maps) and its payload length (everything else).
+fn value_header(bytes: &[u8], pos: usize) -> Result<(usize, u64, usize), String> {
+    let truncated = || "invalid msgpack: the message ends inside a value".to_string();
+    let marker = *bytes.get(pos).ok_or_else(truncated)?;
+    // The big-endian length of `n` bytes after the marker.
+    let len = |n: usize| -> Result<u64, String> {
+        let field = bytes.get(pos + 1..pos + 1 + n).ok_or_else(truncated)?;
+        Ok(field.iter().fold(0u64, |acc, &b| acc << 8 | b as u64))
+    };
+    let size = |n: u64| usize::try_from(n).map_err(|_| truncated());
+    Ok(match marker {
+        0x00..=0x7f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => (1, 0, 0),
+        0x80..=0x8f => (1, 2 * (marker & 0x0f) as u64, 0),
+        0x90..=0x9f => (1, (marker & 0x0f) as u64, 0),
+        0xa0..=0xbf => (1, 0, (marker & 0x1f) as usize),
+        0xc1 => return Err("invalid msgpack: reserved marker 0xc1".into()),
+        // bin / str 8, 16, 32
+        0xc4 | 0xd9 => (2, 0, size(len(1)?)?),
+        0xc5 | 0xda => (3, 0, size(len(2)?)?),
+        0xc6 | 0xdb => (5, 0, size(len(4)?)?),
+        // ext 8, 16, 32: length, then the type byte
+        0xc7 => (3, 0, size(len(1)?)?),
+        0xc8 => (4, 0, size(len(2)?)?),
+        0xc9 => (6, 0, size(len(4)?)?),
+        0xca | 0xce | 0xd2 => (1, 0, 4),
+        0xcb | 0xcf | 0xd3 => (1, 0, 8),
+        0xcc | 0xd0 => (1, 0, 1),
+        0xcd | 0xd1 => (1, 0, 2),
+        // fixext 1, 2, 4, 8, 16: the type byte, then the data
+        0xd4 => (2, 0, 1),
+        0xd5 => (2, 0, 2),
+        0xd6 => (2, 0, 4),
+        0xd7 => (2, 0, 8),
+        0xd8 => (2, 0, 16),
+        0xdc => (3, len(2)?, 0),
+        0xdd => (5, len(4)?, 0),
+        0xde => (3, 2 * len(2)?, 0),
+        0xdf => (5, 2 * len(4)?, 0),
+    })
 }
 
 /// A str-keyed msgpack map from `(key, value)` pairs, in order.

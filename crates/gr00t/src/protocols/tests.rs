@@ -153,6 +153,103 @@ fn gr00t_encoding_matches_msg_serializer() {
     assert!(unpack(&[0x01, 0x02]).is_err(), "trailing bytes");
 }
 
+/// An array header for `n` items (array 32).
+fn array32(n: u32) -> Vec<u8> {
+    [&[0xdd][..], &n.to_be_bytes()].concat()
+}
+
+#[test]
+fn unpack_refuses_element_bombs_deep_nesting_and_lying_headers_before_decoding() {
+    let refused = |bytes: &[u8], want: &str| {
+        let e = unpack(bytes).unwrap_err();
+        assert!(e.contains(want), "{e}");
+        assert_eq!(mp::check_size(bytes).unwrap_err(), e);
+    };
+    let too_many = "declares more than 65536 elements";
+    // 16 MiB of nils in one array.
+    let mut nils = array32(16 << 20);
+    nils.resize(5 + (16 << 20), 0xc0);
+    refused(&nils, too_many);
+    // The bound is on the whole message: 20 000 arrays of 4 nils.
+    let mut many = array32(20_000);
+    for _ in 0..20_000 {
+        many.extend([0x94, 0xc0, 0xc0, 0xc0, 0xc0]);
+    }
+    refused(&many, too_many);
+    // Headers claiming 2^32 - 1 items / pairs with nothing after them, and a cut header.
+    refused(&array32(u32::MAX), too_many);
+    refused(&[0xdf, 0xff, 0xff, 0xff, 0xff], too_many);
+    refused(&[0xdd, 0xff, 0xff], "ends inside a value");
+    // 100 000 nested arrays.
+    let mut deep = vec![0x91; 100_000];
+    deep.push(0xc0);
+    refused(&deep, "nested deeper than 32 levels");
+
+    // At the bounds: the top value and 65 535 items pass, one more does not; 32 levels of
+    // nesting pass, 33 do not.
+    let items = |n: u32| [array32(n), vec![0xc0; n as usize]].concat();
+    let v = unpack(&items(65_535)).unwrap();
+    assert_eq!(v.as_array().map(Vec::len), Some(65_535));
+    refused(&items(65_536), too_many);
+    let nested = |d: usize| [vec![0x91; d], vec![0xc0]].concat();
+    assert!(unpack(&nested(32)).is_ok());
+    refused(&nested(33), "nested deeper than 32 levels");
+    // A map's keys and values both count: 32 768 pairs are 65 536 values, plus the map.
+    let mut map = vec![0xdf];
+    map.extend_from_slice(&32_768u32.to_be_bytes());
+    for i in 0..32_768u32 {
+        map.push(0xce);
+        map.extend_from_slice(&i.to_be_bytes());
+        map.push(0xc0);
+    }
+    refused(&map, too_many);
+}
+
+#[test]
+fn the_size_check_walks_every_msgpack_type_as_rmpv_decodes_it() {
+    let v = Value::Array(vec![
+        Value::Nil,
+        Value::Boolean(true),
+        Value::from(7),
+        Value::from(-3),
+        Value::from(200u8),
+        Value::from(-100i8),
+        Value::from(60_000u16),
+        Value::from(-30_000i16),
+        Value::from(4_000_000_000u32),
+        Value::from(-2_000_000_000i32),
+        Value::from(u64::MAX),
+        Value::from(i64::MIN),
+        Value::F32(1.5),
+        Value::F64(-2.25),
+        Value::from("short"),
+        Value::from("s".repeat(200)),
+        Value::from("m".repeat(70_000)),
+        Value::Binary(vec![1; 10]),
+        Value::Binary(vec![2; 300]),
+        Value::Binary(vec![3; 70_000]),
+        Value::Ext(1, vec![9]),
+        Value::Ext(2, vec![9; 2]),
+        Value::Ext(3, vec![9; 4]),
+        Value::Ext(4, vec![9; 8]),
+        Value::Ext(5, vec![9; 16]),
+        Value::Ext(6, vec![9; 3]),
+        Value::Ext(7, vec![9; 300]),
+        Value::Ext(8, vec![9; 70_000]),
+        Value::Array(vec![Value::Nil; 20]),
+        Value::Map(vec![(Value::from("k"), Value::Array(vec![]))]),
+        Value::Map((0..20).map(|i| (Value::from(i), Value::Nil)).collect()),
+        Value::Map(vec![]),
+    ]);
+    let bytes = pack(&v);
+    assert_eq!(unpack(&bytes).unwrap(), v);
+    // Every cut of it is an error, never a panic, whichever side notices.
+    for cut in (0..bytes.len()).step_by(97).chain([bytes.len() - 1]) {
+        assert!(unpack(&bytes[..cut]).is_err(), "cut at {cut}");
+    }
+    assert!(mp::check_size(&[0xc1]).is_err());
+}
+
 #[test]
 fn cartesian_to_eef_9d_uses_intrinsic_xyz_and_rows() {
     // Zero rotation: the rows of the DROID correction matrix.
