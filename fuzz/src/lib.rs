@@ -35,9 +35,11 @@ pub fn pipeline() -> &'static gr00t_droid::image::ImagePipeline {
 /// The ZMQ observation schema of the checkpoint (nested or flat keys).
 pub fn schema(flat: bool) -> protocols::observation::Schema {
     let ckpt = checkpoint();
-    let m = &ckpt.processor.modality_configs[gr00t_droid::EMBODIMENT_TAG];
+    let tag = gr00t_droid::EMBODIMENT_TAG;
+    let spec = gr00t_droid::embodiment::EmbodimentSpec::new(ckpt, tag).expect("DROID layout");
     protocols::observation::Schema::new(
-        m,
+        &spec,
+        &ckpt.processor.modality_configs[tag],
         ckpt.config.action_horizon,
         ckpt.config.max_action_dim,
         flat,
