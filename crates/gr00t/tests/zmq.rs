@@ -648,3 +648,65 @@ fn zmq_serves_every_embodiment_by_options() {
     );
     assert!(error_text(&reply).contains("not served"), "{reply}");
 }
+
+#[test]
+fn zmq_flat_form_serves_other_embodiments() {
+    let server = Server::start_in(
+        &gr00t_fixtures::multi_checkpoint(),
+        0,
+        &["--zmq-port", "0", "--use-sim-policy-wrapper"],
+    );
+    let mut c = Client::connect(server.zmq.as_deref().expect("zmq address"));
+    let case = gr00t_fixtures::MultiCase::load("case_new_embodiment_2");
+    // Nested → flat: `video.<key>`, `state.<key>`, the language key at top level, `[str] * B`.
+    let Value::Map(nested) = multi_observation(&case) else {
+        unreachable!()
+    };
+    let mut flat = Vec::new();
+    for (modality, entries) in nested {
+        let Value::Map(entries) = entries else {
+            unreachable!()
+        };
+        for (k, v) in entries {
+            match modality.as_str().unwrap() {
+                "language" => {
+                    let Value::Array(items) = v else {
+                        unreachable!()
+                    };
+                    let items = items
+                        .into_iter()
+                        .map(|i| match i {
+                            Value::Array(mut inner) => inner.remove(0),
+                            other => other,
+                        })
+                        .collect();
+                    flat.push((k, Value::Array(items)));
+                }
+                m => flat.push((Value::from(format!("{m}.{}", k.as_str().unwrap())), v)),
+            }
+        }
+    }
+    let noise = nd_array(&NdArray::from_f32(vec![1, 40, 132], &case.noise));
+    let options = str_map([
+        ("embodiment", Value::from("new_embodiment")),
+        ("noise", noise),
+    ]);
+    let reply = c.call(
+        "get_action",
+        Some(get_action(Value::Map(flat), options)),
+        None,
+    );
+    let Value::Array(pair) = &reply else {
+        panic!("{reply}")
+    };
+    let Value::Map(acts) = &pair[0] else {
+        panic!("{reply}")
+    };
+    let keys: Vec<&str> = acts.iter().map(|(k, _)| k.as_str().unwrap()).collect();
+    assert_eq!(keys, ["action.single_arm", "action.gripper"]);
+    let (_, a) = decode_array(&acts[0].1).unwrap();
+    let a = a.unwrap();
+    assert_eq!(a.shape, [1, 16, 5]);
+    let want = case.outputs.f32s("action.single_arm");
+    assert!(max_abs_diff(&a.to_f32s(), &want) <= 1e-5 * 100.0);
+}
