@@ -446,3 +446,88 @@ fn websocket_vllm_omni_dialect() {
         str_map([("status", Value::from("reset successful"))])
     );
 }
+
+#[test]
+fn websocket_vllm_omni_serves_the_default_embodiment() {
+    let s = Server::start_in(
+        &gr00t_fixtures::multi_checkpoint(),
+        0,
+        &["--ws-port", "0", "--embodiment", "new_embodiment"],
+    );
+    let addr = s.ws.clone().expect("ws address");
+    let (mut ws, meta) = connect_to(&addr, "/v1/realtime/robot/openpi", None).unwrap();
+    let meta = meta.as_map().unwrap().clone();
+    assert_eq!(
+        get(&meta, "embodiment_tag"),
+        Some(&Value::from("NEW_EMBODIMENT"))
+    );
+    assert_eq!(get(&meta, "action_horizon"), Some(&Value::from(16)));
+    let keys = vec![Value::from("single_arm"), Value::from("gripper")];
+    assert_eq!(get(&meta, "action_keys"), Some(&Value::Array(keys)));
+
+    let case = gr00t_fixtures::MultiCase::load("case_new_embodiment_1");
+    let dir = gr00t_fixtures::multi_dir().join(&case.name);
+    let body: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("request.json")).unwrap()).unwrap();
+    let video = ["front", "wrist"]
+        .iter()
+        .map(|view| {
+            let img = image::open(dir.join(format!("{view}_0.png")))
+                .unwrap()
+                .to_rgb8();
+            let (w, h) = (img.width() as usize, img.height() as usize);
+            (
+                Value::from(*view),
+                self::image(vec![1, 1, h, w, 3], img.into_raw()),
+            )
+        })
+        .collect();
+    let states = case
+        .state
+        .iter()
+        .map(|(k, v)| {
+            let a = NdArray::from_f32(vec![1, 1, v.len()], v);
+            (Value::from(k.as_str()), openpi_array(&a))
+        })
+        .collect();
+    let lang = Value::Array(vec![Value::Array(vec![Value::from(
+        case.instruction.as_str(),
+    )])]);
+    let obs = str_map([
+        ("endpoint", Value::from("infer")),
+        ("session_id", Value::from("so101")),
+        ("video", Value::Map(video)),
+        ("state", Value::Map(states)),
+        (
+            "language",
+            str_map([("annotation.human.task_description", lang)]),
+        ),
+        ("seed", Value::from(3)),
+    ]);
+    let reply = infer(&mut ws, &obs);
+    let m = reply.as_map().expect("reply dict");
+    // The same observation over HTTP with the same seed: bit-identical.
+    let mut http = body.clone();
+    http.as_object_mut().unwrap().remove("noise");
+    http["seed"] = serde_json::json!(3);
+    let resp = test_client::post_json(&s.http, "/predict", http.to_string().as_bytes()).unwrap();
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let resp = resp.json();
+    for (k, v) in m {
+        let key = k.as_str().unwrap();
+        let a = from_openpi_array(v).unwrap().unwrap();
+        let want: Vec<f32> = resp["actions"][key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+            })
+            .collect();
+        assert_eq!(a.shape[..2], [1, 16], "{key}");
+        assert_eq!(a.to_f32s(), want, "{key}: websocket vs HTTP");
+    }
+}

@@ -21,7 +21,6 @@ pub use engine_ext::predict;
 use crate::engine::EngineInfo;
 use crate::server::WorkerHandle;
 use gr00t_droid::embodiment::EmbodimentSpec;
-use gr00t_droid::EMBODIMENT_TAG;
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -151,12 +150,10 @@ pub async fn start(
         // Every connection holds the context; its sender closes when the last one ends.
         let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
         // vLLM-Omni sends the nested GR00T observation whatever --use-sim-policy-wrapper says.
-        let all = schemas(false)?;
-        let schema = all
-            .iter()
-            .find(|s| s.tag == EMBODIMENT_TAG)
-            .or(all.first())
-            .cloned()
+        // vLLM-Omni serves one embodiment per endpoint: the default one.
+        let schema = schemas(false)?
+            .into_iter()
+            .next()
             .ok_or("no embodiment is served")?;
         let ctx = Arc::new(websocket::WsContext {
             worker: worker.clone(),

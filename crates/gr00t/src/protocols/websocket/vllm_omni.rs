@@ -19,6 +19,7 @@ use super::super::observation::{action_dict, parse, Schema};
 use super::{Step, WsContext};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
+use gr00t_droid::embodiment_tags;
 use gr00t_droid::request::NoiseSource;
 use gr00t_droid::EMBODIMENT_TAG;
 use rmpv::Value;
@@ -30,20 +31,32 @@ pub fn metadata(info: &EngineInfo, schema: &Schema) -> Vec<u8> {
         .iter()
         .map(|k| Value::from(k.as_str()))
         .collect();
-    pack(&str_map([
-        ("action_horizon", Value::from(info.action_horizon as u64)),
+    let horizon = info
+        .embodiments
+        .iter()
+        .find(|e| e.tag == schema.tag)
+        .map_or(info.action_horizon, |e| e.action_horizon);
+    // vLLM-Omni spells the tag as Isaac-GR00T's EmbodimentTag enum name.
+    let enum_name = embodiment_tags::ENUM_NAMES
+        .iter()
+        .find(|(_, tag)| *tag == schema.tag)
+        .map_or(schema.tag.to_ascii_uppercase(), |(name, _)| {
+            name.to_string()
+        });
+    let mut fields = vec![
+        ("action_horizon", Value::from(horizon as u64)),
         ("action_keys", Value::Array(keys)),
-        // vLLM-Omni spells the tag as Isaac-GR00T's EmbodimentTag enum name.
-        (
-            "embodiment_tag",
-            Value::from(EMBODIMENT_TAG.to_ascii_uppercase()),
-        ),
+        ("embodiment_tag", Value::from(enum_name)),
         ("needs_session_id", Value::Boolean(true)),
-        (
+    ];
+    // The DROID contract's frames; other embodiments take what their cameras give.
+    if schema.tag == EMBODIMENT_TAG {
+        fields.push((
             "image_resolution",
             Value::Array(vec![Value::from(180), Value::from(320)]),
-        ),
-    ]))
+        ));
+    }
+    pack(&str_map(fields))
 }
 
 /// `{"type": "error", "message": ...}`, sent as a binary frame.
