@@ -75,8 +75,47 @@ impl Checkpoint {
         }
         let proc_dir = proc_path.parent().unwrap_or(&dir).to_path_buf();
         let processor: ProcessorFile = read_json(&proc_path)?;
+        if let Some(class) = processor.processor_class.as_deref() {
+            if class != "Gr00tN1d7Processor" {
+                return Err(Error::file(
+                    &proc_path,
+                    format!(
+                        "processor_class is {class:?}; only Gr00tN1d7Processor (N1.7) is served"
+                    ),
+                ));
+            }
+        }
+        if processor.processor_kwargs.use_tactile {
+            return Err(Error::file(
+                &proc_path,
+                "use_tactile is true: tactile inputs need a model module this server does not have",
+            ));
+        }
         let statistics = Statistics::from_file(&pick(&dir, &proc_dir, "statistics.json"))?;
-        let embodiment_ids = read_json(&pick(&dir, &proc_dir, "embodiment_id.json"))?;
+        // The file wins; tags it lacks come from upstream's code table (as
+        // `Gr00tN1d7Processor` merges them); the file is optional.
+        let id_path = pick(&dir, &proc_dir, "embodiment_id.json");
+        let mut embodiment_ids: BTreeMap<String, usize> = if id_path.is_file() {
+            read_json(&id_path)?
+        } else {
+            BTreeMap::new()
+        };
+        for (tag, id) in CODE_PROJECTOR_INDEX {
+            embodiment_ids.entry(tag.to_string()).or_insert(id);
+        }
+        if let Some((tag, id)) = embodiment_ids
+            .iter()
+            .find(|(_, &id)| id >= config.max_num_embodiments)
+        {
+            return Err(Error::file(
+                &id_path,
+                format!(
+                    "embodiment {tag:?} has projector index {id}, but the model has {} slots \
+                     (max_num_embodiments)",
+                    config.max_num_embodiments
+                ),
+            ));
+        }
         let weight_files = locate_weights(&dir)?;
         let tensor_dtypes = read_tensor_dtypes(&weight_files)?;
         let ckpt = Checkpoint {
@@ -319,8 +358,31 @@ fn read_safetensors_header(path: &Path) -> Result<HashMap<String, HeaderEntry>> 
 
 #[derive(Deserialize)]
 struct ProcessorFile {
+    #[serde(default)]
+    processor_class: Option<String>,
     processor_kwargs: ProcessorConfig,
 }
+
+/// Upstream's projector table (`_PROJECTOR_INDEX_GROUPS` in `processing_gr00t_n1d7.py`), used
+/// for tags `embodiment_id.json` does not list.
+const CODE_PROJECTOR_INDEX: [(&str, usize); 16] = [
+    ("simpler_env_google", 0),
+    ("simpler_env_widowx", 1),
+    ("libero_sim", 2),
+    ("new_embodiment", 10),
+    ("robocasa_panda_omron", 10),
+    ("robocasa_gr1_tabletop", 10),
+    ("unitree_g1_sonic", 11),
+    ("oxe_droid_relative_eef_relative_joint", 24),
+    ("real_g1_relative_eef_relative_joints", 25),
+    ("unitree_g1_full_body_with_waist_height_nav_cmd", 25),
+    ("real_r1_pro_sharpa_relative_eef", 26),
+    ("real_r1_pro_sharpa_relative_eef_human", 26),
+    ("real_r1_pro_sharpa_relative_eef_maxinsights", 26),
+    ("real_r1_pro_sharpa_relative_eef_mecka", 26),
+    ("xdof_relative_eef_relative_joint", 27),
+    ("xdof_relative_eef_relative_joint_subtask", 27),
+];
 
 /// `processor_kwargs` of `processor_config.json` (Gr00tN1d7Processor), the fields inference uses.
 #[derive(Debug, Clone, Deserialize)]
@@ -354,10 +416,12 @@ pub struct ProcessorConfig {
     pub clip_outliers: bool,
     /// Relative action groups are converted to absolute.
     pub use_relative_action: bool,
-    /// State zeroed (not supported; must be false).
+    /// The whole state is zeroed before the model sees it.
     pub exclude_state: bool,
-    /// sin/cos state encoding (not supported; must be false).
+    /// sin/cos state encoding of the state config's `sin_cos_embedding_keys`.
     pub apply_sincos_state_encoding: bool,
+    /// Tactile inputs (newer upstream; refused: the model module is not ported).
+    pub use_tactile: bool,
 }
 
 impl Default for ProcessorConfig {
@@ -379,6 +443,7 @@ impl Default for ProcessorConfig {
             use_relative_action: true,
             exclude_state: false,
             apply_sincos_state_encoding: false,
+            use_tactile: false,
         }
     }
 }

@@ -167,11 +167,7 @@ fn missing_and_malformed_config() {
 
 #[test]
 fn missing_side_files() {
-    for file in [
-        "processor_config.json",
-        "statistics.json",
-        "embodiment_id.json",
-    ] {
+    for file in ["processor_config.json", "statistics.json"] {
         let s = Scratch::new("side");
         std::fs::remove_file(s.path(file)).unwrap();
         let err = s.open_err();
@@ -289,4 +285,59 @@ fn digest_identifies_weights() {
     std::fs::write(&path, &bytes).unwrap();
     let other = Checkpoint::open(&s.0).unwrap().digest().unwrap();
     assert_ne!(d, other);
+}
+
+#[test]
+fn embodiment_ids_come_from_the_file_then_the_code_table() {
+    // Without the file, upstream's code table.
+    let s = Scratch::new("ids-none");
+    std::fs::remove_file(s.path("embodiment_id.json")).unwrap();
+    let ckpt = Checkpoint::open(&s.0).unwrap();
+    assert_eq!(
+        ckpt.embodiment_id("oxe_droid_relative_eef_relative_joint")
+            .unwrap(),
+        24
+    );
+    assert_eq!(ckpt.embodiment_id("new_embodiment").unwrap(), 10);
+    // The file wins on conflict (the released file says robocasa_panda_omron 13, the code 10),
+    // and tags it lacks are filled in from the code.
+    let s = Scratch::new("ids-file");
+    std::fs::write(
+        s.path("embodiment_id.json"),
+        r#"{"oxe_droid_relative_eef_relative_joint": 24, "robocasa_panda_omron": 13}"#,
+    )
+    .unwrap();
+    let ckpt = Checkpoint::open(&s.0).unwrap();
+    assert_eq!(ckpt.embodiment_id("robocasa_panda_omron").unwrap(), 13);
+    assert_eq!(ckpt.embodiment_id("libero_sim").unwrap(), 2);
+    // An index past the model's projector slots is refused, naming the file.
+    std::fs::write(s.path("embodiment_id.json"), r#"{"my_robot": 32}"#).unwrap();
+    let err = s.open_err();
+    assert!(
+        err.contains("embodiment_id.json") && err.contains("my_robot") && err.contains("32"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tactile_and_other_processor_classes_are_refused() {
+    let s = Scratch::new("tactile");
+    let text = std::fs::read_to_string(s.path("processor_config.json")).unwrap();
+    let tactile = text.replacen(
+        "\"exclude_state\"",
+        "\"use_tactile\": true, \"exclude_state\"",
+        1,
+    );
+    assert_ne!(tactile, text);
+    std::fs::write(s.path("processor_config.json"), tactile).unwrap();
+    let err = s.open_err();
+    assert!(
+        err.contains("processor_config.json") && err.contains("use_tactile"),
+        "{err}"
+    );
+    let n16 = text.replacen("Gr00tN1d7Processor", "Gr00tN1d6Processor", 1);
+    assert_ne!(n16, text);
+    std::fs::write(s.path("processor_config.json"), n16).unwrap();
+    let err = s.open_err();
+    assert!(err.contains("Gr00tN1d6Processor"), "{err}");
 }
