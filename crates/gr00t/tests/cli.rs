@@ -209,3 +209,31 @@ fn synthetic_tiny_checkpoint_runs_and_says_so() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn predict_runs_every_multi_embodiment_case() {
+    let ckpt = gr00t_fixtures::multi_checkpoint().display().to_string();
+    for name in gr00t_fixtures::MULTI_CASES {
+        let case = gr00t_fixtures::MultiCase::load(name);
+        let request = gr00t_fixtures::multi_dir().join(name).join("request.json");
+        let request = request.display().to_string();
+        let out = gr00t(&["predict", "--checkpoint", &ckpt, "--request", &request]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(resp["embodiment"], case.tag.as_str());
+        for (key, _) in resp["actions"].as_object().unwrap() {
+            if key == "head_pose" {
+                continue; // near-π rotation vectors: compared as rotations in tests/embodiments.rs
+            }
+            let want = case.outputs.f32s(&format!("action.{key}"));
+            let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+            let d = max_abs_diff(&action_group(&resp, key), &want);
+            assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d:e}");
+        }
+    }
+}
