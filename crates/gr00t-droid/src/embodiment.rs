@@ -9,9 +9,9 @@
 )]
 
 use crate::actions::{ActionDecoder, DecodedActions};
-use crate::image::{Frame, ImagePipeline};
+use crate::image::{Frame, ImagePipeline, ProcessedImages};
 use crate::processor::EncodedRequest;
-use crate::prompt::{PromptEncoder, PromptError};
+use crate::prompt::{EncodedPrompt, PromptEncoder, PromptError};
 use crate::request::{NoiseSource, RequestError};
 use crate::state::{StateError, StateNormalizer};
 use gr00t_model::{Checkpoint, ModelInputs};
@@ -190,45 +190,28 @@ impl EmbodimentProcessor {
     pub fn encode(&self, obs: &Observation) -> Result<EncodedRequest, RequestError> {
         let t0 = Instant::now();
         let frames = self.time_major_frames(obs)?;
-        let processed = self
-            .images
-            .process(&frames)
-            .map_err(|e| RequestError::new("images", e.to_string()))?;
-        let prompt = self
-            .prompt
-            .encode(&obs.instruction, &processed.image_grid_thw)
-            .map_err(|e| match e {
-                PromptError::Tokenizer(m) => {
-                    RequestError::new("", format!("tokenizer failure: {m}"))
-                }
-                other => RequestError::new("instruction", other.to_string()),
-            })?;
+        let (processed, prompt) =
+            images_and_prompt(&self.images, &self.prompt, &frames, &obs.instruction)?;
         let state = self
             .spec
             .state
             .normalize(&obs.raw_state())
             .map_err(state_error)?;
-        let noise = match &obs.noise {
-            NoiseSource::Client(n) => {
-                let want = self.model_horizon * self.action_dim;
-                if n.len() != want {
-                    return Err(RequestError::new(
-                        "noise",
-                        format!(
-                            "expected {} rows of {} values, got {} values",
-                            self.model_horizon,
-                            self.action_dim,
-                            n.len()
-                        ),
-                    ));
-                }
-                n.clone()
+        if let NoiseSource::Client(n) = &obs.noise {
+            let want = self.model_horizon * self.action_dim;
+            if n.len() != want {
+                return Err(RequestError::new(
+                    "noise",
+                    format!(
+                        "expected {} rows of {} values, got {} values",
+                        self.model_horizon,
+                        self.action_dim,
+                        n.len()
+                    ),
+                ));
             }
-            NoiseSource::Seed(s) => {
-                gr00t_model::noise::initial_noise(*s, self.model_horizon, self.action_dim)
-                    .map_err(|e| RequestError::new("seed", e.to_string()))?
-            }
-        };
+        }
+        let noise = initial_noise(&obs.noise, self.model_horizon, self.action_dim)?;
         let t1 = Instant::now();
         Ok(EncodedRequest {
             inputs: ModelInputs {
@@ -299,6 +282,38 @@ impl EmbodimentProcessor {
             }
         }
         Ok(out)
+    }
+}
+
+/// The image inputs and the prompt of one request's frames (in prompt order) and instruction.
+pub(crate) fn images_and_prompt(
+    images: &ImagePipeline,
+    prompt: &PromptEncoder,
+    frames: &[Frame],
+    instruction: &str,
+) -> Result<(ProcessedImages, EncodedPrompt), RequestError> {
+    let processed = images
+        .process(frames)
+        .map_err(|e| RequestError::new("images", e.to_string()))?;
+    let prompt = prompt
+        .encode(instruction, &processed.image_grid_thw)
+        .map_err(|e| match e {
+            PromptError::Tokenizer(m) => RequestError::new("", format!("tokenizer failure: {m}")),
+            other => RequestError::new("instruction", other.to_string()),
+        })?;
+    Ok((processed, prompt))
+}
+
+/// The `[horizon, action_dim]` initial noise: the client's, or `torch.randn` of the seed.
+pub(crate) fn initial_noise(
+    noise: &NoiseSource,
+    horizon: usize,
+    action_dim: usize,
+) -> Result<Vec<f32>, RequestError> {
+    match noise {
+        NoiseSource::Client(n) => Ok(n.clone()),
+        NoiseSource::Seed(s) => gr00t_model::noise::initial_noise(*s, horizon, action_dim)
+            .map_err(|e| RequestError::new("seed", e.to_string())),
     }
 }
 

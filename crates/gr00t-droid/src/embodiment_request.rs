@@ -9,7 +9,8 @@
 
 use crate::embodiment::{EmbodimentSpec, Observation};
 use crate::image::decode_base64_frame;
-use crate::request::{kind, parse_floats, parse_noise_options, required, RequestError};
+use crate::request::RequestError;
+use crate::request::{kind, parse_floats, parse_instruction, parse_noise_options, required};
 use serde_json::{Map, Value};
 
 /// Top-level fields of the generic body.
@@ -52,16 +53,7 @@ impl EmbodimentRequest {
         }
         let images = parse_images(required(obj, "images")?, spec)?;
         let state = parse_state(required(obj, "state")?, spec)?;
-        let instruction = match required(obj, "instruction")? {
-            Value::String(s) if !s.trim().is_empty() => s.clone(),
-            Value::String(_) => return Err(RequestError::new("instruction", "must not be empty")),
-            other => {
-                return Err(RequestError::new(
-                    "instruction",
-                    format!("expected a string, got {}", kind(other)),
-                ))
-            }
-        };
+        let instruction = parse_instruction(obj)?;
         let (noise, return_normalized) = parse_noise_options(obj, horizon, action_dim)?;
         Ok(EmbodimentRequest {
             observation: Observation {

@@ -7,11 +7,12 @@
 )]
 
 use crate::actions::ActionDecoder;
+use crate::embodiment::{images_and_prompt, initial_noise};
 use crate::image::{
     check_frame_geometry, decode_base64, EncodedFrame, Frame, ImagePipeline, DROID_GRID_THW,
 };
-use crate::prompt::{PromptEncoder, PromptError};
-use crate::request::{NoiseSource, PredictRequest, RequestError, CAMERAS, FRAMES_PER_CAMERA};
+use crate::prompt::PromptEncoder;
+use crate::request::{PredictRequest, RequestError, CAMERAS, FRAMES_PER_CAMERA};
 use crate::response::ActionGroups;
 use crate::state::StateNormalizer;
 use crate::EMBODIMENT_TAG;
@@ -117,30 +118,13 @@ impl DroidProcessor {
         t0: Instant,
     ) -> Result<EncodedRequest, RequestError> {
         let t1 = Instant::now();
-        let processed = self
-            .images
-            .process(&frames)
-            .map_err(|e| RequestError::new("images", e.to_string()))?;
-        let prompt = self
-            .prompt
-            .encode(&req.instruction, &processed.image_grid_thw)
-            .map_err(|e| match e {
-                PromptError::Tokenizer(m) => {
-                    RequestError::new("", format!("tokenizer failure: {m}"))
-                }
-                other => RequestError::new("instruction", other.to_string()),
-            })?;
+        let (processed, prompt) =
+            images_and_prompt(&self.images, &self.prompt, &frames, &req.instruction)?;
         let state = self
             .state
             .normalize(&req.state.groups())
             .map_err(|e| RequestError::new("state", e.to_string()))?;
-        let noise = match &req.noise {
-            NoiseSource::Client(n) => n.clone(),
-            NoiseSource::Seed(s) => {
-                gr00t_model::noise::initial_noise(*s, self.horizon, self.action_dim)
-                    .map_err(|e| RequestError::new("seed", e.to_string()))?
-            }
-        };
+        let noise = initial_noise(&req.noise, self.horizon, self.action_dim)?;
         let t2 = Instant::now();
         Ok(EncodedRequest {
             inputs: ModelInputs {

@@ -145,16 +145,7 @@ impl PredictRequest {
         }
         let images = parse_images(required(obj, "images")?)?;
         let state = parse_state(required(obj, "state")?)?;
-        let instruction = match required(obj, "instruction")? {
-            Value::String(s) if !s.trim().is_empty() => s.clone(),
-            Value::String(_) => return Err(RequestError::new("instruction", "must not be empty")),
-            other => {
-                return Err(RequestError::new(
-                    "instruction",
-                    format!("expected a string, got {}", kind(other)),
-                ))
-            }
-        };
+        let instruction = parse_instruction(obj)?;
         let (noise, return_normalized) = parse_noise_options(obj, horizon, action_dim)?;
         Ok(PredictRequest {
             images,
@@ -177,6 +168,18 @@ pub fn parse_body(body: &[u8], horizon: usize, action_dim: usize) -> Result<Valu
     check_value_counts(body, max_values)?;
     serde_json::from_slice(body)
         .map_err(|e| RequestError::new("body", format!("invalid JSON: {e}")))
+}
+
+/// The non-empty `instruction` string of a request object.
+pub(crate) fn parse_instruction(obj: &Map<String, Value>) -> Result<String, RequestError> {
+    match required(obj, "instruction")? {
+        Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
+        Value::String(_) => Err(RequestError::new("instruction", "must not be empty")),
+        other => Err(RequestError::new(
+            "instruction",
+            format!("expected a string, got {}", kind(other)),
+        )),
+    }
 }
 
 /// `seed` | `noise` (default seed 42) and `return_normalized` of a request object.

@@ -412,52 +412,19 @@ impl Engine {
         processor: &EmbodimentProcessor,
         req: &EmbodimentRequest,
     ) -> Result<PredictResponse, PredictError> {
-        let t_parsed = Instant::now();
-        let enc = processor.encode(&req.observation).map_err(|e| {
-            if e.field.is_empty() {
-                PredictError::Internal(e.message)
-            } else {
-                PredictError::BadRequest(e)
-            }
-        })?;
-        let t1 = Instant::now();
-        let out = self
-            .model
-            .forward(&enc.inputs, &Recorder::disabled())
-            .map_err(|e| PredictError::Internal(e.to_string()))?;
-        let t2 = Instant::now();
-        let decoded = processor
-            .decode(&out.action_pred, &req.observation)
-            .map_err(PredictError::Internal)?;
-        let t3 = Instant::now();
-        let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
-        let (noise_source, seed) = match req.observation.noise {
-            NoiseSource::Seed(s) => ("seed", Some(s)),
-            NoiseSource::Client(_) => ("client", None),
+        let obs = &req.observation;
+        let enc = processor.encode(obs);
+        let decode = |pred: &[f32]| {
+            let d = processor.decode(pred, obs)?;
+            let groups = |normalized| ActionGroups::from_decoded(&d, normalized);
+            Ok((groups(false), groups(true), d.horizon))
         };
-        Ok(PredictResponse {
-            actions: ActionGroups::from_decoded(&decoded, false),
-            action_horizon: decoded.horizon,
-            embodiment: processor.spec().tag.clone(),
-            seq_len: out.seq_len,
-            noise_source,
-            seed,
-            actions_normalized: req
-                .return_normalized
-                .then(|| ActionGroups::from_decoded(&decoded, true)),
-            timing_ms: TimingMs {
-                // JSON parsing and frame decoding count as decoding the request.
-                decode: ms(t0, t_parsed),
-                encode: ms(t_parsed, t1),
-                device: ms(t1, t2),
-                decode_actions: ms(t2, t3),
-                total: ms(t0, t3),
-                vision: Some(out.timings.vision_ms),
-                llm: Some(out.timings.llm_ms),
-                adapter: Some(out.timings.adapter_ms),
-                denoise: Some(out.timings.denoise_ms),
-            },
-        })
+        let meta = (
+            processor.spec().tag.as_str(),
+            &obs.noise,
+            req.return_normalized,
+        );
+        self.run(t0, enc, decode, meta)
     }
 
     /// [`predict`](Self::predict) once the request is parsed (from `t0`): `encode` builds the
@@ -474,7 +441,25 @@ impl Engine {
                 format!("{EMBODIMENT_TAG} is not served here"),
             ))
         })?;
-        let enc = encode(droid).map_err(|e| {
+        let decode = |pred: &[f32]| {
+            let chunk = droid.decode(pred, req)?;
+            Ok((chunk.actions, chunk.normalized, droid.horizon()))
+        };
+        let meta = (EMBODIMENT_TAG, &req.noise, req.return_normalized);
+        self.run(t0, encode(droid), decode, meta)
+    }
+
+    /// The network on encoded inputs, then `decode` (physical and normalised actions and the
+    /// horizon) into the response; `meta` is (tag, noise, return_normalized). Everything from
+    /// `t0` to the end of encoding that is not encoding counts as decoding the request.
+    fn run(
+        &self,
+        t0: Instant,
+        enc: Result<EncodedRequest, RequestError>,
+        decode: impl FnOnce(&[f32]) -> Result<(ActionGroups, ActionGroups, usize), String>,
+        (tag, noise, return_normalized): (&str, &NoiseSource, bool),
+    ) -> Result<PredictResponse, PredictError> {
+        let enc = enc.map_err(|e| {
             if e.field.is_empty() {
                 PredictError::Internal(e.message)
             } else {
@@ -487,27 +472,24 @@ impl Engine {
             .forward(&enc.inputs, &Recorder::disabled())
             .map_err(|e| PredictError::Internal(e.to_string()))?;
         let t2 = Instant::now();
-        let chunk = droid
-            .decode(&out.action_pred, req)
-            .map_err(PredictError::Internal)?;
+        let (actions, normalized, horizon) =
+            decode(&out.action_pred).map_err(PredictError::Internal)?;
         let t3 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
-        let (noise_source, seed) = match req.noise {
-            NoiseSource::Seed(s) => ("seed", Some(s)),
+        let (noise_source, seed) = match noise {
+            NoiseSource::Seed(s) => ("seed", Some(*s)),
             NoiseSource::Client(_) => ("client", None),
         };
-        let parse_ms = ms(t0, t1) - enc.decode_ms - enc.encode_ms;
         Ok(PredictResponse {
-            actions: chunk.actions,
-            action_horizon: droid.horizon(),
-            embodiment: EMBODIMENT_TAG.into(),
+            actions,
+            action_horizon: horizon,
+            embodiment: tag.into(),
             seq_len: out.seq_len,
             noise_source,
             seed,
-            actions_normalized: req.return_normalized.then_some(chunk.normalized),
+            actions_normalized: return_normalized.then_some(normalized),
             timing_ms: TimingMs {
-                // JSON parsing counts as decoding the request.
-                decode: enc.decode_ms + parse_ms,
+                decode: ms(t0, t1) - enc.encode_ms,
                 encode: enc.encode_ms,
                 device: ms(t1, t2),
                 decode_actions: ms(t2, t3),

@@ -21,6 +21,47 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::OnceLock;
 use std::time::Instant;
 
+/// `[width, height, bytes]`.
+fn frame_value(f: &Frame) -> Value {
+    Value::Array(vec![
+        Value::from(f.width as u64),
+        Value::from(f.height as u64),
+        Value::Binary(f.data.clone()),
+    ])
+}
+
+fn frame_from_value(v: &Value) -> Option<Frame> {
+    let f = v.as_array()?;
+    let (w, h) = (f.first()?.as_u64()?, f.get(1)?.as_u64()?);
+    let Value::Binary(data) = f.get(2)? else {
+        return None;
+    };
+    Frame::new(w as usize, h as usize, data.clone()).ok()
+}
+
+/// `("seed", n)` or `("noise", f32 bytes)`.
+fn noise_entry(noise: &NoiseSource) -> (&'static str, Value) {
+    match noise {
+        NoiseSource::Seed(seed) => ("seed", Value::from(*seed)),
+        NoiseSource::Client(n) => ("noise", Value::Binary(f32_bytes(n))),
+    }
+}
+
+fn noise_from_map(m: &[(Value, Value)]) -> Option<NoiseSource> {
+    match (get(m, "seed"), get(m, "noise")) {
+        (Some(s), None) => Some(NoiseSource::Seed(s.as_u64()?)),
+        (None, Some(Value::Binary(b))) => Some(NoiseSource::Client(f32s(b))),
+        _ => None,
+    }
+}
+
+/// The process's tag, then the packed map.
+fn tagged_body(v: Value) -> Bytes {
+    let mut body = tag().to_vec();
+    body.extend(pack(&v));
+    Bytes::from(body)
+}
+
 impl AnyRequest {
     /// The tagged queue body (an `embodiment` key tells it from a DROID one).
     pub fn to_body(&self) -> Bytes {
@@ -29,16 +70,7 @@ impl AnyRequest {
             .images
             .iter()
             .map(|(view, frames)| {
-                let frames = frames
-                    .iter()
-                    .map(|f| {
-                        Value::Array(vec![
-                            Value::from(f.width as u64),
-                            Value::from(f.height as u64),
-                            Value::Binary(f.data.clone()),
-                        ])
-                    })
-                    .collect();
+                let frames = frames.iter().map(frame_value).collect();
                 Value::Array(vec![Value::from(view.as_str()), Value::Array(frames)])
             })
             .collect();
@@ -47,20 +79,13 @@ impl AnyRequest {
             .iter()
             .map(|(k, v)| Value::Array(vec![Value::from(k.as_str()), Value::Binary(f32_bytes(v))]))
             .collect();
-        let noise = match &o.noise {
-            NoiseSource::Seed(seed) => ("seed", Value::from(*seed)),
-            NoiseSource::Client(n) => ("noise", Value::Binary(f32_bytes(n))),
-        };
-        let v = str_map([
+        tagged_body(str_map([
             ("embodiment", Value::from(self.tag.as_str())),
             ("images", Value::Array(images)),
             ("state", Value::Array(state)),
             ("instruction", Value::from(o.instruction.as_str())),
-            noise,
-        ]);
-        let mut body = tag().to_vec();
-        body.extend(pack(&v));
-        Bytes::from(body)
+            noise_entry(&o.noise),
+        ]))
     }
 
     fn unpack(m: &[(Value, Value)]) -> Option<AnyRequest> {
@@ -69,15 +94,11 @@ impl AnyRequest {
             let [view, frames] = entry.as_array()?.as_slice() else {
                 return None;
             };
-            let mut out = Vec::new();
-            for f in frames.as_array()? {
-                let f = f.as_array()?;
-                let (w, h) = (f.first()?.as_u64()?, f.get(1)?.as_u64()?);
-                let Value::Binary(data) = f.get(2)? else {
-                    return None;
-                };
-                out.push(Frame::new(w as usize, h as usize, data.clone()).ok()?);
-            }
+            let out = frames
+                .as_array()?
+                .iter()
+                .map(frame_from_value)
+                .collect::<Option<Vec<_>>>()?;
             images.push((view.as_str()?.to_string(), out));
         }
         let mut state = Vec::new();
@@ -87,11 +108,7 @@ impl AnyRequest {
             };
             state.push((key.as_str()?.to_string(), f32s(b)));
         }
-        let noise = match (get(m, "seed"), get(m, "noise")) {
-            (Some(s), None) => NoiseSource::Seed(s.as_u64()?),
-            (None, Some(Value::Binary(b))) => NoiseSource::Client(f32s(b)),
-            _ => return None,
-        };
+        let noise = noise_from_map(m)?;
         Some(AnyRequest {
             tag: get(m, "embodiment")?.as_str()?.to_string(),
             observation: Observation {
@@ -210,18 +227,7 @@ fn f32s(b: &[u8]) -> Vec<f32> {
 impl RawRequest {
     /// The tagged queue body.
     pub fn to_body(&self) -> Bytes {
-        let frames = self
-            .frames
-            .iter()
-            .flatten()
-            .map(|f| {
-                Value::Array(vec![
-                    Value::from(f.width as u64),
-                    Value::from(f.height as u64),
-                    Value::Binary(f.data.clone()),
-                ])
-            })
-            .collect();
+        let frames = self.frames.iter().flatten().map(frame_value).collect();
         let s = &self.state;
         let state: Vec<f32> = [
             &s.eef_9d[..],
@@ -229,32 +235,20 @@ impl RawRequest {
             &s.joint_position[..],
         ]
         .concat();
-        let noise = match &self.noise {
-            NoiseSource::Seed(seed) => ("seed", Value::from(*seed)),
-            NoiseSource::Client(n) => ("noise", Value::Binary(f32_bytes(n))),
-        };
-        let v = str_map([
+        tagged_body(str_map([
             ("frames", Value::Array(frames)),
             ("state", Value::Binary(f32_bytes(&state))),
             ("instruction", Value::from(self.instruction.as_str())),
-            noise,
-        ]);
-        let mut body = tag().to_vec();
-        body.extend(pack(&v));
-        Bytes::from(body)
+            noise_entry(&self.noise),
+        ]))
     }
 
     fn unpack_map(m: &[(Value, Value)]) -> Option<RawRequest> {
-        let mut frames = Vec::new();
-        for f in get(m, "frames")?.as_array()? {
-            let f = f.as_array()?;
-            let (w, h) = (f.first()?.as_u64()?, f.get(1)?.as_u64()?);
-            let data = match f.get(2)? {
-                Value::Binary(b) => b.clone(),
-                _ => return None,
-            };
-            frames.push(Frame::new(w as usize, h as usize, data).ok()?);
-        }
+        let frames = get(m, "frames")?
+            .as_array()?
+            .iter()
+            .map(frame_from_value)
+            .collect::<Option<Vec<_>>>()?;
         let mut frames = frames.into_iter();
         let mut next = || frames.next();
         let frames = [[next()?, next()?], [next()?, next()?]];
@@ -270,11 +264,7 @@ impl RawRequest {
         raw.eef_9d.copy_from_slice(&state[..9]);
         raw.gripper_position.copy_from_slice(&state[9..10]);
         raw.joint_position.copy_from_slice(&state[10..]);
-        let noise = match (get(m, "seed"), get(m, "noise")) {
-            (Some(s), None) => NoiseSource::Seed(s.as_u64()?),
-            (None, Some(Value::Binary(b))) => NoiseSource::Client(f32s(b)),
-            _ => return None,
-        };
+        let noise = noise_from_map(m)?;
         Some(RawRequest {
             frames,
             state: raw,
