@@ -33,6 +33,14 @@ STARTUP_TIMEOUT = 40.0
 results = []
 
 
+def summary(t0):
+    """Prints the run time and `N passed, M failed`; the exit code."""
+    passed, failed = results.count(True), results.count(False)
+    print(f"({time.monotonic() - t0:.1f} s)")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
 def check(name, fn):
     """Runs one check; records and prints pass/fail."""
     try:
@@ -261,10 +269,7 @@ def main():
         client.close()
     finally:
         server.stop()
-    passed, failed = results.count(True), results.count(False)
-    print(f"({time.monotonic() - t0:.1f} s)")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary(t0)
 
 
 if __name__ == "__main__":

@@ -199,10 +199,7 @@ def main():
         old.close()
     finally:
         server.stop()
-    passed, failed = tp.results.count(True), tp.results.count(False)
-    print(f"({time.monotonic() - t0:.1f} s)")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return tp.summary(t0)
 
 
 if __name__ == "__main__":
