@@ -102,6 +102,16 @@ impl Linear {
         bias: Option<Tensor>,
         products: Products,
     ) -> candle_core::Result<Linear> {
+        Linear::new_for_kernel(weight, bias, products, cpu_kernel::current())
+    }
+
+    /// [`Linear::new_for_cpu`] packing for `kernel` (the process's kernel, or a lesser one).
+    fn new_for_kernel(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        products: Products,
+        kernel: CpuKernel,
+    ) -> candle_core::Result<Linear> {
         let (n, k) = weight.dims2()?;
         let bf16_inputs = products == Products::Bf16;
         let weight = if bf16_inputs && weight.dtype() != DType::BF16 {
@@ -109,7 +119,6 @@ impl Linear {
         } else {
             weight
         };
-        let kernel = cpu_kernel::current();
         let layout = if bf16_inputs && kernel == CpuKernel::Avx512Bf16 {
             PackLayout::VnniPairs
         } else {
@@ -581,6 +590,34 @@ mod tests {
             }
         }
         assert_ne!(y16, y32);
+    }
+
+    #[test]
+    fn bf16_products_give_the_same_bits_through_the_f32_kernel_on_rounded_activations() {
+        // What `GR00T_CPU_KERNEL=avx512 --dtype bf16` runs against the native kernel.
+        if super::cpu_kernel::current() != CpuKernel::Avx512Bf16 {
+            return;
+        }
+        let (m, n, k) = (17, 1056, 1030);
+        let mut rnd = crate::test_rng::xorshift(11u32);
+        let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+        let b: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let dev = Device::Cpu;
+        let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
+        let bt = Tensor::from_slice(&b, n, &dev).unwrap();
+        let xt = Tensor::from_slice(&x, (m, k), &dev).unwrap();
+        let run = |kernel| {
+            let l = Linear::new_for_kernel(wt.clone(), Some(bt.clone()), Products::Bf16, kernel)
+                .unwrap();
+            let y = l.forward(&xt).unwrap().flatten_all().unwrap();
+            (l.pack_layout(), y.to_vec1::<f32>().unwrap())
+        };
+        let (native_layout, native) = run(CpuKernel::Avx512Bf16);
+        let (f32_layout, via_f32) = run(CpuKernel::Avx512);
+        assert_eq!(native_layout, Some(PackLayout::VnniPairs));
+        assert_eq!(f32_layout, Some(PackLayout::Panels));
+        assert_eq!(native, via_f32);
     }
 
     #[test]
