@@ -2,7 +2,11 @@
 GFLOP/s, the GEMM-bound floor (stage FLOPs / best fp32 GEMM rate of the same run) and the
 ratios against the floor, the PyTorch eager peer and the issue's targets.
 
-Usage: python3 report.py OUT_DIR   (reads gemm.json, cold.json, loop.json, peer.txt, machine.txt)
+With cold_bf16.json (`gr00t bench --dtype bf16`), a bf16 block: per-stage bf16 vs fp32 of the
+same run and the issue 16 targets.
+
+Usage: python3 report.py OUT_DIR   (reads gemm.json, cold.json, loop.json, peer.txt, machine.txt,
+                                    cold_bf16.json when present)
 """
 import json
 import re
@@ -106,7 +110,35 @@ def main():
     checks.append(("control loop ≤ 0.6 × cold request", loop["total_ms"] / cold["total_ms"], 0.6))
     for what, ratio, bound in checks:
         lines.append(f"- {what}: {ratio:.2f} ({'met' if ratio <= bound else 'NOT met'})")
+    bf16_path = out / "cold_bf16.json"
+    if bf16_path.exists():
+        lines += bf16_block(cold, json.loads(bf16_path.read_text()))
     print("\n".join(lines))
+
+
+def bf16_block(f32, bf16):
+    """Cold requests, --dtype bf16 against fp32, both from this run."""
+    lines = ["", f"bf16 (--dtype bf16, CPU kernel {bf16.get('cpu_kernel', '?')}) against fp32 "
+             f"(CPU kernel {f32.get('cpu_kernel', '?')}), cold requests:", "",
+             "| stage | fp32 median ms | bf16 median ms | bf16 / fp32 | bf16 GFLOP/s |",
+             "|---|---:|---:|---:|---:|"]
+    for s in STAGES + ["total"]:
+        if s == "total":
+            a, b, g = f32["total_ms"], bf16["total_ms"], sum(bf16["stages"][t]["gflop"] for t in STAGES)
+        else:
+            a, b, g = f32["stages"][s]["median_ms"], bf16["stages"][s]["median_ms"], bf16["stages"][s]["gflop"]
+        rate = f"{g / b * 1e3:.1f}" if g > 0 and b > 0 else "-"
+        lines.append(f"| {s} | {a:.1f} | {b:.1f} | {b / a:.2f} | {rate} |" if a > 0 else
+                     f"| {s} | {a:.1f} | {b:.1f} | - | {rate} |")
+    if "cpu_ms" in f32 and "cpu_ms" in bf16:
+        lines.append(f"| CPU time per request, all threads | {f32['cpu_ms']:.1f} | {bf16['cpu_ms']:.1f} | "
+                     f"{bf16['cpu_ms'] / f32['cpu_ms']:.2f} | - |")
+    lines += ["", f"bf16 peak RSS {bf16['peak_rss_mb']:.0f} MB (fp32 {f32['peak_rss_mb']:.0f} MB)", "",
+              "Targets (issue 16):"]
+    for what, value, bound in [("bf16 whole request ≤ 0.6 × fp32", bf16["total_ms"] / f32["total_ms"], 0.6),
+                               ("bf16 peak RSS ≤ 8 GB", bf16["peak_rss_mb"] / 1e3, 8.0)]:
+        lines.append(f"- {what}: {value:.2f} ({'met' if value <= bound else 'NOT met'})")
+    return lines
 
 
 if __name__ == "__main__":

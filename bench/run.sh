@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU performance run, all in one go on one machine: the best fp32 GEMM rate (numpy/OpenBLAS),
 # the PyTorch eager peer of our backbone (torch_backbone_peer.py), and `gr00t bench` (cold
-# requests, then the control loop), then a report with per-stage GFLOP/s, GEMM-bound floors and
+# requests, then the control loop, then cold requests with --dtype bf16), then a report with per-stage GFLOP/s, GEMM-bound floors and
 # ratios (bench/report.py). Everything uses the same thread count.
 #
 # Usage: bench/run.sh CHECKPOINT_DIR [OUT_DIR]
@@ -67,6 +67,9 @@ RAYON_NUM_THREADS="$threads" flock "$lock" "$GR00T_BIN" bench --checkpoint "$ckp
 echo "== gr00t bench: control loop" >&2
 RAYON_NUM_THREADS="$threads" flock "$lock" "$GR00T_BIN" bench --checkpoint "$ckpt" \
     --runs "$runs" --loop --json > "$out/loop.json"
+echo "== gr00t bench: cold requests, --dtype bf16" >&2
+RAYON_NUM_THREADS="$threads" flock "$lock" "$GR00T_BIN" bench --checkpoint "$ckpt" \
+    --dtype bf16 --runs "$runs" --json > "$out/cold_bf16.json"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
 
 "$py" "$here/report.py" "$out" | tee "$out/report.md"

@@ -98,22 +98,56 @@ fn request_json_to_actions_matches_reference_for_every_case() {
     }
 }
 
-/// bf16 weights and activations (what GPUs serve): every action group of every case stays
-/// within the bf16 gate, r ≥ 0.999 against the fp32 reference. Prints the figures.
+/// `--dtype bf16`: on the CPU bf16 products (activations rounded to bf16 at each linear's
+/// input, f32 everywhere else; `vdpbf16ps` on AVX512-BF16 CPUs), on a GPU bf16 activations.
+/// Every action group of every case stays within the bf16 gate against the fp32 reference:
+/// r ≥ 0.99999 and max|Δ| ≤ 1e-2·max|ref|. Prints the figures.
 #[test]
 fn bf16_compute_keeps_every_action_group_within_the_bf16_gate() {
     let p = Pipeline::load_in(DType::BF16);
+    let f32 = Pipeline::load();
     let device = p.model.device().clone();
     for case in gr00t_fixtures::CASES {
         let taps = Taps::load(case);
-        let (actions, _, action_pred) = p.run(gr00t_fixtures::request_json(case).as_bytes());
+        let body = gr00t_fixtures::request_json(case);
+        let (actions, _, action_pred) = p.run(body.as_bytes());
         let r = pearson(&action_pred, &taps.f32s("head.action_pred"));
-        eprintln!("bf16 on {device:?} {case} action_pred: r = {r:.7}");
-        for (key, r, d, _) in group_agreement(&actions, &taps) {
-            eprintln!("bf16 on {device:?} {case} {key}: r = {r:.7}, max|Δ| = {d:.3e}");
-            assert!(r >= 0.999, "{case} {key}: r = {r}, max|Δ| = {d:e}");
+        eprintln!(
+            "bf16 on {device:?} {case} action_pred: 1 - r = {:.2e}",
+            1.0 - r
+        );
+        for (key, r, d, scale) in group_agreement(&actions, &taps) {
+            eprintln!(
+                "bf16 on {device:?} {case} {key}: 1 - r = {:.2e}, max|Δ| = {d:.3e} ({:.2e} of max|ref|)",
+                1.0 - r,
+                d / scale
+            );
+            assert!(r >= 0.99999, "{case} {key}: r = {r}, max|Δ| = {d:e}");
+            assert!(
+                d <= 1e-2 * scale,
+                "{case} {key}: max|Δ| = {d:e}, max|ref| = {scale}"
+            );
         }
+        // The products really are rounded: not the f32 network's bits.
+        let (_, _, f32_pred) = f32.run(body.as_bytes());
+        assert_ne!(action_pred, f32_pred, "{case}: bf16 gave the f32 actions");
     }
+}
+
+/// bf16 repeats are bit-identical (the kernel's chains do not depend on the batch, the threads
+/// or what ran before).
+#[test]
+fn bf16_repeats_are_bit_identical() {
+    let p = Pipeline::load_in(DType::BF16);
+    let a = gr00t_fixtures::request_json("case1");
+    let b = gr00t_fixtures::request_json("case3");
+    let first_a = p.run(a.as_bytes()).2;
+    let _ = p.run(b.as_bytes());
+    let again_a = p.run(a.as_bytes()).2;
+    assert!(first_a
+        .iter()
+        .zip(&again_a)
+        .all(|(x, y)| x.to_bits() == y.to_bits()));
 }
 
 #[test]

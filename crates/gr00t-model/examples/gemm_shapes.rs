@@ -1,10 +1,11 @@
-//! GFLOP/s of the hand-written AVX-512 and AVX2 GEMMs (weights packed at load, as the model
-//! keeps them) against the `gemm`-crate path (weights widened per call) on the model's
-//! bf16-weight linear shapes: all alternate in one process; medians of several rounds. Kernels
-//! this CPU does not run print as "-".
+//! GFLOP/s of the hand-written AVX512-BF16 (`--dtype bf16`: activations rounded to bf16, VNNI
+//! weight pairs), AVX-512 and AVX2 GEMMs (weights packed at load, as the model keeps them)
+//! against the `gemm`-crate path (weights widened per call) on the model's bf16-weight linear
+//! shapes: all alternate in one process; medians of several rounds. Kernels this CPU does not
+//! run print as "-".
 
 use gr00t_model::cpu_kernel::CpuKernel;
-use gr00t_model::linear::{matmul_bf16_with, matmul_packed_with, PackedBf16};
+use gr00t_model::linear::{matmul_bf16_with, matmul_packed_with, PackLayout, PackedBf16};
 use half::bf16;
 use std::time::Instant;
 
@@ -38,10 +39,25 @@ fn main() {
         (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
     };
     println!(
-        "{:<12} {:>5} {:>5} {:>5} {:>9} {:>9} {:>9} {:>7} {:>7}",
-        "stage", "M", "K", "N", "avx512", "avx2", "library", "512/lib", "avx2/lib"
+        "{:<12} {:>5} {:>5} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7}",
+        "stage",
+        "M",
+        "K",
+        "N",
+        "bf16",
+        "avx512",
+        "avx2",
+        "library",
+        "bf16/512",
+        "512/lib",
+        "avx2/lib"
     );
-    let kernels = [CpuKernel::Avx512, CpuKernel::Avx2, CpuKernel::Library];
+    let kernels = [
+        CpuKernel::Avx512Bf16,
+        CpuKernel::Avx512,
+        CpuKernel::Avx2,
+        CpuKernel::Library,
+    ];
     for &(name, m, k, n) in SHAPES.iter().filter(|s| s.0.contains(&only)) {
         let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
         let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
@@ -50,19 +66,21 @@ fn main() {
         // Enough repetitions for ~50 ms per timing.
         let reps = (2.5e9 / flops).ceil().max(1.0) as usize;
         let packed = PackedBf16::new(&w, n, k).expect("shape");
+        let vnni = PackedBf16::with_layout(&w, n, k, PackLayout::VnniPairs).expect("shape");
         // GFLOP/s of one kernel, or None when this CPU does not run it.
         let time = |kernel: CpuKernel| -> Option<f64> {
             let t = Instant::now();
             for _ in 0..reps {
                 let y = match kernel {
                     CpuKernel::Library => matmul_bf16_with(kernel, &x, m, k, &w, n, Some(&b)),
+                    CpuKernel::Avx512Bf16 => matmul_packed_with(kernel, &x, m, k, &vnni, Some(&b))?,
                     _ => matmul_packed_with(kernel, &x, m, k, &packed, Some(&b))?,
                 };
                 std::hint::black_box(y);
             }
             Some(flops * reps as f64 / t.elapsed().as_secs_f64() / 1e9)
         };
-        let mut rates: [Vec<f64>; 3] = Default::default();
+        let mut rates: [Vec<f64>; 4] = Default::default();
         for round in 0..=rounds {
             for (kernel, rates) in kernels.iter().zip(&mut rates) {
                 // Round 0 warms up.
@@ -75,19 +93,21 @@ fn main() {
             v.sort_by(f64::total_cmp);
             v.get(v.len() / 2).copied()
         };
-        let [p512, p2, lib] = rates.map(median);
+        let [bf, p512, p2, lib] = rates.map(median);
         let show = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.1}"));
-        let ratio = |r: Option<f64>| match (r, lib) {
+        let ratio = |r: Option<f64>, base: Option<f64>| match (r, base) {
             (Some(r), Some(l)) => format!("{:.3}", r / l),
             _ => "-".into(),
         };
         println!(
-            "{name:<12} {m:>5} {k:>5} {n:>5} {:>9} {:>9} {:>9} {:>7} {:>7}",
+            "{name:<12} {m:>5} {k:>5} {n:>5} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7}",
+            show(bf),
             show(p512),
             show(p2),
             show(lib),
-            ratio(p512),
-            ratio(p2)
+            ratio(bf, p512),
+            ratio(p512, lib),
+            ratio(p2, lib)
         );
     }
 }

@@ -3,6 +3,10 @@
 //! an AVX-512 machine). Fixed for the process before the weights load, since packing at load
 //! depends on it. Every kernel computes each element as one f32 fused multiply-add chain;
 //! the hand-written ones in the same order (same bits), the library in its own.
+//!
+//! `avx512bf16` only changes the `--dtype bf16` products (bf16 activations, `vdpbf16ps`); f32
+//! products under it are the `avx512` kernel's. `amx` is reserved: its kernel is not written
+//! (no AMX machine to verify it on), so the name is refused.
 
 use std::sync::OnceLock;
 
@@ -18,6 +22,9 @@ pub enum CpuKernel {
     Avx2,
     /// Hand-written AVX-512 kernel on weights packed at load (`gemm_avx512.rs`).
     Avx512,
+    /// As [`CpuKernel::Avx512`] for f32 products; bf16 products run `vdpbf16ps` on VNNI pairs
+    /// packed at load (`gemm_avx512bf16.rs`).
+    Avx512Bf16,
 }
 
 impl CpuKernel {
@@ -27,12 +34,21 @@ impl CpuKernel {
             CpuKernel::Library => "library",
             CpuKernel::Avx2 => "avx2",
             CpuKernel::Avx512 => "avx512",
+            CpuKernel::Avx512Bf16 => "avx512bf16",
         }
+    }
+
+    /// The kernel that runs f32 products under this one (`avx512bf16` has no f32 kernel of
+    /// its own).
+    pub fn for_f32(self) -> CpuKernel {
+        self.min(CpuKernel::Avx512)
     }
 
     /// The fastest kernel this CPU runs.
     pub fn detected() -> CpuKernel {
-        if crate::gemm_avx512::available() {
+        if crate::gemm_avx512bf16::available() {
+            CpuKernel::Avx512Bf16
+        } else if crate::gemm_avx512::available() {
             CpuKernel::Avx512
         } else if crate::gemm_avx2::available() {
             CpuKernel::Avx2
@@ -46,11 +62,17 @@ impl CpuKernel {
     pub fn cap_from_env_value(value: Option<&str>) -> Result<Option<CpuKernel>, String> {
         match value.map(str::trim) {
             None | Some("") | Some("auto") => Ok(None),
+            Some("avx512bf16") => Ok(Some(CpuKernel::Avx512Bf16)),
+            Some("amx") => Err(format!(
+                "{CPU_KERNEL_ENV}=amx is reserved: this build has no AMX kernel (it could not be \
+                 verified without an AMX CPU); use auto, avx512bf16, avx512, avx2 or library"
+            )),
             Some("avx512") => Ok(Some(CpuKernel::Avx512)),
             Some("avx2") => Ok(Some(CpuKernel::Avx2)),
             Some("library") => Ok(Some(CpuKernel::Library)),
             Some(other) => Err(format!(
-                "{CPU_KERNEL_ENV}={other:?} is not a CPU kernel; use auto, avx512, avx2 or library"
+                "{CPU_KERNEL_ENV}={other:?} is not a CPU kernel; use auto, avx512bf16, avx512, avx2 \
+                 or library"
             )),
         }
     }
@@ -97,10 +119,24 @@ mod tests {
     fn parses_names_and_rejects_others_naming_the_variable() {
         assert_eq!(CpuKernel::cap_from_env_value(None).unwrap(), None);
         assert_eq!(CpuKernel::cap_from_env_value(Some(" auto ")).unwrap(), None);
-        for k in [CpuKernel::Library, CpuKernel::Avx2, CpuKernel::Avx512] {
+        for k in [
+            CpuKernel::Library,
+            CpuKernel::Avx2,
+            CpuKernel::Avx512,
+            CpuKernel::Avx512Bf16,
+        ] {
             assert_eq!(CpuKernel::cap_from_env_value(Some(k.as_str())), Ok(Some(k)));
         }
         let e = CpuKernel::cap_from_env_value(Some("sse")).unwrap_err();
         assert!(e.contains(CPU_KERNEL_ENV) && e.contains("sse"), "{e}");
+        let e = CpuKernel::cap_from_env_value(Some("amx")).unwrap_err();
+        assert!(e.contains("reserved") && e.contains("avx512bf16"), "{e}");
+    }
+
+    #[test]
+    fn f32_products_never_run_the_bf16_kernel() {
+        assert_eq!(CpuKernel::Avx512Bf16.for_f32(), CpuKernel::Avx512);
+        assert_eq!(CpuKernel::Avx512.for_f32(), CpuKernel::Avx512);
+        assert_eq!(CpuKernel::Avx2.for_f32(), CpuKernel::Avx2);
     }
 }

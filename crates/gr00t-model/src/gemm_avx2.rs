@@ -12,7 +12,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use crate::gemm_avx512::Seed;
-use crate::gemm_avx512::{PackedBf16, NR};
+use crate::gemm_avx512::{PackLayout, PackedBf16, NR};
 use crate::out_ptr::{split_output, OutPtr};
 use std::cell::RefCell;
 
@@ -55,7 +55,12 @@ pub(crate) fn matmul(
     bias: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
     let (n, wk) = w.dims();
-    if !available() || wk != k || a.len() != m * k || bias.is_some_and(|v| v.len() != n) {
+    if !available()
+        || wk != k
+        || a.len() != m * k
+        || bias.is_some_and(|v| v.len() != n)
+        || w.layout() != PackLayout::Panels
+    {
         return None;
     }
     if m == 0 || n == 0 || k == 0 {

@@ -42,28 +42,68 @@ impl Rhs<'_> {
     }
 }
 
-/// A bf16 `[N, K]` weight laid out once as NR-column panels `[⌈N/NR⌉][K][NR]` (columns past N
-/// are zero): the microkernel reads it directly, no per-call packing of B. Within each row of
-/// NR values the columns are stored in [`stored_column`] order, so that two word unpacks with
-/// zero widen them exactly into columns 0..16 and 16..32. Same bytes as the row-major weight,
-/// plus at most NR−1 padding columns.
+/// A bf16 `[N, K]` weight laid out once, at load, in the order one kernel family reads it
+/// ([`PackLayout`]); NR-column panels either way (columns past N are zero), so no kernel packs
+/// a weight per call. Same bytes as the row-major weight plus padding.
 #[derive(Debug)]
 pub struct PackedBf16 {
     n: usize,
     k: usize,
+    layout: PackLayout,
     panels: Vec<bf16>,
 }
 
+/// The element order of a [`PackedBf16`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackLayout {
+    /// `[⌈N/NR⌉][K][NR]`, each row of NR in [`stored_column`] order, so that two word unpacks
+    /// with zero widen it exactly into columns 0..16 and 16..32 (the f32 kernels, AVX-512 and
+    /// AVX2).
+    Panels,
+    /// `[⌈N/NR⌉][⌈K/2⌉][NR][2]`: VNNI pairs for `vdpbf16ps` (`gemm_avx512bf16.rs`), k padded
+    /// to even with zero. Each pair holds k+1 in its low and k in its high half: the
+    /// instruction adds the high product first, so each chain runs over k in order.
+    VnniPairs,
+}
+
+impl PackLayout {
+    /// k values per group stored together for one column.
+    fn group(self) -> usize {
+        match self {
+            PackLayout::Panels => 1,
+            PackLayout::VnniPairs => 2,
+        }
+    }
+}
+
 impl PackedBf16 {
-    /// Rearranges a row-major `[n, k]` bf16 matrix (`None` when the length does not match).
+    /// Rearranges a row-major `[n, k]` bf16 matrix for the f32 kernels ([`PackLayout::Panels`];
+    /// `None` when the length does not match).
     pub fn new(w: &[bf16], n: usize, k: usize) -> Option<PackedBf16> {
+        PackedBf16::with_layout(w, n, k, PackLayout::Panels)
+    }
+
+    /// Rearranges a row-major `[n, k]` bf16 matrix in `layout` (`None` when the length does
+    /// not match).
+    pub fn with_layout(w: &[bf16], n: usize, k: usize, layout: PackLayout) -> Option<PackedBf16> {
         if w.len() != n * k {
             return None;
         }
-        let mut panels = vec![bf16::ZERO; n.div_ceil(NR) * NR * k];
+        let g = layout.group();
+        let kp = k.next_multiple_of(g);
+        let mut panels = vec![bf16::ZERO; n.div_ceil(NR) * NR * kp];
+        // Position of column slot `s`, k index `p` inside a panel.
+        let at = |s: usize, p: usize| match layout {
+            PackLayout::Panels => p * NR + s,
+            PackLayout::VnniPairs => (p / 2 * NR + s) * 2 + 1 - p % 2,
+        };
+        let column = |s: usize| match layout {
+            PackLayout::Panels => stored_column(s),
+            PackLayout::VnniPairs => s,
+        };
         if k > 0 {
             panels
-                .par_chunks_mut(NR * k)
+                .par_chunks_mut(NR * kp)
                 .enumerate()
                 .for_each(|(j, panel)| {
                     let cols = NR.min(n - j * NR);
@@ -72,18 +112,23 @@ impl PackedBf16 {
                     for p0 in (0..k).step_by(64) {
                         let p1 = (p0 + 64).min(k);
                         for s in 0..NR {
-                            let c = stored_column(s);
+                            let c = column(s);
                             if c < cols {
                                 let row = &rows[c * k..(c + 1) * k];
                                 for p in p0..p1 {
-                                    panel[p * NR + s] = row[p];
+                                    panel[at(s, p)] = row[p];
                                 }
                             }
                         }
                     }
                 });
         }
-        Some(PackedBf16 { n, k, panels })
+        Some(PackedBf16 {
+            n,
+            k,
+            layout,
+            panels,
+        })
     }
 
     /// `(n, k)` of the logical matrix.
@@ -91,7 +136,12 @@ impl PackedBf16 {
         (self.n, self.k)
     }
 
-    /// The panels, `[⌈n/NR⌉][k][NR]`.
+    /// The element order.
+    pub fn layout(&self) -> PackLayout {
+        self.layout
+    }
+
+    /// The panels, `[⌈n/NR⌉][k][NR]` or `[⌈n/NR⌉][⌈k/2⌉][NR][2]` by [`PackLayout`].
     pub(crate) fn panels(&self) -> &[bf16] {
         &self.panels
     }
@@ -147,7 +197,12 @@ pub(crate) fn matmul(
     n: usize,
     bias: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
-    if !available() || a.len() != m * k || b.len() != n * k || bias.is_some_and(|v| v.len() != n) {
+    if !available()
+        || a.len() != m * k
+        || b.len() != n * k
+        || bias.is_some_and(|v| v.len() != n)
+        || matches!(b, Rhs::Packed(p) if p.layout != PackLayout::Panels)
+    {
         return None;
     }
     if m == 0 || n == 0 || k == 0 {
@@ -527,7 +582,7 @@ unsafe fn tile_f32(src: *const f32, ld: usize, dst: *mut f32) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn transpose_store(v: [__m512; 16], dst: *mut f32, ld: usize, mask: __mmask16) {
+pub(crate) unsafe fn transpose_store(v: [__m512; 16], dst: *mut f32, ld: usize, mask: __mmask16) {
     // Pairs of rows interleaved within 128-bit lanes, then pairs of pairs.
     let mut t = [_mm512_setzero_ps(); 16];
     for i in 0..8 {

@@ -12,6 +12,7 @@ pub mod flash;
 pub mod flops;
 pub(crate) mod gemm_avx2;
 pub(crate) mod gemm_avx512;
+pub(crate) mod gemm_avx512bf16;
 pub mod hub;
 pub mod inputs;
 pub mod linear;

@@ -4,17 +4,24 @@
 //! `gemm_avx2.rs`); elsewhere slabs of weight rows are widened into a small per-thread f32 buffer
 //! and multiplied straight into their columns of the output (`cpu_kernel.rs` says which). The math is the f32 product of the stored
 //! values; only the summation order inside the GEMM may differ.
+//!
+//! A model loaded for bf16 products on the CPU ([`loading_with`], `--dtype bf16`) rounds each
+//! product's activations to bf16 (round to nearest even) and keeps everything else f32: on
+//! AVX512-BF16 CPUs `vdpbf16ps` multiplies them by weights packed at load as VNNI pairs
+//! (`gemm_avx512bf16.rs`); elsewhere the f32 kernels multiply the rounded values (the same
+//! numbers at f32 speed).
 
 use crate::cpu_kernel::{self, CpuKernel};
 use crate::gemm_avx2;
 use crate::gemm_avx512::{self, Rhs};
+use crate::gemm_avx512bf16;
 use crate::out_ptr::OutPtr;
 use crate::weights::COMPACT;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Storage, Tensor, D};
 use candle_nn::VarBuilder;
 use half::bf16;
 use rayon::prelude::*;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 /// `y = x·Wᵀ + b` with `W` `[out, in]` in f32 or bf16 and `x`, `b` in the compute dtype.
@@ -22,6 +29,42 @@ use std::sync::Arc;
 pub struct Linear {
     weight: Weight,
     bias: Option<Tensor>,
+    /// Round `x` to bf16 before the product (a CPU layer loaded for [`Products::Bf16`]).
+    bf16_inputs: bool,
+}
+
+/// The precision of the activations entering a CPU linear's product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Products {
+    /// f32 activations (the default, fp32-reference parity).
+    #[default]
+    F32,
+    /// Activations rounded to bf16, bf16 weights, f32 accumulation (`--dtype bf16`).
+    Bf16,
+}
+
+thread_local! {
+    /// The products [`linear`] builds CPU layers for, on this thread (see [`loading_with`]).
+    static LOAD_PRODUCTS: Cell<Products> = const { Cell::new(Products::F32) };
+}
+
+/// Runs `f` (a model load on this thread) with the CPU layers [`linear`] builds computing
+/// `products`; restored afterwards, also on panic. A thread-local so that models of both
+/// kinds can load side by side.
+pub fn loading_with<R>(products: Products, f: impl FnOnce() -> R) -> R {
+    struct Restore(Products);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LOAD_PRODUCTS.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(LOAD_PRODUCTS.with(|p| p.replace(products)));
+    f()
+}
+
+/// Rounds f32 values to bf16 (round to nearest even), kept as f32.
+fn round_to_bf16(x: &Tensor) -> candle_core::Result<Tensor> {
+    x.to_dtype(DType::BF16)?.to_dtype(DType::F32)
 }
 
 /// How a [`Linear`] holds its weight.
@@ -40,6 +83,7 @@ impl Linear {
         Ok(Linear {
             weight: Weight::Dense(weight.contiguous()?),
             bias,
+            bf16_inputs: false,
         })
     }
 
@@ -47,21 +91,55 @@ impl Linear {
     /// weight a hand-written kernel serves is rearranged once into its panel order (the "packed
     /// once at load" of the weights; the same bytes, no per-call transpose).
     pub fn new_for_cpu_f32(weight: Tensor, bias: Option<Tensor>) -> candle_core::Result<Linear> {
+        Linear::new_for_cpu(weight, bias, Products::F32)
+    }
+
+    /// Like [`Linear::new_for_cpu_f32`], computing `products`: for [`Products::Bf16`] the
+    /// weight becomes bf16 (an f32 one is rounded once) and, on an AVX512-BF16 CPU, is packed
+    /// as VNNI pairs whatever its shape.
+    pub fn new_for_cpu(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        products: Products,
+    ) -> candle_core::Result<Linear> {
+        Linear::new_for_kernel(weight, bias, products, cpu_kernel::current())
+    }
+
+    /// [`Linear::new_for_cpu`] packing for `kernel` (the process's kernel, or a lesser one).
+    fn new_for_kernel(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        products: Products,
+        kernel: CpuKernel,
+    ) -> candle_core::Result<Linear> {
         let (n, k) = weight.dims2()?;
+        let bf16_inputs = products == Products::Bf16;
+        let weight = if bf16_inputs && weight.dtype() != DType::BF16 {
+            weight.to_dtype(DType::BF16)?
+        } else {
+            weight
+        };
+        let layout = if bf16_inputs && kernel == CpuKernel::Avx512Bf16 {
+            PackLayout::VnniPairs
+        } else {
+            PackLayout::Panels
+        };
         if weight.dtype() != DType::BF16
             || !weight.device().is_cpu()
-            || cpu_kernel::current() == CpuKernel::Library
-            || !packed_wins(k, n)
+            || kernel == CpuKernel::Library
+            || (layout == PackLayout::Panels && !packed_wins(k, n))
         {
-            return Linear::new(weight, bias);
+            let mut l = Linear::new(weight, bias)?;
+            l.bf16_inputs = bf16_inputs;
+            return Ok(l);
         }
         let weight = weight.contiguous()?;
         let packed = {
             // Straight from the loaded tensor's storage: no intermediate copy.
-            let (guard, layout) = weight.storage_and_layout();
-            match (&*guard, layout.contiguous_offsets()) {
+            let (guard, l) = weight.storage_and_layout();
+            match (&*guard, l.contiguous_offsets()) {
                 (Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) => {
-                    PackedBf16::new(&v[a..b], n, k)
+                    PackedBf16::with_layout(&v[a..b], n, k, layout)
                 }
                 _ => None,
             }
@@ -72,7 +150,25 @@ impl Linear {
         Ok(Linear {
             weight: Weight::Packed(Arc::new(packed)),
             bias,
+            bf16_inputs,
         })
+    }
+
+    /// The precision of the activations entering the product.
+    pub fn products(&self) -> Products {
+        if self.bf16_inputs {
+            Products::Bf16
+        } else {
+            Products::F32
+        }
+    }
+
+    /// The packed weight's layout, if it was packed at load.
+    pub fn pack_layout(&self) -> Option<PackLayout> {
+        match &self.weight {
+            Weight::Dense(_) => None,
+            Weight::Packed(p) => Some(p.layout()),
+        }
     }
 
     /// The `[out, in]` weight tensor, unless it was packed for the CPU kernel.
@@ -119,7 +215,7 @@ pub fn linear(
         None
     };
     if vb.dtype() == DType::F32 && vb.device().is_cpu() {
-        Linear::new_for_cpu_f32(weight, bias)
+        Linear::new_for_cpu(weight, bias, LOAD_PRODUCTS.with(Cell::get))
     } else {
         Linear::new(weight, bias)
     }
@@ -127,6 +223,15 @@ pub fn linear(
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        // The VNNI kernel rounds while packing the activations; every other path is given
+        // rounded values.
+        let rounded;
+        let x = if self.bf16_inputs && self.pack_layout() != Some(PackLayout::VnniPairs) {
+            rounded = round_to_bf16(x)?;
+            &rounded
+        } else {
+            x
+        };
         let (n, _) = self.dims();
         let source = match &self.weight {
             Weight::Dense(w) if w.dtype() == x.dtype() => {
@@ -229,7 +334,7 @@ impl CustomOp1 for WidenedMatMul<'_> {
             WeightSource::Packed(p) => matmul_packed_with(cpu_kernel::current(), x, m, k, p, bias)
                 .ok_or_else(|| {
                     candle_core::Error::Msg(
-                        "widened matmul: a packed weight needs the AVX2 or AVX-512 kernel".into(),
+                        "widened matmul: the CPU kernel does not read this packed weight".into(),
                     )
                 })?,
             WeightSource::Tensor(t) => {
@@ -271,7 +376,7 @@ pub fn matmul_bf16_with(
     n: usize,
     bias: Option<&[f32]>,
 ) -> Vec<f32> {
-    let y = match kernel {
+    let y = match kernel.for_f32() {
         CpuKernel::Avx512 => gemm_avx512::matmul(x, m, k, Rhs::Bf16(w), n, bias),
         CpuKernel::Avx2 if gemm_avx2::available() => {
             PackedBf16::new(w, n, k).and_then(|p| gemm_avx2::matmul(x, m, k, &p, bias))
@@ -284,12 +389,14 @@ pub fn matmul_bf16_with(
     library_matmul(x, m, k, w, n, bias)
 }
 
-/// A weight packed at load (public only for the `gemm_shapes` benchmark).
+/// A weight packed at load and its layouts (public only for the `gemm_shapes` benchmark).
 #[doc(hidden)]
-pub use crate::gemm_avx512::PackedBf16;
+pub use crate::gemm_avx512::{PackLayout, PackedBf16};
 
-/// `x` `[m, k]` · a packed weight ᵀ (+ `bias`) through `kernel`; `None` for the library or
-/// when the CPU does not run `kernel` (public for the `gemm_shapes` benchmark).
+/// `x` `[m, k]` · a packed weight ᵀ (+ `bias`) through `kernel`: f32 `x` for
+/// [`PackLayout::Panels`] (the f32 kernel under `kernel`), `x` rounded to bf16 for
+/// [`PackLayout::VnniPairs`] (`avx512bf16` only); `None` for the library or when the CPU does
+/// not run the kernel (public for the `gemm_shapes` benchmark).
 #[doc(hidden)]
 pub fn matmul_packed_with(
     kernel: CpuKernel,
@@ -299,10 +406,14 @@ pub fn matmul_packed_with(
     w: &PackedBf16,
     bias: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
-    match kernel {
-        CpuKernel::Avx512 => gemm_avx512::matmul(x, m, k, Rhs::Packed(w), w.dims().0, bias),
-        CpuKernel::Avx2 => gemm_avx2::matmul(x, m, k, w, bias),
-        CpuKernel::Library => None,
+    match (w.layout(), kernel) {
+        (PackLayout::VnniPairs, CpuKernel::Avx512Bf16) => gemm_avx512bf16::matmul(x, m, k, w, bias),
+        (PackLayout::VnniPairs, _) => None,
+        (PackLayout::Panels, kernel) => match kernel.for_f32() {
+            CpuKernel::Avx512 => gemm_avx512::matmul(x, m, k, Rhs::Packed(w), w.dims().0, bias),
+            CpuKernel::Avx2 => gemm_avx2::matmul(x, m, k, w, bias),
+            _ => None,
+        },
     }
 }
 
@@ -427,8 +538,87 @@ fn widen(src: &[bf16], dst: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{matmul_bf16_with, slab_rows, CpuKernel};
+    use super::{matmul_bf16_with, slab_rows, CpuKernel, Linear, PackLayout, Products};
+    use candle_core::{Device, Module, Tensor};
     use half::bf16;
+
+    #[test]
+    fn bf16_products_round_the_activations_and_f32_ones_do_not() {
+        let (m, n, k) = (5, 40, 70);
+        let mut rnd = crate::test_rng::lcg(3u32);
+        let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+        let b: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let dev = Device::Cpu;
+        let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
+        let bt = Tensor::from_slice(&b, n, &dev).unwrap();
+        let xt = Tensor::from_slice(&x, (m, k), &dev).unwrap();
+        let run = |products| {
+            let l = Linear::new_for_cpu(wt.clone(), Some(bt.clone()), products).unwrap();
+            assert_eq!(l.products(), products);
+            let y = l.forward(&xt).unwrap().flatten_all().unwrap();
+            (l, y.to_vec1::<f32>().unwrap())
+        };
+        let (l16, y16) = run(Products::Bf16);
+        let (_, y32) = run(Products::F32);
+        // On an AVX512-BF16 CPU the bf16 layer multiplies VNNI pairs packed at load.
+        if super::cpu_kernel::current() == CpuKernel::Avx512Bf16 {
+            assert_eq!(l16.pack_layout(), Some(PackLayout::VnniPairs));
+        }
+        for i in 0..m {
+            for j in 0..n {
+                let dot = |round: bool| -> f64 {
+                    (0..k)
+                        .map(|t| {
+                            let a = x[i * k + t];
+                            let a = if round { bf16::from_f32(a).to_f32() } else { a };
+                            a as f64 * w[j * k + t].to_f64()
+                        })
+                        .sum::<f64>()
+                        + b[j] as f64
+                };
+                // Both within f32 summation error of their own exact product.
+                let tol = 1e-5;
+                assert!(
+                    (y16[i * n + j] as f64 - dot(true)).abs() < tol,
+                    "bf16 ({i}, {j})"
+                );
+                assert!(
+                    (y32[i * n + j] as f64 - dot(false)).abs() < tol,
+                    "f32 ({i}, {j})"
+                );
+            }
+        }
+        assert_ne!(y16, y32);
+    }
+
+    #[test]
+    fn bf16_products_give_the_same_bits_through_the_f32_kernel_on_rounded_activations() {
+        // What `GR00T_CPU_KERNEL=avx512 --dtype bf16` runs against the native kernel.
+        if super::cpu_kernel::current() != CpuKernel::Avx512Bf16 {
+            return;
+        }
+        let (m, n, k) = (17, 1056, 1030);
+        let mut rnd = crate::test_rng::xorshift(11u32);
+        let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+        let b: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let dev = Device::Cpu;
+        let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
+        let bt = Tensor::from_slice(&b, n, &dev).unwrap();
+        let xt = Tensor::from_slice(&x, (m, k), &dev).unwrap();
+        let run = |kernel| {
+            let l = Linear::new_for_kernel(wt.clone(), Some(bt.clone()), Products::Bf16, kernel)
+                .unwrap();
+            let y = l.forward(&xt).unwrap().flatten_all().unwrap();
+            (l.pack_layout(), y.to_vec1::<f32>().unwrap())
+        };
+        let (native_layout, native) = run(CpuKernel::Avx512Bf16);
+        let (f32_layout, via_f32) = run(CpuKernel::Avx512);
+        assert_eq!(native_layout, Some(PackLayout::VnniPairs));
+        assert_eq!(f32_layout, Some(PackLayout::Panels));
+        assert_eq!(native, via_f32);
+    }
 
     #[test]
     fn products_match_a_plain_f64_product_in_both_layouts() {

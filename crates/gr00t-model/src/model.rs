@@ -7,6 +7,7 @@ use crate::checkpoint::Checkpoint;
 use crate::config::Gr00tConfig;
 use crate::error::{Error, Result};
 use crate::inputs::ModelInputs;
+use crate::linear::{loading_with, Products};
 use crate::taps::Recorder;
 use crate::vision_cache::{
     image_key, ImageFeatures, VisionCache, VisionCacheStats, DEFAULT_VISION_CACHE_IMAGES,
@@ -60,6 +61,9 @@ pub struct Gr00tModel {
     config: Gr00tConfig,
     device: Device,
     dtype: DType,
+    /// Dtype of the activations between products: f32 on the CPU whatever `dtype` (bf16 there
+    /// rounds only each product's inputs), `dtype` elsewhere.
+    activations: DType,
     /// Per-image vision outputs of recent requests (a Mutex so the model stays `Sync`).
     vision_cache: Mutex<VisionCache>,
 }
@@ -86,6 +90,9 @@ impl Gr00tModel {
     /// Loads onto `device` computing in `dtype` (f32 or bf16; see [`default_dtype`]), keeping
     /// the embodiment-specific weights of `embodiment_ids` only when given. On the CPU bf16
     /// matrices stay bf16 in memory whatever `dtype`; elsewhere every weight becomes `dtype`.
+    /// On the CPU bf16 means bf16 products: each linear rounds its activations to bf16 and
+    /// multiplies them by the bf16 weights with f32 accumulation, while the residual stream,
+    /// norms, softmax, RoPE, activation functions and the Euler update stay f32.
     ///
     /// The head loads first so that the embodiment tables it drops are freed before the
     /// backbone is read (the peak is then the final size).
@@ -100,18 +107,27 @@ impl Gr00tModel {
                 "compute dtype {dtype:?} is not supported; use f32 or bf16"
             )));
         }
-        let vb = ckpt.var_builder(dtype, device)?;
-        let mut head = ActionHead::load(vb.pp("action_head"), &ckpt.config)?;
-        if let Some(ids) = embodiment_ids {
-            head.retain_embodiments(ids)?;
-        }
-        let backbone = Backbone::load(vb.clone(), &ckpt.backbone, ckpt.config.select_layer)?;
+        let (activations, products) = if device.is_cpu() && dtype == DType::BF16 {
+            (DType::F32, Products::Bf16)
+        } else {
+            (dtype, Products::F32)
+        };
+        let vb = ckpt.var_builder(activations, device)?;
+        let (head, backbone) = loading_with(products, || -> Result<_> {
+            let mut head = ActionHead::load(vb.pp("action_head"), &ckpt.config)?;
+            if let Some(ids) = embodiment_ids {
+                head.retain_embodiments(ids)?;
+            }
+            let backbone = Backbone::load(vb.clone(), &ckpt.backbone, ckpt.config.select_layer)?;
+            Ok((head, backbone))
+        })?;
         Ok(Gr00tModel {
             backbone,
             head,
             config: ckpt.config.clone(),
             device: device.clone(),
             dtype,
+            activations,
             vision_cache: Mutex::new(VisionCache::new(DEFAULT_VISION_CACHE_IMAGES)),
         })
     }
@@ -185,8 +201,9 @@ impl Gr00tModel {
             dev,
         )?
         .reshape((1, 1, state_len))?
-        .to_dtype(self.dtype)?;
-        let noise = Tensor::from_slice(&inputs.noise, (1, h, a), dev)?.to_dtype(self.dtype)?;
+        .to_dtype(self.activations)?;
+        let noise =
+            Tensor::from_slice(&inputs.noise, (1, h, a), dev)?.to_dtype(self.activations)?;
 
         let t0 = Instant::now();
         let (image_embeds, deepstack) = self.encode_images(inputs, rec)?;
@@ -259,15 +276,15 @@ impl Gr00tModel {
         }
         let dev = &self.device;
         if rec.is_enabled() || grids.is_empty() {
-            let pv =
-                Tensor::from_slice(&inputs.pixel_values, (rows, pd), dev)?.to_dtype(self.dtype)?;
+            let pv = Tensor::from_slice(&inputs.pixel_values, (rows, pd), dev)?
+                .to_dtype(self.activations)?;
             let out = tower.forward(&pv, grids, rec)?;
             return Ok((out.image_embeds, out.deepstack));
         }
         let off = Recorder::disabled();
         let encode = |pixels: &[f32], grids: &[[usize; 3]]| -> Result<ImageFeatures> {
-            let pv =
-                Tensor::from_slice(pixels, (pixels.len() / pd, pd), dev)?.to_dtype(self.dtype)?;
+            let pv = Tensor::from_slice(pixels, (pixels.len() / pd, pd), dev)?
+                .to_dtype(self.activations)?;
             let out = tower.forward(&pv, grids, &off)?;
             Ok(ImageFeatures {
                 embeds: out.image_embeds,

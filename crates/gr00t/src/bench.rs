@@ -4,6 +4,10 @@
 //!   four frames, as a first request does;
 //! - `--loop`: a simulated control loop, where request k+1's t−15 frames are request k's t
 //!   frames (two of four images come from the vision cache) and the t frames are new.
+//!
+//! Besides wall times it reports the CPU time the process's threads ran per request (summed
+//! over threads, from /proc): on a machine shared with other work it moves far less than the
+//! wall time, so comparing two runs (f32 against bf16) by it is steadier.
 
 use crate::engine::{Engine, EngineOptions, PredictError};
 use base64::engine::general_purpose::STANDARD;
@@ -47,6 +51,8 @@ pub struct BenchOptions {
     pub json: bool,
     /// Simulate a control loop instead of cold requests.
     pub control_loop: bool,
+    /// Alternate cold requests with an f32 engine (see [`interleaved`]).
+    pub interleave_f32: bool,
     /// `--device` / `--dtype`.
     pub device: crate::device::DeviceOptions,
 }
@@ -58,6 +64,8 @@ struct Summary {
     total_ms: f64,
     /// 90th percentile of the end-to-end time (nearest rank).
     total_p90_ms: f64,
+    /// Median CPU time of all threads per request.
+    cpu_ms: f64,
     /// Vision cache hits and misses per timed request (loop mode), summed.
     hits: u64,
     misses: u64,
@@ -81,6 +89,9 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
     let info = engine.info().clone();
     if info.synthetic_weights {
         tracing::warn!("SYNTHETIC checkpoint: pseudo-random weights (fine for timing)");
+    }
+    if opts.interleave_f32 {
+        return interleaved(&engine, opts);
     }
     let summary = if opts.control_loop {
         control_loop(&engine, opts)?
@@ -111,9 +122,11 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
         let out = json!({
             "stages": stages,
             "total_ms": round3(summary.total_ms),
+            "cpu_ms": round3(summary.cpu_ms),
             "peak_rss_mb": round3(peak_rss_mb),
             "threads": info.threads,
             "cpu_kernel": info.cpu_kernel,
+            "dtype": info.dtype,
         });
         println!("{out}");
         return Ok(0);
@@ -173,7 +186,101 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
         "end to end over {} runs: median {:.1} ms, p90 {:.1} ms",
         opts.runs, summary.total_ms, summary.total_p90_ms
     );
+    println!(
+        "CPU time per request (all threads): median {:.1} ms",
+        summary.cpu_ms
+    );
     println!("peak RSS {peak_rss_mb:.0} MB (VmHWM)");
+    Ok(0)
+}
+
+/// Cold requests alternating between `engine` and an f32 engine of the same checkpoint: both
+/// see the same load, so their ratio holds on a shared machine where two separate processes
+/// minutes apart do not. Prints per-stage medians of both, the ratio of medians and the median
+/// of the per-pair ratios of the whole request.
+fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
+    let mut f32_device = opts.device;
+    f32_device.dtype = crate::device::DtypeArg::F32;
+    let base = Engine::load(&EngineOptions {
+        checkpoint: opts.checkpoint.clone(),
+        tokenizer: None,
+        device: f32_device,
+        embodiments: Vec::new(),
+    })
+    .map_err(|e| format!("cannot load the f32 model: {e}"))?;
+    let body = DEMO_REQUEST.as_bytes();
+    let run = |e: &Engine| {
+        e.clear_vision_cache();
+        predict(e, body)
+    };
+    for _ in 0..opts.warmup {
+        run(engine)?;
+        run(&base)?;
+    }
+    let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..opts.runs {
+        // Alternate which goes first, so neither always follows the other.
+        let (a, b) = if i % 2 == 0 {
+            let a = run(engine)?;
+            (a, run(&base)?)
+        } else {
+            let b = run(&base)?;
+            (run(engine)?, b)
+        };
+        ratios.push(a.0.total / b.0.total);
+        ours.push(a);
+        theirs.push(b);
+    }
+    let (ours, theirs) = (summarise(&ours, 0, 0), summarise(&theirs, 0, 0));
+    let (a, b) = (engine.info(), base.info());
+    let pair_ratio = median(ratios);
+    let peak_rss_mb = peak_rss_mb()?;
+    if opts.json {
+        let side = |s: &Summary| {
+            let stages: serde_json::Map<String, Value> = STAGES
+                .iter()
+                .zip(&s.stages)
+                .map(|(n, &ms)| (n.to_string(), json!({"median_ms": round3(ms)})))
+                .collect();
+            json!({"stages": stages, "total_ms": round3(s.total_ms), "cpu_ms": round3(s.cpu_ms)})
+        };
+        println!(
+            "{}",
+            json!({
+                "dtype": a.dtype, "cpu_kernel": a.cpu_kernel, "threads": a.threads,
+                "runs": side(&ours),
+                "f32": side(&theirs), "f32_cpu_kernel": b.cpu_kernel,
+                "total_ratio_median_of_pairs": round3(pair_ratio),
+                "peak_rss_mb_both_models": round3(peak_rss_mb),
+            })
+        );
+        return Ok(0);
+    }
+    println!(
+        "gr00t bench: {} — {} runs alternating with f32 after {} warm-up each; threads {}",
+        opts.checkpoint.display(),
+        opts.runs,
+        opts.warmup,
+        a.threads
+    );
+    let (da, db) = (
+        format!("{} ({})", a.dtype, a.cpu_kernel),
+        format!("{} ({})", b.dtype, b.cpu_kernel),
+    );
+    println!("{:<16}{da:>22}{db:>22}{:>8}", "stage ms", "ratio");
+    let rows = STAGES
+        .iter()
+        .zip(ours.stages.iter().zip(&theirs.stages))
+        .map(|(n, (&x, &y))| (n.to_string(), x, y))
+        .chain([
+            ("total".to_string(), ours.total_ms, theirs.total_ms),
+            ("CPU time".to_string(), ours.cpu_ms, theirs.cpu_ms),
+        ]);
+    for (name, x, y) in rows {
+        println!("{name:<16}{x:>22.1}{y:>22.1}{:>8.3}", x / y);
+    }
+    println!("whole request, median of the per-pair ratios: {pair_ratio:.3}");
+    println!("peak RSS {peak_rss_mb:.0} MB (VmHWM, both models loaded)");
     Ok(0)
 }
 
@@ -265,10 +372,13 @@ fn encode_png(width: usize, height: usize, rgb: &[u8]) -> Result<String, Box<dyn
     Ok(STANDARD.encode(png.into_inner()))
 }
 
-/// Stage timings and sequence length of one request.
-fn predict(engine: &Engine, body: &[u8]) -> Result<(TimingMs, usize), Box<dyn Error>> {
-    match engine.predict(body) {
-        Ok(resp) => Ok((resp.timing_ms, resp.seq_len)),
+/// Stage timings, sequence length and CPU ms of one request.
+fn predict(engine: &Engine, body: &[u8]) -> Result<(TimingMs, usize, f64), Box<dyn Error>> {
+    let cpu0 = process_cpu_ms()?;
+    let resp = engine.predict(body);
+    let cpu = process_cpu_ms()? - cpu0;
+    match resp {
+        Ok(resp) => Ok((resp.timing_ms, resp.seq_len, cpu)),
         Err(PredictError::BadRequest(e)) => {
             Err(format!("the bench request was refused: {e}").into())
         }
@@ -276,8 +386,8 @@ fn predict(engine: &Engine, body: &[u8]) -> Result<(TimingMs, usize), Box<dyn Er
     }
 }
 
-fn summarise(runs: &[(TimingMs, usize)], hits: u64, misses: u64) -> Summary {
-    let timings: Vec<&TimingMs> = runs.iter().map(|(t, _)| t).collect();
+fn summarise(runs: &[(TimingMs, usize, f64)], hits: u64, misses: u64) -> Summary {
+    let timings: Vec<&TimingMs> = runs.iter().map(|(t, _, _)| t).collect();
     let pick = |f: &dyn Fn(&TimingMs) -> f64| median(timings.iter().map(|t| f(t)).collect());
     let stages = STAGES
         .iter()
@@ -287,9 +397,10 @@ fn summarise(runs: &[(TimingMs, usize)], hits: u64, misses: u64) -> Summary {
         stages,
         total_ms: pick(&|t: &TimingMs| t.total),
         total_p90_ms: percentile(timings.iter().map(|t| t.total).collect(), 0.9),
+        cpu_ms: median(runs.iter().map(|r| r.2).collect()),
         hits,
         misses,
-        seq_len: runs.last().map_or(0, |(_, s)| *s),
+        seq_len: runs.last().map_or(0, |r| r.1),
     }
 }
 
@@ -342,6 +453,24 @@ fn percentile(mut v: Vec<f64>, q: f64) -> f64 {
 
 fn round3(x: f64) -> f64 {
     (x * 1e3).round() / 1e3
+}
+
+/// CPU time all threads of this process have run so far, in ms (the first field of each
+/// `/proc/self/task/*/schedstat`, in ns).
+fn process_cpu_ms() -> Result<f64, Box<dyn Error>> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task")? {
+        // A thread may exit between the listing and the read.
+        let Ok(stat) = std::fs::read_to_string(task?.path().join("schedstat")) else {
+            continue;
+        };
+        ns += stat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or("unreadable /proc/self/task/*/schedstat")?;
+    }
+    Ok(ns as f64 / 1e6)
 }
 
 /// Peak resident set size of this process in MB (`VmHWM` of /proc/self/status).
@@ -399,6 +528,13 @@ mod tests {
                 assert_ne!(parsed[k]["images"][cam][0], parsed[k]["images"][cam][1]);
             }
         }
+    }
+
+    #[test]
+    fn cpu_time_is_read_and_never_decreases() {
+        let a = process_cpu_ms().unwrap();
+        let b = process_cpu_ms().unwrap();
+        assert!(a > 0.0 && b >= a, "{a} then {b}");
     }
 
     #[test]

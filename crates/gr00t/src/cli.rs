@@ -108,6 +108,11 @@ enum Command {
         /// frames) and report its steady state instead of cold requests.
         #[arg(long = "loop")]
         control_loop: bool,
+        /// Also load an f32 engine and alternate cold requests between it and the --dtype one,
+        /// reporting both side by side and the ratio per pair (steadier than two processes on
+        /// a shared machine; needs both models' memory).
+        #[arg(long, conflicts_with = "control_loop")]
+        interleave_f32: bool,
         /// Images whose vision features are kept for reuse (the loop needs at least 2)
         /// [default: 16, or $GR00T_VISION_CACHE].
         #[arg(long, value_name = "IMAGES")]
@@ -186,6 +191,7 @@ pub fn run() -> i32 {
             warmup,
             json,
             control_loop,
+            interleave_f32,
             vision_cache: _,
             device,
         } => resolve_checkpoint(checkpoint).and_then(|checkpoint| {
@@ -195,6 +201,7 @@ pub fn run() -> i32 {
                 warmup,
                 json,
                 control_loop,
+                interleave_f32,
                 device,
             })
         }),

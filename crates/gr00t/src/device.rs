@@ -80,7 +80,9 @@ pub enum DtypeArg {
     Auto,
     /// fp32 weights and activations.
     F32,
-    /// bf16 weights and activations, f32 accumulation, norms and softmax.
+    /// bf16 products with f32 accumulation. On the CPU each product's activations are rounded
+    /// to bf16 while the residual stream, norms, softmax and the rest stay f32 (`vdpbf16ps` on
+    /// AVX512-BF16 CPUs); on GPUs bf16 activations with f32 norms and softmax.
     Bf16,
 }
 

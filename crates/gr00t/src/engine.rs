@@ -75,7 +75,8 @@ pub struct EngineInfo {
     pub action_horizon: usize,
     /// Denoise implementation.
     pub denoise_backend: String,
-    /// CPU GEMM kernel for the bf16 weights (`avx512`, `avx2`, `library`; `none` on a GPU).
+    /// CPU GEMM kernel of the products (`avx512bf16` for `--dtype bf16` on AVX512-BF16 CPUs,
+    /// `avx512`, `avx2`, `library`; `none` on a GPU).
     pub cpu_kernel: String,
     /// Compute dtype.
     pub dtype: String,
@@ -259,8 +260,11 @@ impl Engine {
                 .collect(),
             action_horizon: ckpt.config.action_horizon,
             denoise_backend: model.denoise_backend().as_str().into(),
-            cpu_kernel: if device.is_cpu() {
+            // The kernel of the products this dtype runs (f32 ones never run avx512bf16).
+            cpu_kernel: if device.is_cpu() && dtype == candle_core::DType::BF16 {
                 kernel.as_str().into()
+            } else if device.is_cpu() {
+                kernel.for_f32().as_str().into()
             } else {
                 "none".into()
             },

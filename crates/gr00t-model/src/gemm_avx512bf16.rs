@@ -1,0 +1,559 @@
+//! Hand-written AVX512-BF16 GEMM `C[M, N] = bf16(A)[M, K]·Bᵀ (+ bias)` for a row-major f32 `A`,
+//! rounded to bf16 (round to nearest even) while it is packed, and a bf16 `B` packed once at
+//! load as VNNI pairs ([`PackLayout::VnniPairs`]). `vdpbf16ps` multiplies a pair of bf16 per
+//! f32 lane, twice the multiply-adds of an f32 FMA per instruction; same Goto/BLIS blocking and
+//! 14×32 tiles as `gemm_avx512.rs`.
+//!
+//! Each output element is one f32 chain over k in order, seeded with its bias (or zero): a
+//! product of two bf16 is exact in f32, and `vdpbf16ps` adds the pair's high product first
+//! then the low one, each rounded (Intel SDM; checked on Zen 5 by the tests), and the pairs
+//! hold k in the high half. So the bits are those of the f32 kernels on the rounded
+//! activations, apart from the instruction flushing denormal inputs and outputs to zero, and
+//! they do not depend on M, on the block a row falls in, nor on the thread count.
+
+// Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
+
+use crate::gemm_avx512::{PackLayout, PackedBf16, Seed, NR};
+use crate::out_ptr::{split_output, OutPtr};
+use std::cell::RefCell;
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Rows of C per microkernel tile (broadcast side).
+const MR: usize = 14;
+/// K block in pairs (only where C is reloaded, never the summation order). Tuned with
+/// examples/gemm_shapes.rs on Zen 5.
+const KC: usize = 256;
+/// Row blocks up to this size multiply the weight panel by panel (see `block`).
+const FEW_ROWS: usize = 4 * MR;
+/// Rows of A packed at once.
+const MC: usize = MR * 24;
+/// Columns per block.
+const NC: usize = NR * 16;
+
+/// Whether this CPU runs the kernel: AVX-512F/BW and AVX512-BF16 (Zen 4/5, Cooper Lake,
+/// Sapphire Rapids and later).
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `bf16(a)` `[m, k]` · `w`ᵀ (+ `bias` `[n]` on every row) → `[m, n]` row-major, or `None`
+/// when the CPU lacks AVX512-BF16, `w` is not in VNNI pairs or the lengths do not match.
+pub(crate) fn matmul(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    bias: Option<&[f32]>,
+) -> Option<Vec<f32>> {
+    let (n, wk) = w.dims();
+    if !available()
+        || wk != k
+        || a.len() != m * k
+        || bias.is_some_and(|v| v.len() != n)
+        || w.layout() != PackLayout::VnniPairs
+    {
+        return None;
+    }
+    if m == 0 || n == 0 || k == 0 {
+        return Some(match bias {
+            Some(v) => v.repeat(m),
+            None => vec![0f32; m * n],
+        });
+    }
+    let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
+        // SAFETY: AVX-512F/BW/BF16 were detected above; `dst` points at row r0 of the m·n
+        // output; the first K block of every tile writes its C from the bias (or zero) without
+        // reading it, and every element of rows r0..r1 × columns n0..n1 lies in exactly one
+        // tile.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            unit(&a[r0 * k..r1 * k], r1 - r0, k, w, n0, n1, bias, dst)
+        }
+    };
+    // SAFETY: `part` writes exactly its rows × columns (above).
+    Some(unsafe { split_output(m, n, (MR, NR), 2, part) })
+}
+
+/// A 64-byte aligned u32 scratch buffer.
+#[derive(Default)]
+struct Scratch {
+    buf: Vec<u32>,
+}
+
+impl Scratch {
+    /// `len` words at a 64-byte boundary (contents unspecified).
+    fn take(&mut self, len: usize) -> &mut [u32] {
+        if self.buf.len() < len + 16 {
+            self.buf.resize(len + 16, 0);
+        }
+        let off = self.buf.as_ptr().align_offset(64).min(16);
+        &mut self.buf[off..off + len]
+    }
+}
+
+thread_local! {
+    /// Per-thread packed block of A (reused across calls).
+    static PACK_A: RefCell<Scratch> = RefCell::new(Default::default());
+}
+
+/// Pair rows of an A panel: KC rounded up to the 16 pairs `pack_a` writes at once.
+const KC_ROWS: usize = KC.next_multiple_of(16);
+
+/// Columns `n0..n1` of the product, written through `dst` (`[m, n]`).
+///
+/// # Safety
+/// AVX-512F/BW/BF16; `dst` must point to `m·n` writable floats that nothing else touches in
+/// columns `n0..n1` during the call; `n0` a multiple of NR; `bias` holds n.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn unit(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    n0: usize,
+    n1: usize,
+    bias: Option<&[f32]>,
+    dst: OutPtr,
+) {
+    let n = w.dims().0;
+    let pairs = k.div_ceil(2);
+    PACK_A.with(|p| {
+        let mut p = p.borrow_mut();
+        let pa = p.take(MC * KC_ROWS);
+        // K blocks outermost, in order: each element's chain over k is unchanged.
+        for pc in (0..pairs).step_by(KC) {
+            let kc = KC.min(pairs - pc);
+            for ic in (0..m).step_by(MC) {
+                let mc = MC.min(m - ic);
+                // SAFETY: AVX-512F/BF16 per the contract; `pa` holds MC·KC_ROWS words.
+                unsafe { pack_a(a, k, ic, mc, pc, kc, pa) };
+                for jc in (n0..n1).step_by(NC) {
+                    debug_assert_eq!(jc % NR, 0);
+                    let panels = w.panels()[(jc / NR * pairs + pc) * NR * 2..].as_ptr();
+                    let blk = Block {
+                        ic,
+                        mc,
+                        jc,
+                        nc: NC.min(n1 - jc),
+                        kc,
+                        pairs,
+                        n,
+                        first: pc == 0,
+                    };
+                    // SAFETY: forwarded contract; `panels` starts this block's pair rows.
+                    unsafe { block(blk, pa, panels.cast(), bias, dst) };
+                }
+            }
+        }
+    });
+}
+
+/// One block of C: rows `ic..ic+mc`, columns `jc..jc+nc`, one K block of `kc` pairs.
+#[derive(Clone, Copy)]
+struct Block {
+    ic: usize,
+    mc: usize,
+    jc: usize,
+    nc: usize,
+    kc: usize,
+    /// Pair rows of a whole weight panel.
+    pairs: usize,
+    /// Row stride of C.
+    n: usize,
+    /// The first K block: C is written from the bias (or zero), not read.
+    first: bool,
+}
+
+/// Multiplies the packed A block `pa` by the block's weight panels (from `panels`, the first
+/// panel at the block's first pair row) into C.
+///
+/// # Safety
+/// AVX-512F/BW/BF16; as [`unit`] for `dst`; `panels` covers columns `jc..jc+nc` for the
+/// block's pair rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn block(blk: Block, pa: &[u32], panels: *const u32, bias: Option<&[f32]>, dst: OutPtr) {
+    let Block {
+        ic,
+        mc,
+        jc,
+        nc,
+        kc,
+        pairs,
+        n,
+        first,
+    } = blk;
+    // A few rows (the DiT's 41): one weight panel stays in L1 while the A panels pass, so each
+    // weight byte comes from memory once; otherwise one A panel stays while the panels stream.
+    let b_outer = mc <= FEW_ROWS;
+    let (row_tiles, col_tiles) = (mc.div_ceil(MR), nc.div_ceil(NR));
+    let tile = |t: usize| {
+        if b_outer {
+            (t % row_tiles * MR, t / row_tiles * NR)
+        } else {
+            (t / col_tiles * MR, t % col_tiles * NR)
+        }
+    };
+    let count = row_tiles * col_tiles;
+    let at = |ir: usize, jr: usize| (ic + ir) * n + jc + jr;
+    for t in 0..count {
+        let (ir, jr) = tile(t);
+        let mr = MR.min(mc - ir);
+        let nr = NR.min(nc - jr);
+        let ap = &pa[ir / MR * MR * KC_ROWS..][..MR * kc];
+        let c = dst.add(at(ir, jr));
+        let seed = match (first, bias) {
+            (false, _) => Seed::C,
+            (true, Some(b)) => Seed::Bias(b[jc + jr..].as_ptr()),
+            (true, None) => Seed::Zero,
+        };
+        let next = if t + 1 < count {
+            let (ir, jr) = tile(t + 1);
+            dst.add(at(ir, jr))
+        } else {
+            c
+        };
+        let next_panel = if jr + NR < nc { jr + NR } else { jr };
+        // SAFETY: `ap` holds kc·MR pairs; each panel holds kc pair rows of NR u32 from
+        // `panels` (panel stride pairs·NR); the tile's mr×nr elements lie inside `dst` in the
+        // unit's columns; `next` and the next panel are only prefetched.
+        unsafe {
+            micro(
+                kc,
+                ap.as_ptr(),
+                panels.add(jr / NR * pairs * NR),
+                panels.wrapping_add(next_panel / NR * pairs * NR),
+                seed,
+                c,
+                n,
+                mr,
+                nr,
+                next,
+            )
+        };
+    }
+}
+
+/// Packs rows `ic..ic+mc`, pairs `pc..pc+kc` of `a` rounded to bf16 as MR-row panels
+/// `[KC_ROWS][MR]` of pairs (k in the high half, k+1 in the low; zero past K and past the
+/// rows).
+///
+/// # Safety
+/// AVX-512F/BF16; `pa` holds `⌈mc/MR⌉·MR·KC_ROWS` words.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn pack_a(a: &[f32], k: usize, ic: usize, mc: usize, pc: usize, kc: usize, pa: &mut [u32]) {
+    let (k0, k1) = (2 * pc, (2 * (pc + kc)).min(k));
+    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
+    for (ir, panel) in (0..mc).step_by(MR).zip(pa.chunks_exact_mut(MR * KC_ROWS)) {
+        let rows = MR.min(mc - ir);
+        for q0 in (0..kc).step_by(16) {
+            // 32 values of k from k0 + 2·q0 per row: 16 pairs.
+            let p = k0 + 2 * q0;
+            let valid = k1 - p;
+            let (m0, m1) = (lanes(valid), lanes(valid.saturating_sub(16)));
+            let mut v = [_mm512_setzero_ps(); 16];
+            for (i, v) in v.iter_mut().enumerate().take(rows) {
+                let row = a[(ic + ir + i) * k + p..].as_ptr();
+                // SAFETY: only the lanes below k1 are read, inside row ic+ir+i of `a`.
+                let (lo, hi) = unsafe {
+                    (
+                        _mm512_maskz_loadu_ps(m0, row),
+                        _mm512_maskz_loadu_ps(m1, row.wrapping_add(16)),
+                    )
+                };
+                // bf16 (RNE) of lo in words 0..16, hi in 16..32: word 2j is k = p+2j. Rotating
+                // each dword by 16 puts k in its high half.
+                let bh: __m512i = unsafe { std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo)) };
+                *v = _mm512_castsi512_ps(_mm512_rol_epi32::<16>(bh));
+            }
+            // SAFETY: rows q0..q0+16 of MR words lie inside the panel (KC_ROWS is a multiple
+            // of 16); only MR lanes of each are stored.
+            unsafe {
+                crate::gemm_avx512::transpose_store(
+                    v,
+                    panel[q0 * MR..].as_mut_ptr().cast(),
+                    MR,
+                    (1 << MR) - 1,
+                )
+            };
+        }
+    }
+}
+
+/// One MR×NR tile: `c[i, j]` continues its chain from `seed` over the `kc` pairs of `ap`
+/// (`[kc][MR]`) and `bp` (`kc` rows of NR pairs, row stride NR); only the first `mr` rows and
+/// `nr` columns of `c` are read or written. The C rows at `next` and the panel rows at
+/// `next_bp` (any addresses) are prefetched.
+///
+/// # Safety
+/// AVX-512F/BW/BF16; `ap` holds `kc·MR` and `bp` `kc·NR` words; `c + i·ldc + j` is valid for
+/// `i < mr`, `j < nr` (and initialised with `Seed::C`); a `Seed::Bias` holds `nr`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn micro(
+    kc: usize,
+    ap: *const u32,
+    bp: *const u32,
+    next_bp: *const u32,
+    seed: Seed,
+    c: *mut f32,
+    ldc: usize,
+    mr: usize,
+    nr: usize,
+    next: *const f32,
+) {
+    for i in 0..MR {
+        let r = next.wrapping_add(i * ldc);
+        _mm_prefetch::<_MM_HINT_T0>(r.cast());
+        _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(16).cast());
+    }
+    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
+    let m0 = lanes(nr);
+    let m1 = lanes(nr.saturating_sub(16));
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    match seed {
+        Seed::C => {
+            for (i, row) in acc.iter_mut().enumerate() {
+                let (k0, k1) = if i < mr { (m0, m1) } else { (0, 0) };
+                let ci = c.wrapping_add(i * ldc);
+                // SAFETY: masked-off lanes are not read; the enabled ones are valid.
+                unsafe {
+                    row[0] = _mm512_maskz_loadu_ps(k0, ci);
+                    row[1] = _mm512_maskz_loadu_ps(k1, ci.wrapping_add(16));
+                }
+            }
+        }
+        Seed::Bias(b) => {
+            // SAFETY: the tile's nr bias values are valid per the contract.
+            let row = unsafe {
+                [
+                    _mm512_maskz_loadu_ps(m0, b),
+                    _mm512_maskz_loadu_ps(m1, b.wrapping_add(16)),
+                ]
+            };
+            acc = [row; MR];
+        }
+        Seed::Zero => {}
+    }
+    for p in 0..kc {
+        // SAFETY: p < kc, within `ap` and `bp`; `next_bp` is only prefetched.
+        unsafe {
+            let nb = next_bp.wrapping_add(p * NR);
+            _mm_prefetch::<_MM_HINT_T0>(nb.cast());
+            _mm_prefetch::<_MM_HINT_T0>(nb.wrapping_add(16).cast());
+            let row = bp.add(p * NR);
+            let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(row.cast()));
+            let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(row.add(16).cast()));
+            let a = ap.add(p * MR);
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let ai: __m512bh = std::mem::transmute(_mm512_set1_epi32(*a.add(i) as i32));
+                acc[0] = _mm512_dpbf16_ps(acc[0], ai, b0);
+                acc[1] = _mm512_dpbf16_ps(acc[1], ai, b1);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        let (k0, k1) = if i < mr { (m0, m1) } else { (0, 0) };
+        let ci = c.wrapping_add(i * ldc);
+        // SAFETY: masked-off lanes are not written; the enabled ones are valid.
+        unsafe {
+            _mm512_mask_storeu_ps(ci, k0, row[0]);
+            _mm512_mask_storeu_ps(ci.wrapping_add(16), k1, row[1]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{available, matmul, KC, MC, MR, NC, NR};
+    use crate::gemm_avx512::{PackLayout, PackedBf16};
+    use half::bf16;
+
+    fn vnni(w: &[bf16], n: usize, k: usize) -> PackedBf16 {
+        PackedBf16::with_layout(w, n, k, PackLayout::VnniPairs).unwrap()
+    }
+
+    /// Scalar reference: the f32 fused multiply-add chain over k in order of the bf16-rounded
+    /// activation and the weight, from the bias (or zero).
+    fn chain(a: &[f32], w: &[bf16], bias: Option<f32>) -> f32 {
+        let mut c = bias.unwrap_or(0.0);
+        for (x, w) in a.iter().zip(w) {
+            c = bf16::from_f32(*x).to_f32().mul_add(w.to_f32(), c);
+        }
+        c
+    }
+
+    /// Odd shapes around every block edge (tile, K block in pairs, odd K, A block, B block).
+    fn shapes() -> Vec<(usize, usize, usize)> {
+        vec![
+            (1, 1, 1),
+            (1, 33, 20),
+            (5, 1, 7),
+            (3, 17, 1),
+            (MR + 1, NR + 1, 17),
+            (MR - 1, NR - 1, 2 * KC + 3),
+            (41, 300, 70),
+            (MC + 3, 48, 4 * KC + 5),
+            (29, NC + 40, 33),
+            (2, 16, 32),
+            (3, 40, 2 * KC),
+        ]
+    }
+
+    #[test]
+    fn exact_on_dyadic_inputs_with_and_without_bias() {
+        if !available() {
+            return;
+        }
+        for (m, n, k) in shapes() {
+            // Activations with more than 8 significant bits: the rounding to bf16 is part of
+            // the product (odd multiples of 1/512 round to even multiples of 1/256 or so).
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 37 % 1021) as f32 - 510.0) / 512.0)
+                .collect();
+            let w: Vec<bf16> = (0..n * k)
+                .map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 4.0))
+                .collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 / 16.0).collect();
+            let packed = vnni(&w, n, k);
+            for bias in [None, Some(&bias[..])] {
+                let y = matmul(&a, m, k, &packed, bias).unwrap();
+                for i in 0..m {
+                    for j in 0..n {
+                        let dot: f64 = (0..k)
+                            .map(|t| bf16::from_f32(a[i * k + t]).to_f64() * w[j * k + t].to_f64())
+                            .sum();
+                        let want = dot + bias.map_or(0.0, |b| b[j] as f64);
+                        // bf16 times a quarter: every partial sum is exact in f32.
+                        assert_eq!(y[i * n + j] as f64, want, "{m}x{n}x{k} ({i}, {j})");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_element_is_the_f32_chain_of_the_rounded_activations() {
+        if !available() {
+            return;
+        }
+        let mut rnd = crate::test_rng::xorshift(0x2545_f491_u32);
+        for (m, n, k) in shapes() {
+            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+            let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+            let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let y = matmul(&a, m, k, &vnni(&w, n, k), Some(&bias)).unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    let want = chain(&a[i * k..][..k], &w[j * k..][..k], Some(bias[j]));
+                    assert_eq!(
+                        y[i * n + j].to_bits(),
+                        want.to_bits(),
+                        "{m}x{n}x{k} ({i}, {j}): {} vs {want}",
+                        y[i * n + j]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn same_bits_as_the_f32_kernel_on_rounded_activations() {
+        if !available() || !crate::gemm_avx512::available() {
+            return;
+        }
+        let mut rnd = crate::test_rng::lcg(0x51u32);
+        for (m, n, k) in shapes() {
+            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+            let rounded: Vec<f32> = a.iter().map(|&x| bf16::from_f32(x).to_f32()).collect();
+            let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+            let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let panels = PackedBf16::new(&w, n, k).unwrap();
+            let f32_kernel = crate::gemm_avx512::matmul(
+                &rounded,
+                m,
+                k,
+                crate::gemm_avx512::Rhs::Packed(&panels),
+                n,
+                Some(&bias),
+            )
+            .unwrap();
+            let got = matmul(&a, m, k, &vnni(&w, n, k), Some(&bias)).unwrap();
+            assert_eq!(got, f32_kernel, "{m}x{n}x{k}");
+        }
+    }
+
+    #[test]
+    fn bits_do_not_depend_on_rows_threads_or_repeats() {
+        if !available() {
+            return;
+        }
+        let (m, n, k) = (MC + 20, 3 * NR + 5, 4 * KC + 9);
+        let mut rnd = crate::test_rng::lcg(7u32);
+        let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+        let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let p = vnni(&w, n, k);
+        let all = matmul(&a, m, k, &p, Some(&bias)).unwrap();
+        assert_eq!(matmul(&a, m, k, &p, Some(&bias)).unwrap(), all, "repeat");
+        for (r0, r1) in [(0, 1), (3, 3 + MR + 2), (MC - 1, m)] {
+            let part = matmul(&a[r0 * k..r1 * k], r1 - r0, k, &p, Some(&bias)).unwrap();
+            assert_eq!(part, all[r0 * n..r1 * n], "rows {r0}..{r1}");
+        }
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let y = pool.install(|| matmul(&a, m, k, &p, Some(&bias)).unwrap());
+            assert_eq!(y, all, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn refuses_other_layouts_and_mismatched_lengths() {
+        let w = [bf16::ONE; 6];
+        let a = [1f32; 6];
+        let panels = PackedBf16::new(&w, 2, 3).unwrap();
+        assert!(matmul(&a, 2, 3, &panels, None).is_none());
+        let p = vnni(&w, 2, 3);
+        assert!(matmul(&a, 3, 3, &p, None).is_none());
+        assert!(matmul(&a, 2, 3, &p, Some(&[0.0])).is_none());
+        // The f32 kernels refuse VNNI pairs.
+        assert!(
+            crate::gemm_avx512::matmul(&a, 2, 3, crate::gemm_avx512::Rhs::Packed(&p), 2, None)
+                .is_none()
+        );
+        assert!(crate::gemm_avx2::matmul(&a, 2, 3, &p, None).is_none());
+    }
+
+    #[test]
+    fn vnni_pairs_hold_k_high_and_k_plus_one_low_zero_padded() {
+        // [n=2, k=3]: rows (1, 2, 3) and (4, 5, 6).
+        let w: Vec<bf16> = (1..=6).map(|v| bf16::from_f32(v as f32)).collect();
+        let p = vnni(&w, 2, 3);
+        let v: Vec<f32> = p.panels().iter().map(|x| x.to_f32()).collect();
+        assert_eq!(v.len(), NR * 4);
+        // Pair row 0: column 0 = (k1 low, k0 high), column 1 likewise.
+        assert_eq!(&v[..4], &[2.0, 1.0, 5.0, 4.0]);
+        // Pair row 1: k = 2 high, the padding k = 3 low.
+        assert_eq!(&v[NR * 2..NR * 2 + 4], &[0.0, 3.0, 0.0, 6.0]);
+        assert!(v[4..NR * 2].iter().all(|&x| x == 0.0));
+    }
+}
