@@ -162,6 +162,11 @@ impl Gr00tModel {
         self.cache().clear();
     }
 
+    /// Bytes of the kept embodiments' category-specific weights.
+    pub fn embodiment_weight_bytes(&self) -> usize {
+        self.head.embodiment_weight_bytes()
+    }
+
     /// Selects the implementation of the Euler loop.
     pub fn set_denoise_backend(&mut self, backend: DenoiseBackend) {
         self.head.set_backend(backend);

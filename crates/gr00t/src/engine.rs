@@ -71,6 +71,9 @@ pub struct EngineInfo {
     pub embodiment: String,
     /// Every served embodiment's layout.
     pub embodiments: Vec<EmbodimentInfo>,
+    /// MiB held by the served embodiments' category-specific weights (the other slots are
+    /// not kept).
+    pub embodiment_weights_mib: f64,
     /// 40.
     pub action_horizon: usize,
     /// Denoise implementation.
@@ -258,6 +261,7 @@ impl Engine {
                 .iter()
                 .map(|p| EmbodimentInfo::of(p.spec()))
                 .collect(),
+            embodiment_weights_mib: model.embodiment_weight_bytes() as f64 / (1 << 20) as f64,
             action_horizon: ckpt.config.action_horizon,
             denoise_backend: model.denoise_backend().as_str().into(),
             // The kernel of the products this dtype runs (f32 ones never run avx512bf16).

@@ -166,6 +166,18 @@ fn embodiment_flag_picks_what_is_served() {
         .map(|e| e["tag"].as_str().unwrap())
         .collect();
     assert_eq!(tags, ["new_embodiment", "simpler_env_google"]);
+    // Only the served slots are kept: 2 of them here, 5 when every embodiment is served.
+    let all = Server::start_in(&multi_checkpoint(), 0, &[]);
+    let all_info = get(&all.http, "/info").unwrap().json();
+    let (two, five) = (
+        info["embodiment_weights_mib"].as_f64().unwrap(),
+        all_info["embodiment_weights_mib"].as_f64().unwrap(),
+    );
+    assert!(
+        two > 0.0 && (five / two - 2.5).abs() < 1e-9,
+        "{two} MiB vs {five} MiB"
+    );
+    drop(all);
     // A request that names no embodiment gets the first served one.
     let mut body = request("case_new_embodiment_2");
     body.as_object_mut().unwrap().remove("embodiment");

@@ -58,6 +58,18 @@ impl CategorySpecificLinear {
         Ok(())
     }
 
+    /// Bytes held by the slots still loaded.
+    pub(crate) fn kept_bytes(&self) -> usize {
+        self.slots
+            .iter()
+            .flatten()
+            .map(|(w, b)| {
+                w.elem_count() * w.dtype().size_in_bytes()
+                    + b.elem_count() * b.dtype().size_in_bytes()
+            })
+            .sum()
+    }
+
     /// The weights of embodiment `id` in the compute dtype (a view once retained).
     pub(crate) fn select(&self, id: usize) -> Result<SelectedLinear> {
         match self.slots.get(id) {
@@ -140,6 +152,11 @@ impl CategorySpecificMlp {
         self.layer2.retain(keep)
     }
 
+    /// Bytes of the loaded embodiments' weights.
+    pub(crate) fn kept_bytes(&self) -> usize {
+        self.layer1.kept_bytes() + self.layer2.kept_bytes()
+    }
+
     /// The MLP of embodiment `id`.
     pub(crate) fn select(&self, id: usize) -> Result<SelectedMlp> {
         Ok(SelectedMlp {
@@ -198,6 +215,11 @@ impl ActionEncoder {
         self.w1.retain(keep)?;
         self.w2.retain(keep)?;
         self.w3.retain(keep)
+    }
+
+    /// Bytes of the loaded embodiments' weights.
+    pub(crate) fn kept_bytes(&self) -> usize {
+        self.w1.kept_bytes() + self.w2.kept_bytes() + self.w3.kept_bytes()
     }
 
     /// The encoder of embodiment `id`.

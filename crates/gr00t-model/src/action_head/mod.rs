@@ -369,6 +369,14 @@ impl ActionHead {
         self.decoder.retain(keep)
     }
 
+    /// Bytes of the category-specific weights still loaded (all slots until
+    /// [`ActionHead::retain_embodiments`]).
+    pub fn embodiment_weight_bytes(&self) -> usize {
+        self.state_encoder.kept_bytes()
+            + self.action_encoder.kept_bytes()
+            + self.decoder.kept_bytes()
+    }
+
     fn step(&self, k: usize) -> Result<&StepConstants> {
         self.steps.get(k).ok_or_else(|| {
             Error::Input(format!(

@@ -35,6 +35,7 @@ fn info() -> EngineInfo {
         synthetic_weights: false,
         embodiment: "oxe_droid_relative_eef_relative_joint".into(),
         embodiments: Vec::new(),
+        embodiment_weights_mib: 0.0,
         action_horizon: 40,
         denoise_backend: "test".into(),
         cpu_kernel: "test".into(),
