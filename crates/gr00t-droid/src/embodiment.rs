@@ -214,15 +214,7 @@ impl EmbodimentProcessor {
         let noise = initial_noise(&obs.noise, self.model_horizon, self.action_dim)?;
         let t1 = Instant::now();
         Ok(EncodedRequest {
-            inputs: ModelInputs {
-                pixel_values: processed.pixel_values,
-                patch_dim: processed.patch_dim,
-                image_grid_thw: processed.image_grid_thw,
-                input_ids: prompt.input_ids,
-                state,
-                embodiment_id: self.spec.embodiment_id,
-                noise,
-            },
+            inputs: model_inputs(processed, prompt, state, self.spec.embodiment_id, noise),
             decode_ms: 0.0,
             encode_ms: (t1 - t0).as_secs_f64() * 1e3,
         })
@@ -302,6 +294,25 @@ pub(crate) fn images_and_prompt(
             other => RequestError::new("instruction", other.to_string()),
         })?;
     Ok((processed, prompt))
+}
+
+/// The network's inputs from the processed images, the prompt, the encoded state and noise.
+pub(crate) fn model_inputs(
+    processed: ProcessedImages,
+    prompt: EncodedPrompt,
+    state: Vec<f32>,
+    embodiment_id: usize,
+    noise: Vec<f32>,
+) -> ModelInputs {
+    ModelInputs {
+        pixel_values: processed.pixel_values,
+        patch_dim: processed.patch_dim,
+        image_grid_thw: processed.image_grid_thw,
+        input_ids: prompt.input_ids,
+        state,
+        embodiment_id,
+        noise,
+    }
 }
 
 /// The `[horizon, action_dim]` initial noise: the client's, or `torch.randn` of the seed.

@@ -10,7 +10,8 @@
 use crate::embodiment::{EmbodimentSpec, Observation};
 use crate::image::decode_base64_frame;
 use crate::request::RequestError;
-use crate::request::{kind, parse_floats, parse_instruction, parse_noise_options, required};
+use crate::request::{kind, object_with_fields, parse_floats, parse_instruction};
+use crate::request::{parse_noise_options, required};
 use serde_json::{Map, Value};
 
 /// Top-level fields of the generic body.
@@ -42,15 +43,7 @@ impl EmbodimentRequest {
         horizon: usize,
         action_dim: usize,
     ) -> Result<EmbodimentRequest, RequestError> {
-        let obj = value
-            .as_object()
-            .ok_or_else(|| RequestError::new("body", "expected a JSON object"))?;
-        if let Some(key) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-            return Err(RequestError::new(
-                key.clone(),
-                format!("unknown field (expected one of {})", FIELDS.join(", ")),
-            ));
-        }
+        let obj = object_with_fields(value, &FIELDS)?;
         let images = parse_images(required(obj, "images")?, spec)?;
         let state = parse_state(required(obj, "state")?, spec)?;
         let instruction = parse_instruction(obj)?;

@@ -7,7 +7,7 @@
 )]
 
 use crate::actions::ActionDecoder;
-use crate::embodiment::{images_and_prompt, initial_noise};
+use crate::embodiment::{images_and_prompt, initial_noise, model_inputs};
 use crate::image::{
     check_frame_geometry, decode_base64, EncodedFrame, Frame, ImagePipeline, DROID_GRID_THW,
 };
@@ -127,15 +127,7 @@ impl DroidProcessor {
         let noise = initial_noise(&req.noise, self.horizon, self.action_dim)?;
         let t2 = Instant::now();
         Ok(EncodedRequest {
-            inputs: ModelInputs {
-                pixel_values: processed.pixel_values,
-                patch_dim: processed.patch_dim,
-                image_grid_thw: processed.image_grid_thw,
-                input_ids: prompt.input_ids,
-                state,
-                embodiment_id: self.embodiment_id,
-                noise,
-            },
+            inputs: model_inputs(processed, prompt, state, self.embodiment_id, noise),
             decode_ms: (t1 - t0).as_secs_f64() * 1e3,
             encode_ms: (t2 - t1).as_secs_f64() * 1e3,
         })

@@ -129,20 +129,7 @@ impl PredictRequest {
         horizon: usize,
         action_dim: usize,
     ) -> Result<PredictRequest, RequestError> {
-        let obj = value
-            .as_object()
-            .ok_or_else(|| RequestError::new("body", "expected a JSON object"))?;
-        for key in obj.keys() {
-            if !TOP_LEVEL_FIELDS.contains(&key.as_str()) {
-                return Err(RequestError::new(
-                    key.clone(),
-                    format!(
-                        "unknown field (expected one of {})",
-                        TOP_LEVEL_FIELDS.join(", ")
-                    ),
-                ));
-            }
-        }
+        let obj = object_with_fields(value, &TOP_LEVEL_FIELDS)?;
         let images = parse_images(required(obj, "images")?)?;
         let state = parse_state(required(obj, "state")?)?;
         let instruction = parse_instruction(obj)?;
@@ -168,6 +155,23 @@ pub fn parse_body(body: &[u8], horizon: usize, action_dim: usize) -> Result<Valu
     check_value_counts(body, max_values)?;
     serde_json::from_slice(body)
         .map_err(|e| RequestError::new("body", format!("invalid JSON: {e}")))
+}
+
+/// The body as an object whose keys are all in `fields`; the error names the first other key.
+pub(crate) fn object_with_fields<'a>(
+    value: &'a Value,
+    fields: &[&str],
+) -> Result<&'a Map<String, Value>, RequestError> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| RequestError::new("body", "expected a JSON object"))?;
+    if let Some(key) = obj.keys().find(|k| !fields.contains(&k.as_str())) {
+        return Err(RequestError::new(
+            key.clone(),
+            format!("unknown field (expected one of {})", fields.join(", ")),
+        ));
+    }
+    Ok(obj)
 }
 
 /// The non-empty `instruction` string of a request object.
