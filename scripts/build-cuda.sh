@@ -57,7 +57,7 @@ cd "$root"
 echo "building gr00t --features $features with CUDA $(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p') for compute capability $CUDA_COMPUTE_CAP" >&2
 cargo build --release --locked -p gr00t --features "$features"
 # The device-generic parity tests, run by scripts/gpu-check.sh with GR00T_TEST_DEVICE=cuda.
-chain_test="$(cargo test --release --locked -p gr00t-droid --features cuda --test chain --no-run \
+chain_test="$(cargo test --release --locked -p gr00t-embodiment --features cuda --test chain --no-run \
     --message-format=json | python3 -c '
 import json, sys
 for line in sys.stdin:

@@ -8,14 +8,14 @@ use libfuzzer_sys::fuzz_target;
 const MAX_PIPELINE_PIXELS: usize = 1280 * 720;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(frame) = gr00t_droid::image::decode_frame_bytes(data) else {
+    let Ok(frame) = gr00t_embodiment::image::decode_frame_bytes(data) else {
         return;
     };
     assert_eq!(frame.data.len(), frame.width * frame.height * 3);
     if frame.width * frame.height > MAX_PIPELINE_PIXELS {
         return;
     }
-    if gr00t_droid::image::check_frame_geometry(frame.width, frame.height).is_ok() {
+    if gr00t_embodiment::image::check_frame_geometry(frame.width, frame.height).is_ok() {
         let _ = gr00t_fuzz::pipeline().process(std::slice::from_ref(&frame));
     }
 });

@@ -25,18 +25,18 @@ pub fn checkpoint() -> &'static gr00t_model::Checkpoint {
 }
 
 /// The checkpoint's image pipeline, built once.
-pub fn pipeline() -> &'static gr00t_droid::image::ImagePipeline {
-    static P: OnceLock<gr00t_droid::image::ImagePipeline> = OnceLock::new();
+pub fn pipeline() -> &'static gr00t_embodiment::image::ImagePipeline {
+    static P: OnceLock<gr00t_embodiment::image::ImagePipeline> = OnceLock::new();
     P.get_or_init(|| {
-        gr00t_droid::image::ImagePipeline::from_checkpoint(checkpoint()).expect("pipeline")
+        gr00t_embodiment::image::ImagePipeline::from_checkpoint(checkpoint()).expect("pipeline")
     })
 }
 
 /// The ZMQ observation schema of the checkpoint (nested or flat keys).
 pub fn schema(flat: bool) -> protocols::observation::Schema {
     let ckpt = checkpoint();
-    let tag = gr00t_droid::EMBODIMENT_TAG;
-    let spec = gr00t_droid::embodiment::EmbodimentSpec::new(ckpt, tag).expect("DROID layout");
+    let tag = gr00t_embodiment::EMBODIMENT_TAG;
+    let spec = gr00t_embodiment::embodiment::EmbodimentSpec::new(ckpt, tag).expect("DROID layout");
     protocols::observation::Schema::new(
         &spec,
         &ckpt.processor.modality_configs[tag],

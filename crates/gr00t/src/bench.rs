@@ -12,8 +12,8 @@
 use crate::engine::{Engine, EngineOptions, PredictError};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use gr00t_droid::image::decode::decode_base64_frame;
-use gr00t_droid::response::TimingMs;
+use gr00t_embodiment::image::decode::decode_base64_frame;
+use gr00t_embodiment::response::TimingMs;
 use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::flops::{request_flops, RequestShape, StageFlops};
 use gr00t_model::Checkpoint;

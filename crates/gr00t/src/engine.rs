@@ -5,14 +5,14 @@
 
 use crate::device::DeviceOptions;
 use candle_core::DType;
-use gr00t_droid::embodiment::{EmbodimentProcessor, EmbodimentSpec};
-use gr00t_droid::embodiment_request::EmbodimentRequest;
-use gr00t_droid::embodiment_tags;
-use gr00t_droid::processor::{DroidProcessor, EncodedRequest};
-use gr00t_droid::prompt::PromptEncoder;
-use gr00t_droid::request::{self, NoiseSource, PredictRequest, RequestError};
-use gr00t_droid::response::{ActionGroups, PredictResponse, TimingMs};
-use gr00t_droid::EMBODIMENT_TAG;
+use gr00t_embodiment::embodiment::{EmbodimentProcessor, EmbodimentSpec};
+use gr00t_embodiment::embodiment_request::EmbodimentRequest;
+use gr00t_embodiment::embodiment_tags;
+use gr00t_embodiment::processor::{DroidProcessor, EncodedRequest};
+use gr00t_embodiment::prompt::PromptEncoder;
+use gr00t_embodiment::request::{self, NoiseSource, PredictRequest, RequestError};
+use gr00t_embodiment::response::{ActionGroups, PredictResponse, TimingMs};
+use gr00t_embodiment::EMBODIMENT_TAG;
 use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::cpu_kernel;
 use gr00t_model::hub::{MODEL_REPO, MODEL_REVISION};
@@ -126,7 +126,7 @@ pub struct KeyWidth {
 
 impl EmbodimentInfo {
     fn of(spec: &EmbodimentSpec) -> EmbodimentInfo {
-        use gr00t_droid::actions::Representation;
+        use gr00t_embodiment::actions::Representation;
         EmbodimentInfo {
             tag: spec.tag.clone(),
             embodiment_id: spec.embodiment_id,
@@ -359,7 +359,7 @@ impl Engine {
         &self,
         t0: Instant,
         tag: &str,
-        observation: gr00t_droid::embodiment::Observation,
+        observation: gr00t_embodiment::embodiment::Observation,
     ) -> Result<PredictResponse, PredictError> {
         let processor = self.embodiment(tag).ok_or_else(|| {
             PredictError::BadRequest(RequestError::new(
@@ -384,10 +384,10 @@ impl Engine {
     pub fn warm_up_blank(&self) -> Result<PredictResponse, PredictError> {
         let processor = &self.embodiments[0];
         let spec = processor.spec();
-        let frame = gr00t_droid::image::Frame::new(256, 256, vec![128; 256 * 256 * 3])
+        let frame = gr00t_embodiment::image::Frame::new(256, 256, vec![128; 256 * 256 * 3])
             .map_err(|e| PredictError::Internal(e.to_string()))?;
         let req = EmbodimentRequest {
-            observation: gr00t_droid::embodiment::Observation {
+            observation: gr00t_embodiment::embodiment::Observation {
                 images: spec
                     .views
                     .iter()

@@ -37,8 +37,9 @@ fn flat(rows: &Value) -> Vec<f32> {
 
 /// xyz + rotvec rows compared as poses (a rotvec near π may flip axis).
 fn rotvec_rows_close(a: &[f32], b: &[f32]) -> bool {
-    let m =
-        |r: &[f32]| gr00t_droid::pose::rotvec_to_matrix([r[3] as f64, r[4] as f64, r[5] as f64]);
+    let m = |r: &[f32]| {
+        gr00t_embodiment::pose::rotvec_to_matrix([r[3] as f64, r[4] as f64, r[5] as f64])
+    };
     a.chunks_exact(6).zip(b.chunks_exact(6)).all(|(x, y)| {
         let (mx, my) = (m(x), m(y));
         max_abs_diff(&x[..3], &y[..3]) <= 1e-5

@@ -31,8 +31,8 @@ mod engine_ext {
     pub use super::items::{AnyRequest, Item, RawRequest};
 }
 
-use gr00t_droid::image::{decode_base64_frame, decode_frame_bytes, ImageError};
-use gr00t_droid::request::PredictRequest;
+use gr00t_embodiment::image::{decode_base64_frame, decode_frame_bytes, ImageError};
+use gr00t_embodiment::request::PredictRequest;
 use rmpv::Value;
 
 fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
@@ -161,8 +161,8 @@ fn openpi_arrays_whose_bytes_do_not_match_their_shape_are_refused() {
 #[test]
 fn gr00t_observations_with_hostile_shapes_are_refused() {
     let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
-    let tag = gr00t_droid::EMBODIMENT_TAG;
-    let spec = gr00t_droid::embodiment::EmbodimentSpec::new(&ckpt, tag).unwrap();
+    let tag = gr00t_embodiment::EMBODIMENT_TAG;
+    let spec = gr00t_embodiment::embodiment::EmbodimentSpec::new(&ckpt, tag).unwrap();
     let schema =
         observation::Schema::new(&spec, &ckpt.processor.modality_configs[tag], 40, 132, false);
     let npy_arr = |h: &str, data: &[u8]| {

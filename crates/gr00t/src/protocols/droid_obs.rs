@@ -14,9 +14,9 @@
 use super::engine_ext::RawRequest;
 use super::msgpack_numpy::{from_openpi_array, get, scalar, type_name};
 use super::ndarray::{DType, Kind};
-use gr00t_droid::image::{check_frame_geometry, Frame};
-use gr00t_droid::pose;
-use gr00t_droid::request::{NoiseSource, RawState, CAMERAS, DEFAULT_SEED};
+use gr00t_embodiment::image::{check_frame_geometry, Frame};
+use gr00t_embodiment::pose;
+use gr00t_embodiment::request::{NoiseSource, RawState, CAMERAS, DEFAULT_SEED};
 use rmpv::Value;
 use std::collections::VecDeque;
 

@@ -1,9 +1,9 @@
 //! What the binary doors hand the inference queue: plain data, shared with the fuzzers and the
 //! regression tests (which compile the decoders by path without the engine).
 
-use gr00t_droid::embodiment::Observation;
-use gr00t_droid::image::Frame;
-use gr00t_droid::request::{NoiseSource, RawState, FRAMES_PER_CAMERA};
+use gr00t_embodiment::embodiment::Observation;
+use gr00t_embodiment::image::Frame;
+use gr00t_embodiment::request::{NoiseSource, RawState, FRAMES_PER_CAMERA};
 
 /// One DROID observation with its frames already decoded.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,7 +20,7 @@ pub use engine_ext::predict;
 
 use crate::engine::EngineInfo;
 use crate::server::WorkerHandle;
-use gr00t_droid::embodiment::EmbodimentSpec;
+use gr00t_embodiment::embodiment::EmbodimentSpec;
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;

@@ -7,8 +7,8 @@ use super::msgpack_numpy::{self as mp, pack, str_map, unpack};
 use super::ndarray::{DType, Kind, NdArray};
 use super::npy;
 use super::observation::{self, Schema};
-use gr00t_droid::image::Frame;
-use gr00t_droid::request::{NoiseSource, RawState};
+use gr00t_embodiment::image::Frame;
+use gr00t_embodiment::request::{NoiseSource, RawState};
 use rmpv::Value;
 
 fn hex(s: &str) -> Vec<u8> {
@@ -446,8 +446,8 @@ fn droid_observation_parses_and_names_what_is_wrong() {
 
 fn schema(flat: bool) -> Schema {
     let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
-    let tag = gr00t_droid::EMBODIMENT_TAG;
-    let spec = gr00t_droid::embodiment::EmbodimentSpec::new(&ckpt, tag).unwrap();
+    let tag = gr00t_embodiment::EMBODIMENT_TAG;
+    let spec = gr00t_embodiment::embodiment::EmbodimentSpec::new(&ckpt, tag).unwrap();
     Schema::new(&spec, &ckpt.processor.modality_configs[tag], 40, 132, flat)
 }
 

@@ -15,7 +15,7 @@ use super::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, 
 use super::observation::{action_reply, parse, Schema};
 use super::Stop;
 use crate::server::WorkerHandle;
-use gr00t_droid::embodiment_tags;
+use gr00t_embodiment::embodiment_tags;
 use rmpv::Value;
 use std::net::SocketAddr;
 use std::time::Instant;

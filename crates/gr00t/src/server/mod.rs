@@ -152,7 +152,9 @@ fn observer(
 ) -> Result<Observer, Box<dyn Error>> {
     let pipeline = if opts.history > 0 {
         let ckpt = gr00t_model::Checkpoint::open(checkpoint)?;
-        Some(gr00t_droid::image::ImagePipeline::from_checkpoint(&ckpt)?)
+        Some(gr00t_embodiment::image::ImagePipeline::from_checkpoint(
+            &ckpt,
+        )?)
     } else {
         None
     };

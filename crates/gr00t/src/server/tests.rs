@@ -5,8 +5,8 @@ use super::routes::{router, AppState, Limits};
 use super::test_client::{exchange, get, post_json, request};
 use super::worker::{self, PredictFn};
 use crate::engine::{EngineInfo, PredictError};
-use gr00t_droid::request::RequestError;
-use gr00t_droid::response::{ActionGroups, PredictResponse, TimingMs};
+use gr00t_embodiment::request::RequestError;
+use gr00t_embodiment::response::{ActionGroups, PredictResponse, TimingMs};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 

@@ -7,7 +7,7 @@
 
 use crate::engine::PredictError;
 use axum::body::Bytes;
-use gr00t_droid::response::PredictResponse;
+use gr00t_embodiment::response::PredictResponse;
 use serde::Serialize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -177,7 +177,7 @@ impl WorkerHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gr00t_droid::response::{ActionGroups, TimingMs};
+    use gr00t_embodiment::response::{ActionGroups, TimingMs};
     use std::sync::mpsc::channel;
 
     /// A response whose `seq_len` carries the first body byte, to check routing and order.

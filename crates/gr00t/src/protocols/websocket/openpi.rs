@@ -15,7 +15,7 @@ use super::roboarena::{self, Endpoint};
 use super::{Step, WsContext};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
-use gr00t_droid::response::PredictResponse;
+use gr00t_embodiment::response::PredictResponse;
 use rmpv::Value;
 use std::time::Instant;
 

@@ -19,9 +19,9 @@ use super::super::observation::{action_dict, parse, Schema};
 use super::{Step, WsContext};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
-use gr00t_droid::embodiment_tags;
-use gr00t_droid::request::NoiseSource;
-use gr00t_droid::EMBODIMENT_TAG;
+use gr00t_embodiment::embodiment_tags;
+use gr00t_embodiment::request::NoiseSource;
+use gr00t_embodiment::EMBODIMENT_TAG;
 use rmpv::Value;
 
 /// The metadata frame, with the fields vLLM-Omni's GR00T deploy config sends.

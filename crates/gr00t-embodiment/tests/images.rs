@@ -2,14 +2,14 @@
 //! grids), plus unit checks of decoding, the resize paths and smart_resize.
 
 use base64::Engine;
-use gr00t_droid::image::area::resize_area;
-use gr00t_droid::image::pipeline::{MAX_FRAME_ASPECT, MIN_FRAME_ASPECT};
-use gr00t_droid::image::{
+use gr00t_embodiment::image::area::resize_area;
+use gr00t_embodiment::image::pipeline::{MAX_FRAME_ASPECT, MIN_FRAME_ASPECT};
+use gr00t_embodiment::image::{
     check_frame_geometry, decode_base64_frame, decode_frame_bytes, smart_resize, EncodedFrame,
     EvalTransform, Frame, ImageError, ImagePipeline, DROID_GRID_THW,
 };
-use gr00t_droid::processor::DroidProcessor;
-use gr00t_droid::prompt::PromptEncoder;
+use gr00t_embodiment::processor::DroidProcessor;
+use gr00t_embodiment::prompt::PromptEncoder;
 use gr00t_fixtures::{case_dir, request_json, tiny_checkpoint, tokenizer_path, Taps, CASES};
 use gr00t_model::checkpoint::ProcessorConfig;
 use gr00t_model::Checkpoint;

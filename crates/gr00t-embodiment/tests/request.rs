@@ -1,7 +1,7 @@
 //! Validation of the `/predict` body: the fixture requests parse, and every malformed field is
 //! refused with an error that names it.
 
-use gr00t_droid::request::{NoiseSource, PredictRequest, DEFAULT_SEED};
+use gr00t_embodiment::request::{NoiseSource, PredictRequest, DEFAULT_SEED};
 use serde_json::{json, Value};
 
 const H: usize = 40;

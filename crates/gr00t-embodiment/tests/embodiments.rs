@@ -3,9 +3,9 @@
 //! mean/std (unclipped), sin/cos, zero-range dims; ABSOLUTE, RELATIVE NON_EEF, RELATIVE EEF in
 //! XYZ_ROT6D and XYZ_ROTVEC; horizons 8, 16 and 40; per-step relative statistics.
 
-use gr00t_droid::actions::ActionDecoder;
-use gr00t_droid::pose;
-use gr00t_droid::state::StateNormalizer;
+use gr00t_embodiment::actions::ActionDecoder;
+use gr00t_embodiment::pose;
+use gr00t_embodiment::state::StateNormalizer;
 use gr00t_fixtures::{
     max_abs_diff, multi_checkpoint, tiny_checkpoint, MultiCase, Taps, CASES, MULTI_CASES,
 };

@@ -2,11 +2,11 @@
 //! [`EmbodimentProcessor`] → network → physical actions, against what NVIDIA's
 //! `Gr00tPolicy.get_action` returned (`tests/fixtures/gr00t_n17_tiny_multi`).
 
-use gr00t_droid::embodiment::{EmbodimentProcessor, Observation};
-use gr00t_droid::image::Frame;
-use gr00t_droid::pose;
-use gr00t_droid::prompt::PromptEncoder;
-use gr00t_droid::request::NoiseSource;
+use gr00t_embodiment::embodiment::{EmbodimentProcessor, Observation};
+use gr00t_embodiment::image::Frame;
+use gr00t_embodiment::pose;
+use gr00t_embodiment::prompt::PromptEncoder;
+use gr00t_embodiment::request::NoiseSource;
 use gr00t_fixtures::{max_abs_diff, multi_checkpoint, multi_dir, pearson, MultiCase, MULTI_CASES};
 use gr00t_model::taps::Recorder;
 use gr00t_model::{Checkpoint, Gr00tModel};

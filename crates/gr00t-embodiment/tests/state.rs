@@ -1,6 +1,6 @@
 //! State normalisation parity with `proc.state`.
 
-use gr00t_droid::state::{normalize_state, StateError, StateNormalizer};
+use gr00t_embodiment::state::{normalize_state, StateError, StateNormalizer};
 use gr00t_fixtures::{request_json, tiny_checkpoint, Taps, CASES};
 use gr00t_model::checkpoint::{KeyStats, Statistics};
 use gr00t_model::Checkpoint;

@@ -5,9 +5,9 @@
 //! so the same gates check a GPU build.
 
 use candle_core::DType;
-use gr00t_droid::processor::DroidProcessor;
-use gr00t_droid::prompt::PromptEncoder;
-use gr00t_droid::response::ActionGroups;
+use gr00t_embodiment::processor::DroidProcessor;
+use gr00t_embodiment::prompt::PromptEncoder;
+use gr00t_embodiment::response::ActionGroups;
 use gr00t_fixtures::{max_abs_diff, pearson, Taps};
 use gr00t_model::taps::Recorder;
 use gr00t_model::{Checkpoint, Gr00tModel};

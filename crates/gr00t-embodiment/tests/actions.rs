@@ -1,6 +1,6 @@
 //! Action decoding parity: `head.action_pred` + raw state → `decode.unnormalized.*`, `output.*`.
 
-use gr00t_droid::actions::{
+use gr00t_embodiment::actions::{
     decode_actions, ActionDecoder, ActionError, RelativeFormat, Representation,
 };
 use gr00t_fixtures::{max_abs_diff, tiny_checkpoint, Taps, CASES};

@@ -1,6 +1,6 @@
 //! Prompt parity with the fixtures (`proc.input_ids`, `case_info.json`) and formalisation rules.
 
-use gr00t_droid::prompt::{
+use gr00t_embodiment::prompt::{
     chat_text, formalize, formalize_within, is_bundled_tokenizer, PromptEncoder, PromptError,
     MAX_INSTRUCTION_BYTES, MAX_INSTRUCTION_TOKENS, MAX_TOKEN_BYTES, QWEN3_TOKENIZER_SHA256,
 };
@@ -327,9 +327,9 @@ fn bounded_formalisation_is_formalisation_up_to_the_bound() {
 
 #[test]
 fn both_processor_paths_refuse_an_8_mb_instruction_by_its_bytes() {
-    use gr00t_droid::image::Frame;
+    use gr00t_embodiment::image::Frame;
     let ck = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
-    let p = gr00t_droid::processor::DroidProcessor::new(&ck, encoder()).unwrap();
+    let p = gr00t_embodiment::processor::DroidProcessor::new(&ck, encoder()).unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&request_json("case0")).unwrap();
     v["instruction"] = "pick up the block ".repeat(450_000).into();
     let req = p.parse(v.to_string().as_bytes()).unwrap();
