@@ -9,9 +9,10 @@
 //! over threads, from /proc): on a machine shared with other work it moves far less than the
 //! wall time, so comparing two runs (f32 against bf16) by it is steadier.
 
-use crate::engine::{Engine, EngineOptions, PredictError};
+use crate::engine::{Engine, EngineOptions};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
+use gr00t_core::InferError;
 use gr00t_embodiment::image::decode::decode_base64_frame;
 use gr00t_embodiment::response::TimingMs;
 use gr00t_model::action_head::DenoiseBackend;
@@ -375,14 +376,13 @@ fn encode_png(width: usize, height: usize, rgb: &[u8]) -> Result<String, Box<dyn
 /// Stage timings, sequence length and CPU ms of one request.
 fn predict(engine: &Engine, body: &[u8]) -> Result<(TimingMs, usize, f64), Box<dyn Error>> {
     let cpu0 = process_cpu_ms()?;
-    let resp = engine.predict(body);
+    let resp = crate::server::body::predict_body(engine, body);
     let cpu = process_cpu_ms()? - cpu0;
     match resp {
         Ok(resp) => Ok((resp.timing_ms, resp.seq_len, cpu)),
-        Err(PredictError::BadRequest(e)) => {
-            Err(format!("the bench request was refused: {e}").into())
-        }
-        Err(PredictError::Internal(m)) => Err(m.into()),
+        Err(InferError::Invalid(e)) => Err(format!("the bench request was refused: {e}").into()),
+        Err(InferError::Internal(m)) => Err(m.into()),
+        Err(e) => Err(e.to_string().into()),
     }
 }
 

@@ -1,8 +1,9 @@
 //! Command-line interface: argument parsing and one function per subcommand.
 
 use crate::device::DeviceOptions;
-use crate::engine::{Engine, EngineOptions, PredictError};
+use crate::engine::{Engine, EngineOptions};
 use clap::{Parser, Subcommand, ValueEnum};
+use gr00t_core::InferError;
 use gr00t_model::synth::{write_synthetic_checkpoint, SynthSize};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -256,16 +257,17 @@ fn predict(
     if engine.info().synthetic_weights {
         tracing::warn!("SYNTHETIC checkpoint: pseudo-random weights, the actions mean nothing");
     }
-    match engine.predict(&body) {
+    match crate::server::body::predict_body(&engine, &body) {
         Ok(resp) => {
             println!("{}", serde_json::to_string(&resp)?);
             Ok(0)
         }
-        Err(PredictError::BadRequest(e)) => {
+        Err(InferError::Invalid(e)) => {
             println!("{}", serde_json::json!({ "error": e.to_string() }));
             Ok(2)
         }
-        Err(PredictError::Internal(m)) => Err(m.into()),
+        Err(InferError::Internal(m)) => Err(m.into()),
+        Err(e) => Err(e.to_string().into()),
     }
 }
 

@@ -3,11 +3,12 @@
 mod allocator;
 mod bench;
 mod cli;
-mod device;
-mod engine;
 mod protocols;
 mod pull;
 mod server;
+
+// The engine and the device options live in the core crate.
+use gr00t_core::{device, engine};
 
 fn main() {
     allocator::keep_freed_buffers_mapped();

@@ -4,8 +4,8 @@
 //! added here with the fix.
 
 // The protocol decoders, compiled in by path as the fuzz crate does (the `gr00t` crate has no
-// library target). They are declared at the crate root, so their `super::` is this file;
-// `engine_ext` is reduced to the request types the decoders use.
+// library target). They are declared at the crate root, so their `super::` is this file; their
+// request types come from `gr00t-core`.
 #[allow(dead_code)]
 #[path = "../src/protocols/droid_obs.rs"]
 mod droid_obs;
@@ -21,15 +21,6 @@ mod npy;
 #[allow(dead_code)]
 #[path = "../src/protocols/observation.rs"]
 mod observation;
-
-#[allow(dead_code)]
-#[path = "../src/protocols/items.rs"]
-mod items;
-
-/// The part of the server's `engine_ext` the decoders use: its request types.
-mod engine_ext {
-    pub use super::items::{AnyRequest, Item, RawRequest};
-}
 
 use gr00t_embodiment::image::{decode_base64_frame, decode_frame_bytes, ImageError};
 use gr00t_embodiment::request::PredictRequest;

@@ -1,6 +1,6 @@
 //! The ZMQ / websocket decoders of `crates/gr00t/src/protocols`, included file by file so the
 //! fuzzers run the exact code the server runs (the `gr00t` crate has no library target).
-//! `engine_ext` is replaced by the request types the decoders need from it (the real module pulls in
+//! Their request types come from `gr00t-core` (the real `protocols` module pulls in
 //! the engine and the HTTP server).
 #[path = "../../../crates/gr00t/src/protocols/droid_obs.rs"]
 pub mod droid_obs;
@@ -12,11 +12,3 @@ pub mod ndarray;
 pub mod npy;
 #[path = "../../../crates/gr00t/src/protocols/observation.rs"]
 pub mod observation;
-
-#[path = "../../../crates/gr00t/src/protocols/items.rs"]
-pub mod items;
-
-/// Stand-in for `engine_ext`: only its request types.
-pub mod engine_ext {
-    pub use super::items::{AnyRequest, Item, RawRequest};
-}

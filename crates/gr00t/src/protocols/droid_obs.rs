@@ -11,9 +11,9 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::engine_ext::RawRequest;
 use super::msgpack_numpy::{from_openpi_array, get, scalar, type_name};
 use super::ndarray::{DType, Kind};
+use gr00t_core::request::RawRequest;
 use gr00t_embodiment::image::{check_frame_geometry, Frame};
 use gr00t_embodiment::pose;
 use gr00t_embodiment::request::{NoiseSource, RawState, CAMERAS, DEFAULT_SEED};

@@ -4,8 +4,6 @@
 //! given.
 
 mod droid_obs;
-mod engine_ext;
-mod items;
 mod msgpack_numpy;
 mod ndarray;
 mod npy;
@@ -16,10 +14,8 @@ mod zmq;
 #[cfg(test)]
 mod tests;
 
-pub use engine_ext::predict;
-
 use crate::engine::EngineInfo;
-use crate::server::WorkerHandle;
+use gr00t_core::Queue;
 use gr00t_embodiment::embodiment::EmbodimentSpec;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -97,7 +93,7 @@ pub async fn start(
     opts: &ProtocolOptions,
     host: &str,
     max_message_bytes: usize,
-    worker: &WorkerHandle,
+    worker: &Queue,
     info: &EngineInfo,
     stop: &Stop,
 ) -> Result<Listeners, Box<dyn std::error::Error>> {

@@ -14,10 +14,10 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::engine_ext::{AnyRequest, Item, RawRequest};
 use super::msgpack_numpy::{decode_array, encode_array, get, str_map, type_name, uint};
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
+use gr00t_core::request::{AnyRequest, Item, RawRequest};
 use gr00t_embodiment::embodiment::{EmbodimentSpec, Observation};
 use gr00t_embodiment::image::{check_frame_geometry, Frame};
 use gr00t_embodiment::request::{NoiseSource, RawState, DEFAULT_SEED};

@@ -2,14 +2,28 @@
 //! produce (pasted from those libraries), and of the observation parsers.
 
 use super::droid_obs::{self, eef_9d_from_cartesian, CameraInput, FrameHistory};
-use super::engine_ext::{Item, RawRequest};
 use super::msgpack_numpy::{self as mp, pack, str_map, unpack};
 use super::ndarray::{DType, Kind, NdArray};
 use super::npy;
 use super::observation::{self, Schema};
+use gr00t_core::request::{Item, RawRequest};
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::request::{NoiseSource, RawState};
 use rmpv::Value;
+
+/// The DROID request of an item (these tests decode the DROID layout).
+trait DroidItem {
+    fn droid(&self) -> &RawRequest;
+}
+
+impl DroidItem for Item {
+    fn droid(&self) -> &RawRequest {
+        match self {
+            Item::Droid(r) => r,
+            other => panic!("not a DROID item: {other:?}"),
+        }
+    }
+}
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
@@ -567,33 +581,6 @@ fn gr00t_options_seed_and_noise() {
         ("noise", noise(vec![40, 132])),
     ]);
     assert!(observation::parse(Some(&obs), Some(&both), &s).is_err());
-}
-
-#[test]
-fn raw_requests_travel_through_the_queue_body() {
-    let req = RawRequest {
-        frames: [[frame(1), frame(2)], [frame(3), frame(4)]],
-        state: state(),
-        instruction: "put it back".into(),
-        noise: NoiseSource::Client(vec![0.5, -1.0]),
-    };
-    let body = req.to_body();
-    assert_eq!(
-        Item::from_body(&body).unwrap().unwrap(),
-        Item::Droid(req.clone())
-    );
-    let seeded = RawRequest {
-        noise: NoiseSource::Seed(9),
-        ..req
-    };
-    assert_eq!(
-        Item::from_body(&seeded.to_body()).unwrap().unwrap(),
-        Item::Droid(seeded)
-    );
-    // HTTP bodies, including ones that start with NUL, are not raw requests.
-    assert!(Item::from_body(b"{\"images\": {}}").is_none());
-    assert!(Item::from_body(&body[..8]).is_none());
-    assert!(Item::from_body(&body[..30]).unwrap().is_err());
 }
 
 #[test]

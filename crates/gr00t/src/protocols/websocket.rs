@@ -22,13 +22,14 @@ pub use vllm_omni::metadata as vllm_omni_metadata;
 
 use super::observation::Schema;
 use super::Stop;
-use crate::server::WorkerHandle;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use gr00t_core::auth::token_matches;
+use gr00t_core::Queue;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -38,7 +39,7 @@ pub const VLLM_OMNI_PATH: &str = "/v1/realtime/robot/openpi";
 /// What every websocket connection shares.
 pub struct WsContext {
     /// The shared inference queue.
-    pub worker: WorkerHandle,
+    pub worker: Queue,
     /// The metadata frame sent on connect by the openpi / RoboArena path.
     pub metadata: Vec<u8>,
     /// The metadata frame sent on connect by the vLLM-Omni path.
@@ -106,7 +107,9 @@ async fn upgrade(
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Api-Key "));
-        if given != Some(token.as_str()) {
+        // Constant time, as on the other doors.
+        let matches = given.is_some_and(|g| token_matches(g.as_bytes(), token.as_bytes()));
+        if !matches {
             return (StatusCode::UNAUTHORIZED, "Unauthorized: Invalid API key\n").into_response();
         }
     }

@@ -10,11 +10,12 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::engine_ext::{infer_item, Item};
 use super::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
 use super::observation::{action_reply, parse, Schema};
 use super::Stop;
-use crate::server::WorkerHandle;
+use gr00t_core::auth::token_matches;
+use gr00t_core::request::Item;
+use gr00t_core::Queue;
 use gr00t_embodiment::embodiment_tags;
 use rmpv::Value;
 use std::net::SocketAddr;
@@ -24,7 +25,7 @@ use zeromq::{RepSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 /// What the ZMQ endpoint needs.
 pub struct ZmqContext {
     /// The shared inference queue.
-    pub worker: WorkerHandle,
+    pub worker: Queue,
     /// Observation layout and modality config.
     /// One per served embodiment, the default first.
     pub schemas: Vec<Schema>,
@@ -118,16 +119,6 @@ pub async fn serve(mut socket: RepSocket, ctx: ZmqContext, stop: Stop) {
 
 fn error(message: impl Into<String>) -> Value {
     str_map([("error", Value::from(message.into()))])
-}
-
-/// Same-length comparison that does not stop at the first difference.
-fn token_matches(given: &[u8], expected: &[u8]) -> bool {
-    given.len() == expected.len()
-        && given
-            .iter()
-            .zip(expected)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
 }
 
 /// One request → its reply, and whether the server should stop afterwards (`kill`).
@@ -228,7 +219,7 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
     // One queue entry per batch item, in order, so a batch never overflows the queue.
     let mut responses = Vec::with_capacity(items.len());
     for item in &items {
-        match infer_item(&ctx.worker, item).await {
+        match ctx.worker.infer(item.clone().into()).await {
             Ok(r) => responses.push(r),
             Err(e) => {
                 tracing::info!("zmq get_action failed: {e}");

@@ -504,8 +504,7 @@ fn bearer_matches(headers: &axum::http::HeaderMap, token: &str) -> bool {
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .unwrap_or("");
-    let (a, b) = (given.as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    gr00t_core::auth::token_matches(given.as_bytes(), token.as_bytes())
 }
 
 #[cfg(test)]

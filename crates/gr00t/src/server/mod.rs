@@ -1,6 +1,7 @@
 //! `gr00t serve`: loads the engine, warms it up on the demo request, then serves docs/API.md
 //! over HTTP until SIGINT/SIGTERM.
 
+pub mod body;
 mod demo;
 mod errors;
 mod hardening;
@@ -11,19 +12,18 @@ mod request_log;
 mod routes;
 mod shutdown;
 mod ui;
-mod worker;
 
 pub use hardening::HardeningOptions;
 pub use observe::DEFAULT_HISTORY;
 pub use request_log::{init_logging, LogFormat};
-pub(crate) use worker::{SubmitError, WorkerHandle};
 
 #[cfg(test)]
 mod test_client;
 #[cfg(test)]
 mod tests;
 
-use crate::engine::{Engine, EngineInfo, EngineOptions};
+use gr00t_core::engine::{Engine, EngineInfo, EngineOptions};
+use gr00t_core::queue::{self, Queue};
 use gr00t_model::hub;
 use observe::{ObserveOptions, Observer};
 use routes::{AppState, Limits};
@@ -115,12 +115,12 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
             misses: s.misses,
         }
     });
-    let observer = observer(&opts, &checkpoint, &info, model_load_s, vision_cache)?;
+    let observer = observer(&opts, &engine, &info, model_load_s, vision_cache)?;
+    let layouts = engine.layouts();
+    let decode: routes::Decoder =
+        std::sync::Arc::new(move |b: &[u8]| body::request_from_body(b, &layouts));
 
-    let (worker, handle) = worker::start(
-        Box::new(move |body: &[u8]| crate::protocols::predict(&engine, body)),
-        opts.queue,
-    )?;
+    let (worker, handle) = queue::start_engine(engine, opts.queue)?;
     let limits = Limits {
         queue: opts.queue,
         max_body_bytes: opts.max_body_mb.saturating_mul(1024 * 1024),
@@ -131,7 +131,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         .enable_all()
         .build()?;
     let protocols = (handle.clone(), info.clone());
-    let state = AppState::with_observer(handle, info, limits, observer);
+    let state = AppState::with_observer(handle, decode, info, limits, observer);
     let served = runtime.block_on(serve(&opts, state, protocols));
     // Dropping the runtime drops the router and with it the last queue handle, so the worker ends.
     drop(runtime);
@@ -145,19 +145,13 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
 /// pipeline (to show the frames as the model saw them).
 fn observer(
     opts: &ServeOptions,
-    checkpoint: &std::path::Path,
+    engine: &Engine,
     info: &EngineInfo,
     model_load_s: f64,
     vision_cache: observe::CacheProbe,
 ) -> Result<Observer, Box<dyn Error>> {
-    let pipeline = if opts.history > 0 {
-        let ckpt = gr00t_model::Checkpoint::open(checkpoint)?;
-        Some(gr00t_embodiment::image::ImagePipeline::from_checkpoint(
-            &ckpt,
-        )?)
-    } else {
-        None
-    };
+    // The engine's pipeline: the checkpoint is not opened again.
+    let pipeline = (opts.history > 0).then(|| engine.image_pipeline().clone());
     Ok(Observer::new(ObserveOptions {
         history: opts.history,
         pipeline,
@@ -176,7 +170,7 @@ fn observer(
 async fn serve(
     opts: &ServeOptions,
     state: AppState,
-    protocols: (WorkerHandle, EngineInfo),
+    protocols: (Queue, EngineInfo),
 ) -> Result<(), Box<dyn Error>> {
     let listener = bind(&opts.host, opts.port).await?;
     let addr = listener.local_addr()?;
@@ -283,8 +277,7 @@ fn warm_up(engine: &Engine, info: &EngineInfo) -> Result<(), Box<dyn Error>> {
         );
         return Ok(());
     }
-    let response = engine
-        .predict(demo::DEMO_REQUEST.as_bytes())
+    let response = body::predict_body(engine, demo::DEMO_REQUEST.as_bytes())
         .map_err(|e| format!("warm-up request failed: {e}"))?;
     tracing::info!(
         "warm-up request done in {:.2} s",

@@ -8,8 +8,6 @@ use super::demo::demo_body;
 use super::errors::{json_response, ApiError};
 use super::observe::Observer;
 use super::request_log::{self, PredictNote};
-use super::worker::{QueueState, SubmitError, WorkerHandle};
-use crate::engine::{EngineInfo, PredictError};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
@@ -18,6 +16,10 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use gr00t_core::queue::{Queue, QueueState};
+use gr00t_core::request::Request as InferRequest;
+use gr00t_core::{EngineInfo, InferError};
+use gr00t_embodiment::request::RequestError;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,12 +33,16 @@ pub struct Limits {
     pub max_body_bytes: usize,
 }
 
+/// Turns a `/predict` body into a typed request (run on the inference thread).
+pub type Decoder = Arc<dyn Fn(&[u8]) -> Result<InferRequest, RequestError> + Send + Sync>;
+
 /// What the handlers share.
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
 
 struct Inner {
-    worker: WorkerHandle,
+    worker: Queue,
+    decode: Decoder,
     info: EngineInfo,
     limits: Limits,
     started_unix: u64,
@@ -47,14 +53,15 @@ struct Inner {
 impl AppState {
     /// State with default observation (metrics, and a status page without frames), for tests.
     #[cfg(test)]
-    pub fn new(worker: WorkerHandle, info: EngineInfo, limits: Limits) -> AppState {
+    pub fn new(worker: Queue, decode: Decoder, info: EngineInfo, limits: Limits) -> AppState {
         let observer = Observer::new(Default::default()).expect("start the history thread");
-        AppState::with_observer(worker, info, limits, observer)
+        AppState::with_observer(worker, decode, info, limits, observer)
     }
 
-    /// State over a running worker, the engine's description and an observer.
+    /// State over a running queue, the body decoder, the engine's description and an observer.
     pub fn with_observer(
-        worker: WorkerHandle,
+        worker: Queue,
+        decode: Decoder,
         info: EngineInfo,
         limits: Limits,
         observer: Observer,
@@ -65,6 +72,7 @@ impl AppState {
             .unwrap_or(0);
         AppState(Arc::new(Inner {
             worker,
+            decode,
             info,
             limits,
             started_unix,
@@ -161,26 +169,41 @@ async fn compute(
             ))
         }
     };
-    let worker = &app.0.worker;
     let queued = Instant::now();
-    let reply = worker.submit(body.clone()).map_err(|e| match e {
-        SubmitError::Full => ApiError::busy(app.0.limits.queue, worker.retry_after_s()),
-        SubmitError::Stopped => ApiError::internal("the inference worker has stopped"),
-    })?;
+    let decode = app.0.decode.clone();
+    let raw = body.clone();
+    // Decoded on the inference thread, off the two runtime threads; a full queue is refused
+    // before anything is decoded.
+    let reply = app
+        .0
+        .worker
+        .submit_decode(Box::new(move || decode(&raw)))
+        .map_err(api_error)?;
     match reply.await {
         Ok(Ok(response)) => {
-            // Waiting = time to the answer minus the worker's own measure of its job.
+            // Waiting = time to the answer minus the request's own measured time (decoding
+            // included).
             let queue_ms =
                 (queued.elapsed().as_secs_f64() * 1e3 - response.timing_ms.total).max(0.0);
             Ok((body, response, queue_ms))
         }
-        Ok(Err(PredictError::BadRequest(e))) => Err(ApiError::bad_field(&e.field, e.message)),
-        Ok(Err(PredictError::Internal(m))) => {
-            Err(ApiError::internal(format!("internal error: {m}")))
-        }
+        Ok(Err(e)) => Err(api_error(e)),
         Err(_) => Err(ApiError::internal(
             "the inference worker dropped the request",
         )),
+    }
+}
+
+/// The HTTP answer of a core refusal: 400 naming the field, 503 with `Retry-After`, 500.
+fn api_error(e: InferError) -> ApiError {
+    match e {
+        InferError::Invalid(e) => ApiError::bad_field(&e.field, e.message),
+        InferError::Busy {
+            capacity,
+            retry_after_s,
+        } => ApiError::busy(capacity, retry_after_s),
+        InferError::Stopped => ApiError::internal("the inference worker has stopped"),
+        InferError::Internal(m) => ApiError::internal(format!("internal error: {m}")),
     }
 }
 

@@ -1,11 +1,15 @@
 //! In-process tests of the HTTP layer with stand-in predictors (the real model is exercised by
-//! `tests/server.rs`): refusals, limits, overload, panics.
+//! `tests/server.rs`): refusals, limits, overload, panics. The stand-in decoder passes each body
+//! on as the instruction of a request, so the stand-in predictor answers by body.
 
-use super::routes::{router, AppState, Limits};
+use super::routes::{router, AppState, Decoder, Limits};
 use super::test_client::{exchange, get, post_json, request};
-use super::worker::{self, PredictFn};
-use crate::engine::{EngineInfo, PredictError};
-use gr00t_embodiment::request::RequestError;
+use crate::engine::EngineInfo;
+use gr00t_core::queue::{self as worker, PredictFn};
+use gr00t_core::request::{AnyRequest, Item, Request};
+use gr00t_core::InferError;
+use gr00t_embodiment::embodiment::Observation;
+use gr00t_embodiment::request::{NoiseSource, RequestError};
 use gr00t_embodiment::response::{ActionGroups, PredictResponse, TimingMs};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -59,6 +63,7 @@ fn start(predict: PredictFn, queue: usize, max_body_bytes: usize) -> TestServer 
     let addr = listener.local_addr().unwrap().to_string();
     let app = router(AppState::new(
         handle,
+        body_as_instruction(),
         info(),
         Limits {
             queue,
@@ -70,6 +75,29 @@ fn start(predict: PredictFn, queue: usize, max_body_bytes: usize) -> TestServer 
         addr,
         runtime: Some(runtime),
         worker: Some(worker),
+    }
+}
+
+/// The stand-in decoder: the body becomes the instruction of a generic request.
+fn body_as_instruction() -> Decoder {
+    std::sync::Arc::new(|body: &[u8]| {
+        Ok(Request::new(Item::Any(AnyRequest {
+            tag: "test".into(),
+            observation: Observation {
+                images: vec![],
+                state: vec![],
+                instruction: String::from_utf8_lossy(body).into_owned(),
+                noise: NoiseSource::Seed(0),
+            },
+        })))
+    })
+}
+
+/// The body a stand-in request carries.
+fn body_of(request: &Request) -> &[u8] {
+    match &request.item {
+        Item::Any(a) => a.observation.instruction.as_bytes(),
+        _ => b"",
     }
 }
 
@@ -94,13 +122,13 @@ fn ok_response(seq_len: usize) -> PredictResponse {
 /// `block` → waits for a release, anything else → 200 with `seq_len` = body length.
 fn scripted(started: Sender<()>, release: Receiver<()>) -> PredictFn {
     let release = Mutex::new(release);
-    Box::new(move |body: &[u8]| match body {
-        b"bad" => Err(PredictError::BadRequest(RequestError::new(
+    Box::new(move |request: Request| match body_of(&request) {
+        b"bad" => Err(InferError::Invalid(RequestError::new(
             "state.eef_9d",
             "expected 9 numbers, got 8",
         ))),
         b"panic" => panic!("deliberate test panic"),
-        b"fail" => Err(PredictError::Internal("device lost".into())),
+        b"fail" => Err(InferError::Internal("device lost".into())),
         b"block" => {
             started.send(()).unwrap();
             release.lock().unwrap().recv().unwrap();

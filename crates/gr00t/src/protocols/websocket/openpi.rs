@@ -8,13 +8,13 @@
 )]
 
 use super::super::droid_obs::{parse, FrameHistory, HISTORY_STEPS};
-use super::super::engine_ext::{infer, RawRequest};
 use super::super::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
 use super::super::ndarray::NdArray;
 use super::roboarena::{self, Endpoint};
 use super::{Step, WsContext};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
+use gr00t_core::request::{Item, RawRequest};
 use gr00t_embodiment::response::PredictResponse;
 use rmpv::Value;
 use std::time::Instant;
@@ -104,7 +104,11 @@ impl Connection {
 /// Queues and runs one request; returns the response and the inference time.
 async fn run(ctx: &WsContext, req: &RawRequest) -> Result<(PredictResponse, f64), String> {
     let t0 = Instant::now();
-    let resp = infer(&ctx.worker, req).await.map_err(|e| e.to_string())?;
+    let resp = ctx
+        .worker
+        .infer(Item::Droid(req.clone()).into())
+        .await
+        .map_err(|e| e.to_string())?;
     Ok((resp, t0.elapsed().as_secs_f64() * 1e3))
 }
 

@@ -12,9 +12,9 @@
 )]
 
 use super::super::droid_obs::{DroidObservation, FrameHistory};
-use super::super::engine_ext::RawRequest;
 use super::super::msgpack_numpy::{decode_array, get, type_name};
 use super::WsContext;
+use gr00t_core::request::RawRequest;
 use rmpv::Value;
 use std::collections::VecDeque;
 

@@ -13,7 +13,6 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::super::engine_ext::infer_item;
 use super::super::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
 use super::super::observation::{action_dict, parse, Schema};
 use super::{Step, WsContext};
@@ -122,7 +121,8 @@ async fn infer_actions(
     let mut responses = Vec::with_capacity(items.len());
     for item in &items {
         responses.push(
-            infer_item(&ctx.worker, item)
+            ctx.worker
+                .infer(item.clone().into())
                 .await
                 .map_err(|e| e.to_string())?,
         );

@@ -1,16 +1,19 @@
 //! The inference engine: one loaded model plus the processors of the embodiments it serves,
-//! turning a `/predict` body into a response. DROID bodies take the DROID processor (the
-//! contract's fixed layout); a body naming another `embodiment` takes that embodiment's generic
-//! processor. Synchronous; the server runs it off the async runtime.
+//! turning a typed [`Request`] into a response. DROID requests take the DROID processor (the
+//! contract's fixed layout); any other embodiment takes its generic processor. Synchronous; the
+//! queue's thread runs it off the async runtime.
 
 use crate::device::DeviceOptions;
+use crate::error::InferError;
+use crate::request::{Item, Request};
 use candle_core::DType;
 use gr00t_embodiment::embodiment::{EmbodimentProcessor, EmbodimentSpec};
 use gr00t_embodiment::embodiment_request::EmbodimentRequest;
 use gr00t_embodiment::embodiment_tags;
+use gr00t_embodiment::image::ImagePipeline;
 use gr00t_embodiment::processor::{DroidProcessor, EncodedRequest};
 use gr00t_embodiment::prompt::PromptEncoder;
-use gr00t_embodiment::request::{self, NoiseSource, PredictRequest, RequestError};
+use gr00t_embodiment::request::{NoiseSource, PredictRequest, RequestError};
 use gr00t_embodiment::response::{ActionGroups, PredictResponse, TimingMs};
 use gr00t_embodiment::EMBODIMENT_TAG;
 use gr00t_model::action_head::DenoiseBackend;
@@ -36,21 +39,30 @@ pub struct EngineOptions {
     pub embodiments: Vec<String>,
 }
 
-/// Why a prediction was not produced.
+/// What a door needs to turn its wire format into a [`Request`]: the served layouts, the
+/// default first, and the noise shape. Cheap to clone.
 #[derive(Debug, Clone)]
-pub enum PredictError {
-    /// The client's request is invalid (HTTP 400), naming the field.
-    BadRequest(RequestError),
-    /// Something failed inside the engine (HTTP 500).
-    Internal(String),
+pub struct Layouts {
+    /// Every served embodiment's layout, the default first.
+    pub specs: Vec<EmbodimentSpec>,
+    /// Whether DROID is served (with its own processor).
+    pub droid: bool,
+    /// Rows the model generates (40).
+    pub horizon: usize,
+    /// Action width of the model (132).
+    pub action_dim: usize,
 }
 
-impl std::fmt::Display for PredictError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PredictError::BadRequest(e) => write!(f, "{e}"),
-            PredictError::Internal(m) => write!(f, "internal error: {m}"),
-        }
+impl Layouts {
+    /// The served layout `name` means (tag in any case, or upstream's enum name).
+    pub fn resolve(&self, name: &str) -> Option<&EmbodimentSpec> {
+        let tag = embodiment_tags::resolve(name, self.specs.iter().map(|s| s.tag.as_str()))?;
+        self.specs.iter().find(|s| s.tag == tag)
+    }
+
+    /// The served tags, the default first.
+    pub fn tags(&self) -> Vec<&str> {
+        self.specs.iter().map(|s| s.tag.as_str()).collect()
     }
 }
 
@@ -214,6 +226,8 @@ pub struct Engine {
     horizon: usize,
     action_dim: usize,
     info: EngineInfo,
+    /// The checkpoint's image pipeline (the status page shows frames as the model saw them).
+    pipeline: ImagePipeline,
 }
 
 impl Engine {
@@ -229,6 +243,7 @@ impl Engine {
             None => PromptEncoder::from_bytes(BUNDLED_TOKENIZER)?,
         };
         let tags = served_tags(&ckpt, &opts.embodiments)?;
+        let pipeline = ImagePipeline::from_checkpoint(&ckpt)?;
         let droid = if tags.iter().any(|t| t == EMBODIMENT_TAG) {
             Some(DroidProcessor::new(&ckpt, prompt.clone())?)
         } else {
@@ -298,80 +313,57 @@ impl Engine {
             horizon: ckpt.config.action_horizon,
             action_dim: ckpt.config.max_action_dim,
             info,
+            pipeline,
         })
     }
 
-    /// Runs one `/predict` body: DROID's layout unless it names another `embodiment`.
-    pub fn predict(&self, body: &[u8]) -> Result<PredictResponse, PredictError> {
+    /// Runs one request of any door. Errors say whether the client is at fault.
+    pub fn run(&self, request: Request) -> Result<PredictResponse, InferError> {
         let t0 = Instant::now();
-        let bad = PredictError::BadRequest;
-        let mut value = request::parse_body(body, self.horizon, self.action_dim).map_err(bad)?;
-        let named = match value.get("embodiment") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::String(s)) => Some(s.clone()),
-            Some(v) => {
-                return Err(bad(RequestError::new(
-                    "embodiment",
-                    format!("expected a tag string, got {v}"),
-                )))
+        let pre_ms = request.decode_ms;
+        match request.item {
+            Item::DroidBody(req) => self.predict_encoded(t0, pre_ms, &req, |p| p.encode(&req)),
+            Item::Droid(raw) => {
+                let req = PredictRequest {
+                    // Not read: the frames below replace the base64 images.
+                    images: Default::default(),
+                    state: raw.state,
+                    instruction: raw.instruction,
+                    noise: raw.noise,
+                    return_normalized: request.return_normalized,
+                };
+                let frames = raw.frames;
+                self.predict_encoded(t0, pre_ms, &req, |p| p.encode_frames(frames, &req))
             }
-        };
-        let processor = match &named {
-            None => &self.embodiments[0],
-            Some(name) => self.embodiment(name).ok_or_else(|| {
-                bad(RequestError::new(
-                    "embodiment",
-                    format!(
-                        "{name:?} is not served here; served: {:?}",
-                        self.embodiments
-                            .iter()
-                            .map(|p| p.spec().tag.as_str())
-                            .collect::<Vec<_>>()
-                    ),
-                ))
-            })?,
-        };
-        match &self.droid {
-            Some(droid) if processor.spec().tag == EMBODIMENT_TAG => {
-                if let Some(obj) = value.as_object_mut() {
-                    obj.remove("embodiment");
-                }
-                let req = PredictRequest::from_value(&value, self.horizon, self.action_dim)
-                    .map_err(bad)?;
-                self.predict_encoded(t0, &req, |p| p.encode(&req))
-            }
-            _ => {
-                let req = EmbodimentRequest::from_value(
-                    &value,
-                    processor.spec(),
-                    self.horizon,
-                    self.action_dim,
-                )
-                .map_err(bad)?;
-                drop(value);
-                self.predict_generic(t0, processor, &req)
+            Item::Any(a) => {
+                let processor = self.embodiment(&a.tag).ok_or_else(|| {
+                    InferError::Invalid(RequestError::new(
+                        "embodiment",
+                        format!("{:?} is not served here", a.tag),
+                    ))
+                })?;
+                let req = EmbodimentRequest {
+                    observation: a.observation,
+                    return_normalized: request.return_normalized,
+                };
+                self.predict_generic(t0, pre_ms, processor, &req)
             }
         }
     }
 
-    /// Runs one decoded observation of embodiment `tag` (the binary doors' generic path).
-    pub fn predict_observation(
-        &self,
-        t0: Instant,
-        tag: &str,
-        observation: gr00t_embodiment::embodiment::Observation,
-    ) -> Result<PredictResponse, PredictError> {
-        let processor = self.embodiment(tag).ok_or_else(|| {
-            PredictError::BadRequest(RequestError::new(
-                "embodiment",
-                format!("{tag:?} is not served here"),
-            ))
-        })?;
-        let req = EmbodimentRequest {
-            observation,
-            return_normalized: false,
-        };
-        self.predict_generic(t0, processor, &req)
+    /// The served layouts and the noise shape, for the doors' request decoding.
+    pub fn layouts(&self) -> Layouts {
+        Layouts {
+            specs: self.embodiments.iter().map(|p| p.spec().clone()).collect(),
+            droid: self.droid.is_some(),
+            horizon: self.horizon,
+            action_dim: self.action_dim,
+        }
+    }
+
+    /// The checkpoint's image pipeline.
+    pub fn image_pipeline(&self) -> &ImagePipeline {
+        &self.pipeline
     }
 
     /// Whether the DROID layout is served (the demo request and the ZMQ/websocket doors need it).
@@ -381,11 +373,11 @@ impl Engine {
 
     /// Runs one blank observation of the default embodiment (mid-grey 256×256 frames, zero
     /// state, seed 0), so first-call costs are paid before a client arrives.
-    pub fn warm_up_blank(&self) -> Result<PredictResponse, PredictError> {
+    pub fn warm_up_blank(&self) -> Result<PredictResponse, InferError> {
         let processor = &self.embodiments[0];
         let spec = processor.spec();
         let frame = gr00t_embodiment::image::Frame::new(256, 256, vec![128; 256 * 256 * 3])
-            .map_err(|e| PredictError::Internal(e.to_string()))?;
+            .map_err(|e| InferError::Internal(e.to_string()))?;
         let req = EmbodimentRequest {
             observation: gr00t_embodiment::embodiment::Observation {
                 images: spec
@@ -403,7 +395,7 @@ impl Engine {
             },
             return_normalized: false,
         };
-        self.predict_generic(Instant::now(), processor, &req)
+        self.predict_generic(Instant::now(), 0.0, processor, &req)
     }
 
     /// The served embodiment `name` means (tag in any case, or upstream's enum name).
@@ -417,9 +409,10 @@ impl Engine {
     fn predict_generic(
         &self,
         t0: Instant,
+        pre_ms: f64,
         processor: &EmbodimentProcessor,
         req: &EmbodimentRequest,
-    ) -> Result<PredictResponse, PredictError> {
+    ) -> Result<PredictResponse, InferError> {
         let obs = &req.observation;
         let enc = processor.encode(obs);
         let decode = |pred: &[f32]| {
@@ -432,19 +425,20 @@ impl Engine {
             &obs.noise,
             req.return_normalized,
         );
-        self.run(t0, enc, decode, meta)
+        self.forward(t0, pre_ms, enc, decode, meta)
     }
 
-    /// [`predict`](Self::predict) once the request is parsed (from `t0`): `encode` builds the
-    /// model inputs, so the binary protocols can hand over decoded frames (`protocols`).
-    pub fn predict_encoded(
+    /// A DROID request once it is parsed (from `t0`): `encode` builds the model inputs from
+    /// base64 images or from frames the door decoded.
+    fn predict_encoded(
         &self,
         t0: Instant,
+        pre_ms: f64,
         req: &PredictRequest,
         encode: impl FnOnce(&DroidProcessor) -> Result<EncodedRequest, RequestError>,
-    ) -> Result<PredictResponse, PredictError> {
+    ) -> Result<PredictResponse, InferError> {
         let droid = self.droid.as_ref().ok_or_else(|| {
-            PredictError::BadRequest(RequestError::new(
+            InferError::Invalid(RequestError::new(
                 "embodiment",
                 format!("{EMBODIMENT_TAG} is not served here"),
             ))
@@ -454,34 +448,37 @@ impl Engine {
             Ok((chunk.actions, chunk.normalized, droid.horizon()))
         };
         let meta = (EMBODIMENT_TAG, &req.noise, req.return_normalized);
-        self.run(t0, encode(droid), decode, meta)
+        self.forward(t0, pre_ms, encode(droid), decode, meta)
     }
 
     /// The network on encoded inputs, then `decode` (physical and normalised actions and the
     /// horizon) into the response; `meta` is (tag, noise, return_normalized). Everything from
-    /// `t0` to the end of encoding that is not encoding counts as decoding the request.
-    fn run(
+    /// `t0` to the end of encoding that is not encoding counts as decoding the request, plus
+    /// the `pre_ms` the door spent decoding it.
+    fn forward(
         &self,
         t0: Instant,
+        pre_ms: f64,
         enc: Result<EncodedRequest, RequestError>,
         decode: impl FnOnce(&[f32]) -> Result<(ActionGroups, ActionGroups, usize), String>,
         (tag, noise, return_normalized): (&str, &NoiseSource, bool),
-    ) -> Result<PredictResponse, PredictError> {
+    ) -> Result<PredictResponse, InferError> {
+        // The processors mark their own failures (the tokenizer's) by an empty field.
         let enc = enc.map_err(|e| {
             if e.field.is_empty() {
-                PredictError::Internal(e.message)
+                InferError::Internal(e.message)
             } else {
-                PredictError::BadRequest(e)
+                InferError::Invalid(e)
             }
         })?;
         let t1 = Instant::now();
         let out = self
             .model
             .forward(&enc.inputs, &Recorder::disabled())
-            .map_err(|e| PredictError::Internal(e.to_string()))?;
+            .map_err(|e| InferError::Internal(e.to_string()))?;
         let t2 = Instant::now();
         let (actions, normalized, horizon) =
-            decode(&out.action_pred).map_err(PredictError::Internal)?;
+            decode(&out.action_pred).map_err(InferError::Internal)?;
         let t3 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
         let (noise_source, seed) = match noise {
@@ -497,11 +494,11 @@ impl Engine {
             seed,
             actions_normalized: return_normalized.then_some(normalized),
             timing_ms: TimingMs {
-                decode: ms(t0, t1) - enc.encode_ms,
+                decode: ms(t0, t1) - enc.encode_ms + pre_ms,
                 encode: enc.encode_ms,
                 device: ms(t1, t2),
                 decode_actions: ms(t2, t3),
-                total: ms(t0, t3),
+                total: ms(t0, t3) + pre_ms,
                 vision: Some(out.timings.vision_ms),
                 llm: Some(out.timings.llm_ms),
                 adapter: Some(out.timings.adapter_ms),

@@ -1,0 +1,52 @@
+//! Why a request got no actions: one type for every door, each door mapping it once to its
+//! wire (HTTP status and JSON, ZMQ `{"error"}`, websocket text frame).
+
+use gr00t_embodiment::request::RequestError;
+use std::fmt;
+
+/// The client's field at fault and what is wrong with it.
+pub type FieldError = RequestError;
+
+/// Why a request was not answered with actions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InferError {
+    /// The client's request is invalid (HTTP 400), naming the field.
+    Invalid(FieldError),
+    /// The queue is full (HTTP 503); a retry after `retry_after_s` is likely to be queued.
+    Busy {
+        /// Requests that may wait behind the one in flight.
+        capacity: usize,
+        /// Seconds until a retry is likely to be queued.
+        retry_after_s: u64,
+    },
+    /// The inference thread is gone (HTTP 500).
+    Stopped,
+    /// Something failed inside the server (HTTP 500).
+    Internal(String),
+}
+
+impl fmt::Display for InferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InferError::Invalid(e) => write!(f, "{e}"),
+            InferError::Busy {
+                capacity,
+                retry_after_s,
+            } => write!(
+                f,
+                "server busy: {capacity} requests already wait for the model; retry in \
+                 {retry_after_s} s"
+            ),
+            InferError::Stopped => write!(f, "internal error: the inference worker has stopped"),
+            InferError::Internal(m) => write!(f, "internal error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for InferError {}
+
+impl From<FieldError> for InferError {
+    fn from(e: FieldError) -> InferError {
+        InferError::Invalid(e)
+    }
+}

@@ -1,0 +1,17 @@
+//! The core of gr00t-rs that every door (HTTP, ZMQ, websocket) shares: one [`Engine`] (the
+//! model and the processors of the served embodiments), one inference [`queue`] whose single
+//! thread owns it, the typed [`Request`] each door builds from its wire format, and one
+//! [`InferError`]. No HTTP, ZMQ or JSON wire code lives here; dependencies run
+//! doors → core → embodiment → model.
+
+pub mod auth;
+pub mod device;
+pub mod engine;
+pub mod error;
+pub mod queue;
+pub mod request;
+
+pub use engine::{Engine, EngineInfo, EngineOptions};
+pub use error::InferError;
+pub use queue::Queue;
+pub use request::{Item, Request};

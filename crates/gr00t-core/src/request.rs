@@ -1,0 +1,82 @@
+//! What every door hands the inference queue: one typed [`Request`], built from its wire
+//! format (HTTP JSON, ZMQ and websocket msgpack) before it is queued; the queue never holds
+//! bytes.
+
+use gr00t_embodiment::embodiment::Observation;
+use gr00t_embodiment::image::Frame;
+use gr00t_embodiment::request::{NoiseSource, PredictRequest, RawState, FRAMES_PER_CAMERA};
+
+/// One DROID observation with its frames already decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawRequest {
+    /// Frames per camera in `CAMERAS` order (exterior, wrist), each `[t−15, t]`.
+    pub frames: [[Frame; FRAMES_PER_CAMERA]; 2],
+    /// Raw state.
+    pub state: RawState,
+    /// Instruction as sent.
+    pub instruction: String,
+    /// Initial noise.
+    pub noise: NoiseSource,
+}
+
+/// One observation of another served embodiment (the generic layout, any views and keys).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnyRequest {
+    /// The embodiment tag.
+    pub tag: String,
+    /// The observation, frames decoded.
+    pub observation: Observation,
+}
+
+/// One observation: DROID's fixed layout, or another embodiment's.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    /// The DROID layout with decoded frames (its own processor, bit-identical to HTTP's DROID
+    /// path).
+    Droid(RawRequest),
+    /// Any other served embodiment.
+    Any(AnyRequest),
+    /// A DROID `/predict` body, validated, its frames still base64: the DROID processor checks
+    /// each frame's size from its header before decoding it, on the inference thread.
+    DroidBody(PredictRequest),
+}
+
+impl Item {
+    /// Replaces the initial noise.
+    pub fn set_noise(&mut self, noise: NoiseSource) {
+        match self {
+            Item::Droid(r) => r.noise = noise,
+            Item::Any(a) => a.observation.noise = noise,
+            Item::DroidBody(b) => b.noise = noise,
+        }
+    }
+}
+
+/// One request of any door.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The observation.
+    pub item: Item,
+    /// Also return the normalised chunk (a [`Item::DroidBody`] carries its own flag).
+    pub return_normalized: bool,
+    /// Time the door spent decoding the request before queueing it, ms (counted in the
+    /// response's `timing_ms.decode` and `total`).
+    pub decode_ms: f64,
+}
+
+impl Request {
+    /// A request of `item`, no normalised chunk, nothing decoded by the door.
+    pub fn new(item: Item) -> Request {
+        Request {
+            item,
+            return_normalized: false,
+            decode_ms: 0.0,
+        }
+    }
+}
+
+impl From<Item> for Request {
+    fn from(item: Item) -> Request {
+        Request::new(item)
+    }
+}
