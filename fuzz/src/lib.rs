@@ -1,12 +1,14 @@
-//! Shared set-up of the fuzz targets: the binary crate's protocol decoders compiled in by path
-//! (the `gr00t` crate has no library target), and the tiny fixture checkpoint's pipeline.
+//! Shared set-up of the fuzz targets: the server's protocol decoders (linked from the `gr00t`
+//! library, the exact code the server runs), and the tiny fixture checkpoint's pipeline.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// The ZMQ / websocket decoders of `crates/gr00t/src/protocols`, compiled in by path.
-#[allow(dead_code, clippy::all)]
-pub mod protocols;
+/// The ZMQ / websocket decoders of `crates/gr00t/src/doors`.
+pub mod protocols {
+    pub use gr00t::doors::wire::{msgpack_numpy, ndarray, npy, observation};
+    pub use gr00t::doors::ws::droid_obs;
+}
 
 /// The bundled tiny checkpoint (set `GR00T_FUZZ_CHECKPOINT` to use another).
 pub fn checkpoint_dir() -> PathBuf {

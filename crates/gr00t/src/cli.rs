@@ -11,12 +11,12 @@ use std::path::PathBuf;
 /// gr00t-rs: NVIDIA GR00T N1.7-3B inference for the DROID Franka setup.
 #[derive(Parser, Debug)]
 #[command(name = "gr00t", version, about)]
-struct Cli {
+pub struct Cli {
     #[command(subcommand)]
     command: Command,
     /// Log format on stderr: human-readable text, or one JSON object per line.
-    #[arg(long, global = true, value_enum, default_value_t = crate::server::LogFormat::Text)]
-    log_format: crate::server::LogFormat,
+    #[arg(long, global = true, value_enum, default_value_t = crate::doors::http::LogFormat::Text)]
+    log_format: crate::doors::http::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]
@@ -50,7 +50,7 @@ enum Command {
         #[arg(long)]
         no_ui: bool,
         /// Requests the status page keeps in memory.
-        #[arg(long, default_value_t = crate::server::DEFAULT_HISTORY as u32,
+        #[arg(long, default_value_t = crate::doors::http::DEFAULT_HISTORY as u32,
               value_parser = clap::value_parser!(u32).range(1..=1000))]
         history: u32,
         /// Images whose vision features are kept for reuse (a control loop's t−15 frames were
@@ -59,9 +59,9 @@ enum Command {
         #[arg(long, value_name = "IMAGES")]
         vision_cache: Option<usize>,
         #[command(flatten)]
-        protocols: crate::protocols::ProtocolOptions,
+        protocols: crate::doors::ProtocolOptions,
         #[command(flatten)]
-        hardening: crate::server::HardeningOptions,
+        hardening: crate::doors::http::HardeningOptions,
         #[command(flatten)]
         device: DeviceOptions,
     },
@@ -140,10 +140,9 @@ enum Size {
     Tiny,
 }
 
-/// Parses the command line, runs the subcommand, returns the process exit code.
-pub fn run() -> i32 {
-    let cli = Cli::parse();
-    crate::server::init_logging(cli.log_format);
+/// Runs the parsed command line's subcommand, returns the process exit code.
+pub fn run(cli: Cli) -> i32 {
+    crate::doors::http::init_logging(cli.log_format);
     if let Command::Serve { vision_cache, .. }
     | Command::Predict { vision_cache, .. }
     | Command::Bench { vision_cache, .. } = &cli.command
@@ -165,7 +164,7 @@ pub fn run() -> i32 {
             protocols,
             hardening,
             device,
-        } => crate::server::run(crate::server::ServeOptions {
+        } => crate::serve::run(crate::serve::ServeOptions {
             checkpoint,
             tokenizer,
             embodiments,
@@ -257,7 +256,7 @@ fn predict(
     if engine.info().synthetic_weights {
         tracing::warn!("SYNTHETIC checkpoint: pseudo-random weights, the actions mean nothing");
     }
-    match crate::server::body::predict_body(&engine, &body) {
+    match crate::doors::http::body::predict_body(&engine, &body) {
         Ok(resp) => {
             println!("{}", serde_json::to_string(&resp)?);
             Ok(0)

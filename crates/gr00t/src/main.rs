@@ -1,16 +1,11 @@
-//! `gr00t`: the command-line entry point of gr00t-rs.
+//! `gr00t`: the command-line entry point of gr00t-rs: parse the command line, run it in the
+//! library.
 
-mod allocator;
-mod bench;
-mod cli;
-mod protocols;
-mod pull;
-mod server;
-
-// The engine and the device options live in the core crate.
-use gr00t_core::{device, engine};
+use clap::Parser;
 
 fn main() {
-    allocator::keep_freed_buffers_mapped();
-    std::process::exit(cli::run());
+    // Before any other thread exists (see `allocator`).
+    gr00t::allocator::keep_freed_buffers_mapped();
+    let cli = gr00t::cli::Cli::parse();
+    std::process::exit(gr00t::cli::run(cli));
 }

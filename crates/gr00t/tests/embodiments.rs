@@ -2,9 +2,9 @@
 //! NVIDIA's code): every case's `request.json` over real HTTP against what `Gr00tPolicy`
 //! returned, `/info`'s layouts, `--embodiment`, and the refusals naming their field.
 
-#[path = "../src/server/test_client.rs"]
+#[path = "../src/doors/http/test_client.rs"]
 mod test_client;
-#[path = "../src/protocols/test_server.rs"]
+#[path = "support/test_server.rs"]
 mod test_server;
 
 use gr00t_fixtures::{max_abs_diff, multi_checkpoint, multi_dir, MultiCase, MULTI_CASES};

@@ -4,9 +4,9 @@
 //! `tests/server.rs::sigterm_finishes_the_request_in_flight_and_exits_zero`.
 //! Every wait is bounded by a socket timeout or a deadline; nothing sleeps to let time pass.
 
-#[path = "../src/server/test_client.rs"]
+#[path = "../src/doors/http/test_client.rs"]
 mod test_client;
-#[path = "../src/protocols/test_server.rs"]
+#[path = "support/test_server.rs"]
 mod test_server;
 
 use gr00t_fixtures::request_json;

@@ -3,25 +3,9 @@
 //! allocation. The fuzz runs so far found no crash; an input that ever crashes a fuzz target is
 //! added here with the fix.
 
-// The protocol decoders, compiled in by path as the fuzz crate does (the `gr00t` crate has no
-// library target). They are declared at the crate root, so their `super::` is this file; their
-// request types come from `gr00t-core`.
-#[allow(dead_code)]
-#[path = "../src/protocols/droid_obs.rs"]
-mod droid_obs;
-#[allow(dead_code)]
-#[path = "../src/protocols/msgpack_numpy.rs"]
-mod msgpack_numpy;
-#[allow(dead_code)]
-#[path = "../src/protocols/ndarray.rs"]
-mod ndarray;
-#[allow(dead_code)]
-#[path = "../src/protocols/npy.rs"]
-mod npy;
-#[allow(dead_code)]
-#[path = "../src/protocols/observation.rs"]
-mod observation;
-
+// The protocol decoders, from the `gr00t` library as the fuzz crate links them.
+use gr00t::doors::wire::{msgpack_numpy, npy, observation};
+use gr00t::doors::ws::droid_obs;
 use gr00t_embodiment::image::{decode_base64_frame, decode_frame_bytes, ImageError};
 use gr00t_embodiment::request::PredictRequest;
 use rmpv::Value;

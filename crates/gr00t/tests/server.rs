@@ -1,9 +1,9 @@
 //! End-to-end tests of `gr00t serve` and `gr00t pull`: the real binary on the tiny fixture
 //! checkpoint, spoken to over real HTTP. Each test starts its own server (killed on drop).
 
-#[path = "../src/server/test_client.rs"]
+#[path = "../src/doors/http/test_client.rs"]
 mod test_client;
-#[path = "../src/protocols/test_server.rs"]
+#[path = "support/test_server.rs"]
 mod test_server;
 
 use base64::Engine as _;

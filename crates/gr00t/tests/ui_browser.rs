@@ -7,7 +7,7 @@
 //! Needs `chromium` and `chromium-driver` (`.ci/run` installs them); `GR00T_SKIP_BROWSER=1`
 //! skips it where they cannot be installed.
 
-#[path = "../src/server/test_client.rs"]
+#[path = "../src/doors/http/test_client.rs"]
 mod test_client;
 
 use base64::Engine as _;

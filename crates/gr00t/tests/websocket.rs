@@ -4,19 +4,19 @@
 //! gives the fixture's actions and exactly HTTP's, errors are a text frame then close 1011, and
 //! `GET /healthz` answers on the same port.
 
-#[path = "../src/server/test_client.rs"]
+#[path = "../src/doors/http/test_client.rs"]
 mod test_client;
-#[path = "../src/protocols/test_server.rs"]
+#[path = "support/test_server.rs"]
 mod test_server;
 
 #[allow(dead_code)]
-#[path = "../src/protocols/msgpack_numpy.rs"]
+#[path = "../src/doors/wire/msgpack_numpy.rs"]
 mod msgpack_numpy;
 #[allow(dead_code)]
-#[path = "../src/protocols/ndarray.rs"]
+#[path = "../src/doors/wire/ndarray.rs"]
 mod ndarray;
 #[allow(dead_code)]
-#[path = "../src/protocols/npy.rs"]
+#[path = "../src/doors/wire/npy.rs"]
 mod npy;
 
 use gr00t_fixtures::max_abs_diff;

@@ -1,11 +1,11 @@
 //! Unit tests of the wire encodings against bytes numpy 2.4 / msgpack-python 1.2 / openpi-client
 //! produce (pasted from those libraries), and of the observation parsers.
 
-use super::droid_obs::{self, eef_9d_from_cartesian, CameraInput, FrameHistory};
-use super::msgpack_numpy::{self as mp, pack, str_map, unpack};
-use super::ndarray::{DType, Kind, NdArray};
-use super::npy;
-use super::observation::{self, Schema};
+use super::wire::msgpack_numpy::{self as mp, pack, str_map, unpack};
+use super::wire::ndarray::{DType, Kind, NdArray};
+use super::wire::npy;
+use super::wire::observation::{self, Schema};
+use super::ws::droid_obs::{self, eef_9d_from_cartesian, CameraInput, FrameHistory};
 use gr00t_core::request::{Item, RawRequest};
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::request::{NoiseSource, RawState};
@@ -762,7 +762,7 @@ fn modality_config_carries_both_markers() {
 
 #[test]
 fn roboarena_sessions_keep_bounded_lru_histories() {
-    use super::websocket::roboarena::{session_key, Sessions};
+    use super::ws::roboarena::{session_key, Sessions};
     let mut s = Sessions::new(2);
     let first = s.resolve("a", observation(1));
     assert_eq!(first.frames[0], [frame(1), frame(1)]);

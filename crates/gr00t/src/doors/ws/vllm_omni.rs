@@ -13,9 +13,9 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::super::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
-use super::super::observation::{action_dict, parse, Schema};
 use super::{Step, WsContext};
+use crate::doors::wire::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
+use crate::doors::wire::observation::{action_dict, parse, Schema};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
 use gr00t_embodiment::embodiment_tags;

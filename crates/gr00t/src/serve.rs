@@ -1,27 +1,10 @@
-//! `gr00t serve`: loads the engine, warms it up on the demo request, then serves docs/API.md
-//! over HTTP until SIGINT/SIGTERM.
+//! `gr00t serve`, the wiring: `Engine::load` → warm-up on the demo request → the queue's thread
+//! owns the engine → every door (`doors::{http, zmq, ws}`) gets a queue handle and the stop
+//! switch, until SIGINT/SIGTERM.
 
-pub mod body;
-mod demo;
-mod errors;
-mod hardening;
-mod history;
-mod metrics;
-mod observe;
-mod request_log;
-mod routes;
-mod shutdown;
-mod ui;
-
-pub use hardening::HardeningOptions;
-pub use observe::DEFAULT_HISTORY;
-pub use request_log::{init_logging, LogFormat};
-
-#[cfg(test)]
-mod test_client;
-#[cfg(test)]
-mod tests;
-
+use crate::doors::http::{body, demo, metrics, observe, routes, HardeningOptions};
+use crate::doors::{ProtocolOptions, Stop};
+use crate::shutdown;
 use gr00t_core::engine::{Engine, EngineInfo, EngineOptions};
 use gr00t_core::queue::{self, Queue};
 use gr00t_model::hub;
@@ -55,7 +38,7 @@ pub struct ServeOptions {
     /// Requests the status page at `/` keeps; 0 turns the page off (`--no-ui`).
     pub history: usize,
     /// The ZMQ and websocket listeners (`--zmq-port`, `--ws-port`, …).
-    pub protocols: crate::protocols::ProtocolOptions,
+    pub protocols: ProtocolOptions,
     /// Connection cap, idle and body timeouts (`--max-connections`, …).
     pub hardening: HardeningOptions,
     /// `--device` / `--dtype`.
@@ -179,10 +162,10 @@ async fn serve(
     }
     let shutdown = shutdown::Shutdown::register()?;
     // One switch stops every listener: the first signal, or the ZMQ `kill` endpoint.
-    let stop = crate::protocols::Stop::new();
+    let stop = Stop::new();
     let max_message = opts.max_body_mb.saturating_mul(1024 * 1024);
     let (worker, info) = protocols;
-    let listeners = crate::protocols::start(
+    let listeners = crate::doors::start(
         &opts.protocols,
         &opts.host,
         max_message,
@@ -202,25 +185,14 @@ async fn serve(
     tracing::info!("listening on http://{addr}");
     // Printed bare (not through the log formatter): tooling waits for exactly this line.
     eprintln!("Application startup complete");
-    // Connection cap and idle timeout (the listener also sets TCP_NODELAY).
-    let listener = hardening::LimitedListener::new(listener, &opts.hardening, max_message);
-    let guard = hardening::Guard {
-        api_token: opts.protocols.api_token.as_deref().map(Into::into),
-        body_timeout: hardening::seconds(opts.hardening.body_timeout_s),
-        max_body_bytes: max_message,
-    };
-    let http_stop = stop.clone();
-    let app = routes::router_with(state, |r| {
-        r.layer(axum::middleware::from_fn_with_state(
-            guard,
-            hardening::guard,
-        ))
-    });
-    axum::serve(
+    crate::doors::http::serve(
         listener,
-        app.into_make_service_with_connect_info::<hardening::ConnInfo>(),
+        state,
+        &opts.hardening,
+        opts.protocols.api_token.as_deref(),
+        max_message,
+        stop.clone(),
     )
-    .with_graceful_shutdown(async move { http_stop.wait().await })
     .await?;
     stop.trigger();
     listeners.join().await;

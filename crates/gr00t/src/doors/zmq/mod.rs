@@ -10,8 +10,8 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
-use super::observation::{action_reply, parse, Schema};
+use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
+use super::wire::observation::{action_reply, parse, Schema};
 use super::Stop;
 use gr00t_core::auth::token_matches;
 use gr00t_core::request::Item;

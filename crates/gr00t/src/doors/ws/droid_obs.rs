@@ -11,8 +11,8 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::msgpack_numpy::{from_openpi_array, get, scalar, type_name};
-use super::ndarray::{DType, Kind};
+use crate::doors::wire::msgpack_numpy::{from_openpi_array, get, scalar, type_name};
+use crate::doors::wire::ndarray::{DType, Kind};
 use gr00t_core::request::RawRequest;
 use gr00t_embodiment::image::{check_frame_geometry, Frame};
 use gr00t_embodiment::pose;

@@ -13,6 +13,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod droid_obs;
 mod openpi;
 pub mod roboarena;
 mod vllm_omni;
@@ -20,7 +21,7 @@ mod vllm_omni;
 pub use openpi::metadata;
 pub use vllm_omni::metadata as vllm_omni_metadata;
 
-use super::observation::Schema;
+use super::wire::observation::Schema;
 use super::Stop;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;

@@ -11,9 +11,9 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::super::droid_obs::{DroidObservation, FrameHistory};
-use super::super::msgpack_numpy::{decode_array, get, type_name};
+use super::droid_obs::{DroidObservation, FrameHistory};
 use super::WsContext;
+use crate::doors::wire::msgpack_numpy::{decode_array, get, type_name};
 use gr00t_core::request::RawRequest;
 use rmpv::Value;
 use std::collections::VecDeque;

@@ -1,15 +1,17 @@
-//! The peers' wire protocols beside the HTTP API, on the same model and the same queue:
-//! Isaac-GR00T's ZMQ `PolicyClient` protocol (`--zmq-port`) and openpi's websocket protocol
-//! with its RoboArena and vLLM-Omni dialects (`--ws-port`). Both are off unless their port is
-//! given.
+//! The doors: each turns its wire format into the core's typed request and calls the shared
+//! queue; none imports another. The HTTP API (`http`, always on), Isaac-GR00T's ZMQ
+//! `PolicyClient` protocol (`zmq`, `--zmq-port`) and openpi's websocket protocol with its
+//! RoboArena and vLLM-Omni dialects (`ws`, `--ws-port`); `wire` holds the array encodings the
+//! last two share. This module also holds the stop switch and starts the ZMQ and websocket
+//! listeners.
 
-mod droid_obs;
-mod msgpack_numpy;
-mod ndarray;
-mod npy;
-mod observation;
-mod websocket;
-mod zmq;
+pub mod http;
+pub mod wire;
+pub mod ws;
+pub mod zmq;
+
+use wire::observation;
+use ws as websocket;
 
 #[cfg(test)]
 mod tests;
@@ -49,6 +51,12 @@ pub struct ProtocolOptions {
 /// A shutdown switch shared by every listener; the ZMQ `kill` endpoint flips it too.
 #[derive(Clone)]
 pub struct Stop(Arc<watch::Sender<bool>>);
+
+impl Default for Stop {
+    fn default() -> Stop {
+        Stop::new()
+    }
+}
 
 impl Stop {
     /// A switch that has not fired.

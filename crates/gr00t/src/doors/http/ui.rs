@@ -8,9 +8,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-const INDEX_HTML: &str = include_str!("../../assets/ui/index.html");
-const APP_JS: &str = include_str!("../../assets/ui/app.js");
-const STYLE_CSS: &str = include_str!("../../assets/ui/style.css");
+const INDEX_HTML: &str = include_str!("../../../assets/ui/index.html");
+const APP_JS: &str = include_str!("../../../assets/ui/app.js");
+const STYLE_CSS: &str = include_str!("../../../assets/ui/style.css");
 
 /// The page loads nothing from elsewhere; the policy makes that a guarantee, not a habit.
 const PAGE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \

@@ -6,9 +6,9 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// The demo `/predict` body (frames, state, instruction, reference noise).
-pub const DEMO_REQUEST: &str = include_str!("../../../../assets/demo/request.json");
+pub const DEMO_REQUEST: &str = include_str!("../../../../../assets/demo/request.json");
 /// The reference answer: `{"actions": {...}, "checkpoint_digest": "...", ...}`.
-pub const DEMO_REFERENCE: &str = include_str!("../../../../assets/demo/reference.json");
+pub const DEMO_REFERENCE: &str = include_str!("../../../../../assets/demo/reference.json");
 
 /// The `/demo` body: `{"request": ..., "reference": ...}`, both embedded verbatim.
 pub fn demo_body() -> String {

@@ -7,11 +7,11 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::super::droid_obs::{parse, FrameHistory, HISTORY_STEPS};
-use super::super::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
-use super::super::ndarray::NdArray;
+use super::droid_obs::{parse, FrameHistory, HISTORY_STEPS};
 use super::roboarena::{self, Endpoint};
 use super::{Step, WsContext};
+use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
+use crate::doors::wire::ndarray::NdArray;
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
 use gr00t_core::request::{Item, RawRequest};
