@@ -31,6 +31,8 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::{Message, WebSocket};
 
 type Ws = WebSocket<TcpStream>;
+/// A msgpack map's entries.
+type Map = Vec<(Value, Value)>;
 
 fn connect(addr: &str, api_key: Option<&str>) -> Result<(Ws, Value), tungstenite::Error> {
     connect_to(addr, "/", api_key)
@@ -536,7 +538,7 @@ fn websocket_vllm_omni_serves_the_default_embodiment() {
 /// `video {view: u8 [1,T,H,W,3]}`, `state {key: f32 [1,1,D]}` (`unbatched`: `[T,H,W,3]` and
 /// `[1,D]`), `language {key: [[instruction]]}`, the case's embodiment by its enum name and its
 /// noise `[40, 132]`.
-fn nested_observation(case: &gr00t_fixtures::MultiCase, unbatched: bool) -> Vec<(Value, Value)> {
+fn nested_observation(case: &gr00t_fixtures::MultiCase, unbatched: bool) -> Map {
     let dir = gr00t_fixtures::multi_dir().join(&case.name);
     let obs: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("observation.json")).unwrap()).unwrap();
@@ -723,12 +725,12 @@ fn websocket_serves_the_nested_gr00t_observation_for_every_embodiment() {
 
     // Refusals: the text frame naming the field, then close 1011 (openpi's contract).
     let case = gr00t_fixtures::MultiCase::load("case_new_embodiment_1");
-    let edited = |edit: &dyn Fn(&mut Vec<(Value, Value)>)| {
+    let edited = |edit: &dyn Fn(&mut Map)| {
         let mut m = nested_observation(&case, false);
         edit(&mut m);
         Message::Binary(pack(&Value::Map(m)).into())
     };
-    let entry = |m: &mut Vec<(Value, Value)>, k: &str| -> Vec<(Value, Value)> {
+    let entry = |m: &mut Map, k: &str| -> Map {
         let i = m
             .iter()
             .position(|(key, _)| key.as_str() == Some(k))
@@ -738,7 +740,7 @@ fn websocket_serves_the_nested_gr00t_observation_for_every_embodiment() {
             _ => unreachable!(),
         }
     };
-    let put = |m: &mut Vec<(Value, Value)>, k: &str, v: Vec<(Value, Value)>| {
+    let put = |m: &mut Map, k: &str, v: Map| {
         let i = m
             .iter()
             .position(|(key, _)| key.as_str() == Some(k))

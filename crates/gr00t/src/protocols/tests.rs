@@ -878,5 +878,8 @@ fn gr00t_observation_from_the_openpi_door() {
     };
     st[0].1 = mp::gr00t_array(&NdArray::from_f32(vec![1, 1, 1, 9], &[0.0; 9]));
     let e = observation::parse_openpi(&Value::Map(m), &s).unwrap_err();
-    assert!(e.contains("shape (T, D) or (B, T, D), got (1, 1, 1, 9)"), "{e}");
+    assert!(
+        e.contains("shape (T, D) or (B, T, D), got (1, 1, 1, 9)"),
+        "{e}"
+    );
 }
