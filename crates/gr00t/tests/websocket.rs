@@ -2,7 +2,9 @@
 //! like openpi-client's `WebsocketClientPolicy` (msgpack-numpy with binary keys), against the
 //! tiny fixture model: metadata on connect, case0 through the per-connection frame history
 //! gives the fixture's actions and exactly HTTP's, errors are a text frame then close 1011, and
-//! `GET /healthz` answers on the same port.
+//! `GET /healthz` answers on the same port. On the multi-embodiment checkpoint, every case as
+//! upstream's nested GR00T observation gives exactly HTTP's actions (and the goldens' within
+//! their gates), with the refusals naming their field.
 
 #[path = "../src/server/test_client.rs"]
 mod test_client;
