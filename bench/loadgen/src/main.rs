@@ -256,6 +256,10 @@ fn main() {
     // Each session's replicas in answer order, consecutive repeats merged.
     let paths = Arc::new(Mutex::new(vec![Vec::<String>::new(); a.clients]));
     let t0 = Instant::now();
+    let t0_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
     let handles: Vec<_> = (0..a.clients)
         .map(|k| {
             let (addr, body, want) = (a.addr.clone(), reqs[k].clone(), solo[k].clone());
@@ -377,7 +381,7 @@ fn main() {
         let lines: String = log
             .iter()
             .map(|x| {
-                let v = json!({"t_s": x.t_s, "session": session_id(x.client), "replica": x.replica,
+                let v = json!({"t_s": x.t_s, "t_unix": t0_unix + x.t_s, "session": session_id(x.client), "replica": x.replica,
                                "attempts": x.attempts, "latency_ms": x.latency_ms, "ok": x.ok});
                 format!("{v}\n")
             })
