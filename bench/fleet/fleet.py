@@ -38,7 +38,7 @@ results = []
 
 def check(name, ok, detail=""):
     results.append(bool(ok))
-    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + str(detail) if detail else ''}", flush=True)
 
 
 def ports(base):
@@ -266,7 +266,7 @@ def protocol_doors(base, reps, nginx, direct_http):
                                  {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         http0 = {k: np.array(v, np.float32) for k, v in json.load(r)["actions"].items()}
-    n_conn, per_conn = 6, 2
+    n_conn, per_conn = 6, 2  # websocket: per_conn answers over two connections
     zmq_ok = 0
     clients = [zc.PolicyClient("127.0.0.1", base + 200, timeout_ms=60_000) for _ in range(n_conn)]
     for _ in range(per_conn):
@@ -278,38 +278,49 @@ def protocol_doors(base, reps, nginx, direct_http):
     want = np.concatenate([http0["joint_position"], http0["gripper_position"]], 1)
 
     async def ws_all():
+        # Two rounds of connections, each with its session id in the handshake: a session's
+        # reconnection must reach the replica of its first connection.
         ok = 0
-        conns = [await websockets.connect(f"ws://127.0.0.1:{base + 100}", max_size=None,
-                                          compression=None) for _ in range(n_conn)]
-        for ws in conns:
-            await ws.recv()  # metadata
-        for _ in range(per_conn):
+        for _ in range(2):
+            conns = [await websockets.connect(
+                f"ws://127.0.0.1:{base + 100}", max_size=None, compression=None, proxy=None,
+                additional_headers={"X-Session-Id": f"ws-{k}"}) for k in range(n_conn)]
             for ws in conns:
-                await ws.send(wsc.packb(wsc.case0_observation()))
-                reply = wsc.unpackb(await ws.recv())
-                ok += bool(np.array_equal(reply["actions"], want))
-        for ws in conns:
-            await ws.close()
+                await ws.recv()  # metadata
+            for _ in range(per_conn // 2):
+                for ws in conns:
+                    await ws.send(wsc.packb(wsc.case0_observation()))
+                    reply = wsc.unpackb(await ws.recv())
+                    ok += bool(np.array_equal(reply["actions"], want))
+            for ws in conns:
+                await ws.close()
         return ok
 
     ws_ok = asyncio.run(ws_all())
     time.sleep(0.5)  # nginx logs a stream/websocket connection when it closes
     zmq_up = {re.search(r"upstream=(\S+)", l).group(1) for l in nginx.zmq_log()}
-    ws_up = {re.search(r"upstream=(\S+)", l).group(1) for l in nginx.access_log()
-             if " 101 " in l}
+    ws_sessions = {}
+    for l in nginx.access_log():
+        if " 101 " in l:
+            m = re.search(r"session=(ws-\d+) upstream=(\S+)", l)
+            ws_sessions.setdefault(m.group(1), set()).add(m.group(2))
+    ws_up = set().union(*ws_sessions.values()) if ws_sessions else set()
     total = n_conn * per_conn
     check("ZMQ through nginx: answers bit-equal to HTTP", zmq_ok == total,
           f"{zmq_ok}/{total}, {n_conn} connections on {len(zmq_up)} replicas")
     check("websocket through nginx: answers bit-equal to HTTP", ws_ok == total,
           f"{ws_ok}/{total}, {n_conn} connections on {len(ws_up)} replicas")
+    check("websocket: a session's reconnection reaches its replica (X-Session-Id handshake)",
+          len(ws_sessions) == n_conn and all(len(v) == 1 for v in ws_sessions.values()),
+          {k: sorted(v) for k, v in sorted(ws_sessions.items())})
     check("ZMQ and websocket connections spread over replicas",
           len(zmq_up) > 1 and len(ws_up) > 1)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="CI: 3 s per setting, 12 s faults")
-    ap.add_argument("--clients", type=int, default=12)
+    ap.add_argument("--quick", action="store_true", help="CI: 9 robots, 2.5 s per setting, 10 s faults")
+    ap.add_argument("--clients", type=int, default=None, help="robots (12; 9 with --quick)")
     ap.add_argument("--seconds", type=float, default=None, help="per replica count")
     ap.add_argument("--fault-seconds", type=float, default=None)
     ap.add_argument("--queue", type=int, default=8)
@@ -318,8 +329,9 @@ def main():
     ap.add_argument("--victim", type=int, default=1, help="replica SIGKILLed")
     ap.add_argument("--drained", type=int, default=2, help="replica SIGTERMed")
     args = ap.parse_args()
-    args.seconds = args.seconds or (3.0 if args.quick else 30.0)
-    args.fault_seconds = args.fault_seconds or (12.0 if args.quick else 40.0)
+    args.clients = args.clients or (9 if args.quick else 12)
+    args.seconds = args.seconds or (2.5 if args.quick else 30.0)
+    args.fault_seconds = args.fault_seconds or (10.0 if args.quick else 40.0)
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -389,13 +401,14 @@ def main():
 
     print()
     print(f"| replicas | robots | answers | wrong | throughput (answers/s) | p50 ms | p99 ms |"
-          f" 503s retried | answers by replica |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          f" 503s retried | sessions by replica | answers by replica |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for n, s in table:
         by = ", ".join(f"{k} {v}" for k, v in sorted(s["answers_by_replica"].items()))
+        sb = ", ".join(f"{k} {v}" for k, v in sorted(s["sessions_by_replica"].items()))
         print(f"| {n} | {s['clients']} | {s['answers_ok']} | {s['answers_wrong']} | "
               f"{s['throughput_rps']:.1f} | {s['latency_ms']['p50']:.0f} | "
-              f"{s['latency_ms']['p99']:.0f} | {s['retried_503']} | {by} |")
+              f"{s['latency_ms']['p99']:.0f} | {s['retried_503']} | {sb} | {by} |")
     f = faults
     print(f"\nfaults ({args.fault_seconds:g} s, {args.clients} robots): gr00t-{args.victim} "
           f"SIGKILLed at 25 % and back {f['kill_to_ready_s']:.1f} s later; gr00t-{args.drained} "

@@ -369,6 +369,13 @@ fn main() {
     t.latency_ms.sort_by(f64::total_cmp);
     let paths = std::mem::take(&mut *paths.lock().unwrap_or_else(|p| p.into_inner()));
     let one_replica = paths.iter().filter(|p| p.len() == 1).count();
+    // Where each session started (the balancer's placement).
+    let mut sessions_by_replica = BTreeMap::<String, usize>::new();
+    for p in &paths {
+        if let Some(first) = p.first() {
+            *sessions_by_replica.entry(first.clone()).or_default() += 1;
+        }
+    }
     let moved: Vec<Value> = paths
         .iter()
         .enumerate()
@@ -410,6 +417,7 @@ fn main() {
             "max": t.latency_ms.last().copied().unwrap_or(f64::NAN),
         },
         "answers_by_replica": t.replicas,
+        "sessions_by_replica": sessions_by_replica,
         "sessions_on_one_replica": one_replica,
         "sessions_moved": moved,
         "queue_waiting_max": max_waiting.load(Ordering::SeqCst),
