@@ -326,8 +326,6 @@ def main():
     ap.add_argument("--queue", type=int, default=8)
     ap.add_argument("--base-port", type=int, default=int(os.environ.get("FLEET_PORT", 28000)))
     ap.add_argument("--out", default="/tmp/gr00t-fleet")
-    ap.add_argument("--victim", type=int, default=1, help="replica SIGKILLed")
-    ap.add_argument("--drained", type=int, default=2, help="replica SIGTERMed")
     args = ap.parse_args()
     args.clients = args.clients or (9 if args.quick else 12)
     args.seconds = args.seconds or (2.5 if args.quick else 30.0)
@@ -379,12 +377,12 @@ def main():
                   and set(s["answers_by_replica"]) <= allowed,
                   f"{s['sessions_on_one_replica']}/{args.clients}; by replica "
                   f"{s['answers_by_replica']}")
-        if len(table[-1][1]["answers_by_replica"]) < 2:
-            check("3 replicas: sessions spread over several replicas", False)
+        spread = table[-1][1]["sessions_by_replica"]
+        check("3 replicas: the ring spreads the sessions", len(spread) >= 2, spread)
 
         nginx = Nginx(base, 3, out)
-        # The victim: the replica that holds sessions (the hash decides which ones).
-        by = table[-1][1]["answers_by_replica"]
+        # The victim: the replica holding most sessions (the hash decides which).
+        by = table[-1][1]["sessions_by_replica"]
         args.victim = int(max(by, key=by.get).split("-")[1])
         args.drained = next(i for i in (1, 2, 3) if i != args.victim
                             and f"gr00t-{i}" in by) if len(by) > 1 else args.victim % 3 + 1
