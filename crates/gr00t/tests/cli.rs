@@ -298,3 +298,60 @@ fn predict_runs_every_multi_embodiment_case() {
         }
     }
 }
+
+/// A replica id that could not be a header is refused before the model loads, from the flag
+/// or from $GR00T_REPLICA_ID (the flag wins; an empty variable counts as unset).
+#[test]
+fn serve_refuses_a_bad_replica_id_before_loading() {
+    let serve = |flag: Option<&str>, env: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gr00t"));
+        c.args([
+            "serve",
+            "--checkpoint",
+            "/nonexistent-checkpoint",
+            "--port",
+            "0",
+        ]);
+        if let Some(id) = flag {
+            c.args(["--replica-id", id]);
+        }
+        match env {
+            Some(v) => c.env("GR00T_REPLICA_ID", v),
+            None => c.env_remove("GR00T_REPLICA_ID"),
+        };
+        let out = c.output().expect("run gr00t");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (flag, env) in [
+        (Some("bad id"), None),
+        (None, Some("bad id")),
+        (Some("a/b"), Some("ok")),
+    ] {
+        let (code, err) = serve(flag, env);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("--replica-id ") && err.contains("A-Z a-z 0-9"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("nonexistent-checkpoint"),
+            "loaded first: {err}"
+        );
+    }
+    // A good id from either source gets past the check to the (missing) checkpoint.
+    for (flag, env) in [
+        (Some("gr00t-0"), Some("bad id")),
+        (None, Some("")),
+        (None, Some("pod-1")),
+    ] {
+        let (code, err) = serve(flag, env);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("nonexistent-checkpoint") && !err.contains("--replica-id"),
+            "{err}"
+        );
+    }
+}
