@@ -168,12 +168,17 @@ impl Rtc {
     /// The rows `ah−overlap..ah` of the previous chunk that replace rows `0..overlap` of the
     /// initial noise, as `(first row, row count)`; assumes [`Rtc::validate`] passed.
     pub(crate) fn overlap_rows(&self) -> (usize, usize) {
-        (self.action_horizon - self.overlap_steps, self.overlap_steps)
+        (
+            self.action_horizon.saturating_sub(self.overlap_steps),
+            self.overlap_steps,
+        )
     }
 
-    /// `vel_strength` per horizon row (`horizon` values); assumes [`Rtc::validate`] passed.
+    /// `vel_strength` per horizon row (`horizon` values), meaningful once [`Rtc::validate`]
+    /// passed; out-of-range steps are clamped rather than panicking.
     pub fn velocity_strength(&self, horizon: usize) -> Vec<f32> {
-        let (frozen, overlap) = (self.frozen_steps, self.overlap_steps);
+        let overlap = self.overlap_steps.min(horizon);
+        let frozen = self.frozen_steps.min(overlap);
         let ramp = ramp(overlap - frozen, self.ramp_rate);
         let mut vs = vec![1.0f32; horizon];
         vs[..frozen].fill(0.0);
@@ -249,6 +254,8 @@ mod tests {
             .velocity_strength(40)
             .iter()
             .all(|&v| v == 1.0));
+        // Unvalidated options never panic.
+        assert_eq!(rtc(50, 60, 6.0).velocity_strength(40), vec![0.0; 40]);
     }
 
     #[test]

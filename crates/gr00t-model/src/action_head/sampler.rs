@@ -28,7 +28,7 @@ pub(crate) fn rtc_start(noise: &Tensor, rtc: Option<&Rtc>) -> Result<(Tensor, Op
         let prev = Tensor::from_slice(&rtc.previous_chunk, (1, h, a), device)?
             .to_dtype(dtype)?
             .narrow(1, first, overlap)?;
-        if overlap == h {
+        if overlap >= h {
             prev.contiguous()?
         } else {
             Tensor::cat(&[&prev, &noise.narrow(1, overlap, h - overlap)?], 1)?
