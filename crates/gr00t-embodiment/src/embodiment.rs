@@ -312,6 +312,7 @@ pub(crate) fn model_inputs(
         state,
         embodiment_id,
         noise,
+        rtc: None,
     }
 }
 
