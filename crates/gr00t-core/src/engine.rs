@@ -6,6 +6,7 @@
 use crate::device::DeviceOptions;
 use crate::error::InferError;
 use crate::request::{Item, Request};
+use crate::response::{ActionGroups, PredictResponse, TimingMs};
 use candle_core::DType;
 use gr00t_embodiment::embodiment::{EmbodimentProcessor, EmbodimentSpec};
 use gr00t_embodiment::embodiment_request::EmbodimentRequest;
@@ -14,9 +15,9 @@ use gr00t_embodiment::image::ImagePipeline;
 use gr00t_embodiment::processor::{DroidProcessor, EncodedRequest};
 use gr00t_embodiment::prompt::PromptEncoder;
 use gr00t_embodiment::request::{NoiseSource, PredictRequest, RequestError};
-use gr00t_embodiment::response::{ActionGroups, PredictResponse, TimingMs};
 use gr00t_embodiment::EMBODIMENT_TAG;
 use gr00t_model::action_head::DenoiseBackend;
+use gr00t_model::checkpoint::ModalityConfigs;
 use gr00t_model::cpu_kernel;
 use gr00t_model::hub::{MODEL_REPO, MODEL_REVISION};
 use gr00t_model::taps::Recorder;
@@ -45,6 +46,8 @@ pub struct EngineOptions {
 pub struct Layouts {
     /// Every served embodiment's layout, the default first.
     pub specs: Vec<EmbodimentSpec>,
+    /// Each served layout's modality config, in `specs` order.
+    pub modalities: Vec<ModalityConfigs>,
     /// Whether DROID is served (with its own processor).
     pub droid: bool,
     /// Rows the model generates (40).
@@ -228,6 +231,8 @@ pub struct Engine {
     info: EngineInfo,
     /// The checkpoint's image pipeline (the status page shows frames as the model saw them).
     pipeline: ImagePipeline,
+    /// The served embodiments' modality configs, in serving order (the binary doors' schemas).
+    modalities: Vec<ModalityConfigs>,
 }
 
 impl Engine {
@@ -244,6 +249,11 @@ impl Engine {
         };
         let tags = served_tags(&ckpt, &opts.embodiments)?;
         let pipeline = ImagePipeline::from_checkpoint(&ckpt)?;
+        // `served_tags` only returns tags the modality configs have.
+        let modalities = tags
+            .iter()
+            .filter_map(|t| ckpt.processor.modality_configs.get(t).cloned())
+            .collect();
         let droid = if tags.iter().any(|t| t == EMBODIMENT_TAG) {
             Some(DroidProcessor::new(&ckpt, prompt.clone())?)
         } else {
@@ -314,6 +324,7 @@ impl Engine {
             action_dim: ckpt.config.max_action_dim,
             info,
             pipeline,
+            modalities,
         })
     }
 
@@ -355,6 +366,7 @@ impl Engine {
     pub fn layouts(&self) -> Layouts {
         Layouts {
             specs: self.embodiments.iter().map(|p| p.spec().clone()).collect(),
+            modalities: self.modalities.clone(),
             droid: self.droid.is_some(),
             horizon: self.horizon,
             action_dim: self.action_dim,

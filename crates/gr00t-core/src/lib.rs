@@ -10,8 +10,10 @@ pub mod engine;
 pub mod error;
 pub mod queue;
 pub mod request;
+pub mod response;
 
 pub use engine::{Engine, EngineInfo, EngineOptions};
 pub use error::InferError;
 pub use queue::Queue;
 pub use request::{Item, Request};
+pub use response::{PredictResponse, TimingMs};

@@ -9,7 +9,7 @@
 use crate::engine::Engine;
 use crate::error::{FieldError, InferError};
 use crate::request::Request;
-use gr00t_embodiment::response::PredictResponse;
+use crate::response::PredictResponse;
 use serde::Serialize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -225,9 +225,9 @@ impl Queue {
 mod tests {
     use super::*;
     use crate::request::{AnyRequest, Item};
+    use crate::response::{ActionGroups, TimingMs};
     use gr00t_embodiment::embodiment::Observation;
     use gr00t_embodiment::request::NoiseSource;
-    use gr00t_embodiment::response::{ActionGroups, TimingMs};
     use std::sync::mpsc::channel;
 
     /// A stand-in request whose instruction is `tag` (the first byte routes the stub).

@@ -1,7 +1,7 @@
 //! The embodiment layer of GR00T N1.7: any tag's layout read from the checkpoint
-//! ([`embodiment`]), the HTTP request and response types with validation, image/prompt/state
-//! pre-processing into [`ModelInputs`], and decoding of the model's normalised action chunk into
-//! physical actions. DROID (`oxe_droid_relative_eef_relative_joint`) keeps its own fast path
+//! ([`embodiment`]), the HTTP request types with validation, the action groups,
+//! image/prompt/state pre-processing into [`ModelInputs`], and decoding of the model's
+//! normalised action chunk into physical actions. DROID (`oxe_droid_relative_eef_relative_joint`) keeps its own fast path
 //! ([`processor`]).
 //!
 //! [`ModelInputs`]: gr00t_model::ModelInputs

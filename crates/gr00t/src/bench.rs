@@ -12,9 +12,9 @@
 use crate::engine::{Engine, EngineOptions};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
+use gr00t_core::response::TimingMs;
 use gr00t_core::InferError;
 use gr00t_embodiment::image::decode::decode_base64_frame;
-use gr00t_embodiment::response::TimingMs;
 use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::flops::{request_flops, RequestShape, StageFlops};
 use gr00t_model::Checkpoint;

@@ -5,7 +5,7 @@
 use crate::doors::http::{body, demo, metrics, observe, routes, HardeningOptions};
 use crate::doors::{ProtocolOptions, Stop};
 use crate::shutdown;
-use gr00t_core::engine::{Engine, EngineInfo, EngineOptions};
+use gr00t_core::engine::{Engine, EngineInfo, EngineOptions, Layouts};
 use gr00t_core::queue::{self, Queue};
 use gr00t_model::hub;
 use observe::{ObserveOptions, Observer};
@@ -113,8 +113,10 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
     });
     let observer = observer(&opts, &engine, &info, model_load_s, vision_cache)?;
     let layouts = engine.layouts();
-    let decode: routes::Decoder =
-        std::sync::Arc::new(move |b: &[u8]| body::request_from_body(b, &layouts));
+    let decode: routes::Decoder = {
+        let layouts = layouts.clone();
+        std::sync::Arc::new(move |b: &[u8]| body::request_from_body(b, &layouts))
+    };
 
     let (worker, handle) = queue::start_engine(engine, opts.queue)?;
     let limits = Limits {
@@ -126,7 +128,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         .thread_name("gr00t-http")
         .enable_all()
         .build()?;
-    let protocols = (handle.clone(), info.clone());
+    let protocols = (handle.clone(), info.clone(), layouts.clone());
     if let Some(id) = &opts.replica_id {
         tracing::info!("replica id {id}");
     }
@@ -169,7 +171,7 @@ fn observer(
 async fn serve(
     opts: &ServeOptions,
     state: AppState,
-    protocols: (Queue, EngineInfo),
+    protocols: (Queue, EngineInfo, Layouts),
 ) -> Result<(), Box<dyn Error>> {
     let listener = bind(&opts.host, opts.port).await?;
     let addr = listener.local_addr()?;
@@ -180,13 +182,14 @@ async fn serve(
     // One switch stops every listener: the first signal, or the ZMQ `kill` endpoint.
     let stop = Stop::new();
     let max_message = opts.max_body_mb.saturating_mul(1024 * 1024);
-    let (worker, info) = protocols;
+    let (worker, info, layouts) = protocols;
     let listeners = crate::doors::start(
         &opts.protocols,
         &opts.host,
         max_message,
         &worker,
         &info,
+        &layouts,
         &stop,
     )
     .await?;

@@ -17,8 +17,8 @@ use ws as websocket;
 mod tests;
 
 use crate::engine::EngineInfo;
+use gr00t_core::engine::Layouts;
 use gr00t_core::Queue;
-use gr00t_embodiment::embodiment::EmbodimentSpec;
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -103,29 +103,30 @@ pub async fn start(
     max_message_bytes: usize,
     worker: &Queue,
     info: &EngineInfo,
+    layouts: &Layouts,
     stop: &Stop,
 ) -> Result<Listeners, Box<dyn std::error::Error>> {
     let mut tasks = Vec::new();
     if opts.zmq_port.is_none() && opts.ws_port.is_none() {
         return Ok(Listeners { tasks });
     }
-    let ckpt = gr00t_model::Checkpoint::open(&info.checkpoint)?;
-    // One schema per served embodiment, the default first.
+    // One schema per served embodiment, the default first, from the engine's layouts (the
+    // checkpoint is not opened again).
     let schemas = |flat: bool| -> Result<Vec<observation::Schema>, String> {
-        info.embodiments
+        Ok(layouts
+            .specs
             .iter()
-            .map(|e| {
-                let spec = EmbodimentSpec::new(&ckpt, &e.tag)?;
-                let modalities = &ckpt.processor.modality_configs[&e.tag];
-                Ok(observation::Schema::new(
-                    &spec,
+            .zip(&layouts.modalities)
+            .map(|(spec, modalities)| {
+                observation::Schema::new(
+                    spec,
                     modalities,
-                    ckpt.config.action_horizon,
-                    ckpt.config.max_action_dim,
+                    layouts.horizon,
+                    layouts.action_dim,
                     flat,
-                ))
+                )
             })
-            .collect()
+            .collect())
     };
     if let Some(port) = opts.zmq_port {
         let schemas = schemas(opts.use_sim_policy_wrapper)?;

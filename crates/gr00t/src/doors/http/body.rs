@@ -8,10 +8,10 @@
 
 use gr00t_core::engine::Layouts;
 use gr00t_core::request::{AnyRequest, Item, Request};
+use gr00t_core::response::PredictResponse;
 use gr00t_core::{Engine, InferError};
 use gr00t_embodiment::embodiment_request::EmbodimentRequest;
 use gr00t_embodiment::request::{self, PredictRequest, RequestError};
-use gr00t_embodiment::response::PredictResponse;
 use gr00t_embodiment::EMBODIMENT_TAG;
 use std::time::Instant;
 

@@ -7,9 +7,9 @@
 
 use axum::body::Bytes;
 use base64::Engine as _;
+use gr00t_core::response::PredictResponse;
 use gr00t_embodiment::image::{decode_base64_frame, ImagePipeline};
 use gr00t_embodiment::request::{CAMERAS, FRAMES_PER_CAMERA};
-use gr00t_embodiment::response::PredictResponse;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -334,7 +334,7 @@ fn encode_jpeg(rgb: &[u8], width: usize, height: usize) -> Result<Vec<u8>, image
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gr00t_embodiment::response::{ActionGroups, TimingMs};
+    use gr00t_core::response::{ActionGroups, TimingMs};
 
     fn response() -> Arc<PredictResponse> {
         Arc::new(PredictResponse {

@@ -1,7 +1,7 @@
 //! `GET /metrics`: request counters, per-stage latency histograms and process gauges, written in
 //! the Prometheus text exposition format (version 0.0.4) by hand.
 
-use gr00t_embodiment::response::TimingMs;
+use gr00t_core::response::TimingMs;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;

@@ -5,8 +5,8 @@ use super::history::{History, Pending};
 use super::metrics::{process_rss_bytes, CacheCounts, Gauges, Metrics, Outcome};
 use axum::body::Bytes;
 use gr00t_core::queue::QueueState;
+use gr00t_core::response::PredictResponse;
 use gr00t_embodiment::image::ImagePipeline;
-use gr00t_embodiment::response::PredictResponse;
 use std::sync::Arc;
 
 /// Reads the engine's vision-cache counters at scrape time.

@@ -10,7 +10,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::Response;
-use gr00t_embodiment::response::PredictResponse;
+use gr00t_core::response::PredictResponse;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -322,7 +322,7 @@ pub async fn observe(State(app): State<AppState>, mut req: Request, next: Next) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gr00t_embodiment::response::{ActionGroups, TimingMs};
+    use gr00t_core::response::{ActionGroups, TimingMs};
     use serde_json::Value;
     use std::io::Write;
     use std::sync::Mutex;

@@ -184,7 +184,7 @@ async fn predict(State(app): State<AppState>, req: Request) -> Response {
 async fn compute(
     app: &AppState,
     req: Request,
-) -> Result<(Bytes, gr00t_embodiment::response::PredictResponse, f64), ApiError> {
+) -> Result<(Bytes, gr00t_core::response::PredictResponse, f64), ApiError> {
     check_content_type(req.headers())?;
     let limit = app.0.limits.max_body_bytes;
     // Refuse a declared oversize body before reading any of it.

@@ -7,10 +7,10 @@ use super::test_client::{exchange, get, post_json, request};
 use crate::engine::EngineInfo;
 use gr00t_core::queue::{self as worker, PredictFn};
 use gr00t_core::request::{AnyRequest, Item, Request};
+use gr00t_core::response::{ActionGroups, PredictResponse, TimingMs};
 use gr00t_core::InferError;
 use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::request::{NoiseSource, RequestError};
-use gr00t_embodiment::response::{ActionGroups, PredictResponse, TimingMs};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 

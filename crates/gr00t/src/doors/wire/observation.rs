@@ -20,11 +20,11 @@ use super::msgpack_numpy::{decode_array, encode_array, get, str_map, type_name, 
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
 use gr00t_core::request::{AnyRequest, Item, RawRequest};
+use gr00t_core::response::PredictResponse;
 use gr00t_embodiment::embodiment::{EmbodimentSpec, Observation};
 use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::image::{check_frame_geometry, Frame};
 use gr00t_embodiment::request::{NoiseSource, RawState, DEFAULT_SEED};
-use gr00t_embodiment::response::PredictResponse;
 use gr00t_embodiment::EMBODIMENT_TAG;
 use gr00t_model::checkpoint::ModalityConfigs;
 use rmpv::Value;

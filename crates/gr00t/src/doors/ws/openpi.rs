@@ -20,7 +20,7 @@ use crate::doors::wire::observation::{action_dict, parse_openpi, pick_schema};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
 use gr00t_core::request::{Item, RawRequest};
-use gr00t_embodiment::response::PredictResponse;
+use gr00t_core::response::PredictResponse;
 use rmpv::Value;
 use std::time::Instant;
 

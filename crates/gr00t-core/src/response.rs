@@ -1,0 +1,54 @@
+//! What every door answers from: the response of one request (docs/API.md's `/predict` body)
+//! with its stage timings. The HTTP door serialises it as is; ZMQ and websocket re-shape it.
+
+pub use gr00t_embodiment::response::ActionGroups;
+use serde::Serialize;
+
+/// Stage timings in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TimingMs {
+    /// Base64 + image decode.
+    pub decode: f64,
+    /// Resize, patchify, tokenise, state normalisation.
+    pub encode: f64,
+    /// The model forward (vision, LLM, adapter, denoise).
+    pub device: f64,
+    /// Un-normalisation and relative → absolute.
+    pub decode_actions: f64,
+    /// Whole request.
+    pub total: f64,
+    /// Vision tower.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<f64>,
+    /// LLM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm: Option<f64>,
+    /// VL adapter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<f64>,
+    /// Flow-matching loop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub denoise: Option<f64>,
+}
+
+/// The JSON body answered to a valid `/predict`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PredictResponse {
+    /// Physical action chunk.
+    pub actions: ActionGroups,
+    /// Steps in the chunk (40 for DROID; the embodiment's action horizon).
+    pub action_horizon: usize,
+    /// The embodiment tag served.
+    pub embodiment: String,
+    /// VLM sequence length.
+    pub seq_len: usize,
+    /// `"seed"` or `"client"`.
+    pub noise_source: &'static str,
+    /// The seed used, or null for client noise.
+    pub seed: Option<u64>,
+    /// Model-space chunk before un-normalisation, valid dims only (on request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actions_normalized: Option<ActionGroups>,
+    /// Stage timings.
+    pub timing_ms: TimingMs,
+}
