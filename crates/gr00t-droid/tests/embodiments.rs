@@ -233,6 +233,10 @@ fn extra_upstream_facts_hold() {
         .unwrap();
     let grip = &out.get("gripper").unwrap().actions;
     assert_eq!(grip, &case.outputs.f32s("action.gripper"));
+    // Model output −3.33 at some step: n·std + mean = −2.98, well below mean − std = −0.81.
+    let (mean, std) = (0.12f32, 0.93f32);
+    let lowest = grip.iter().fold(f32::INFINITY, |m, &x| m.min(x));
+    assert!(lowest < mean - 3.0 * std, "gripper min {lowest}: clipped?");
     // 4×4 EEF: the zero-width bottom row [0, 0, 0, 1] normalises to 0 and the returned poses
     // keep it; the rotation block comes back a rotation.
     for name in ["case_new_embodiment_eef4x4_1", "case_new_embodiment_eef4x4_2"] {
