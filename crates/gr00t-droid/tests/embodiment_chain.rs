@@ -7,7 +7,9 @@ use gr00t_droid::image::Frame;
 use gr00t_droid::pose;
 use gr00t_droid::prompt::PromptEncoder;
 use gr00t_droid::request::NoiseSource;
-use gr00t_fixtures::{max_abs_diff, multi_checkpoint, pearson, MultiCase, EXTRA_CASES, MULTI_CASES};
+use gr00t_fixtures::{
+    max_abs_diff, multi_checkpoint, pearson, MultiCase, EXTRA_CASES, MULTI_CASES,
+};
 use gr00t_model::taps::Recorder;
 use gr00t_model::{Checkpoint, Gr00tModel};
 
@@ -56,7 +58,10 @@ fn every_embodiment_matches_nvidia_end_to_end() {
 /// `[1, 16, 16]` here, the same values row-major.
 #[test]
 fn extra_embodiments_match_nvidia_end_to_end() {
-    let cases: Vec<MultiCase> = EXTRA_CASES.iter().map(|n| MultiCase::load_extra(n)).collect();
+    let cases: Vec<MultiCase> = EXTRA_CASES
+        .iter()
+        .map(|n| MultiCase::load_extra(n))
+        .collect();
     end_to_end(&gr00t_fixtures::extra_checkpoint("checkpoint"), &cases);
 }
 

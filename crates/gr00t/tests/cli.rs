@@ -258,7 +258,11 @@ fn predict_runs_every_extra_case() {
         let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(resp["embodiment"], case.tag.as_str());
         let keys: Vec<&String> = resp["actions"].as_object().unwrap().keys().collect();
-        assert_eq!(keys.len(), if case.tag == "libero_sim" { 7 } else { 2 }, "{name}");
+        assert_eq!(
+            keys.len(),
+            if case.tag == "libero_sim" { 7 } else { 2 },
+            "{name}"
+        );
         for key in keys {
             let want = case.outputs.f32s(&format!("action.{key}"));
             let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));

@@ -660,7 +660,10 @@ fn zmq_serves_the_extra_embodiments() {
     for name in gr00t_fixtures::EXTRA_CASES {
         let case = gr00t_fixtures::MultiCase::load_extra(name);
         let noise = nd_array(&NdArray::from_f32(vec![1, 40, 132], &case.noise));
-        let options = str_map([("embodiment", Value::from(case.tag.as_str())), ("noise", noise)]);
+        let options = str_map([
+            ("embodiment", Value::from(case.tag.as_str())),
+            ("noise", noise),
+        ]);
         let reply = c.call(
             "get_action",
             Some(get_action(multi_observation(&case), options)),
@@ -672,7 +675,11 @@ fn zmq_serves_the_extra_embodiments() {
         let Value::Map(acts) = &pair[0] else {
             panic!("{name}: {reply}")
         };
-        assert_eq!(acts.len(), if case.tag == "libero_sim" { 7 } else { 2 }, "{name}");
+        assert_eq!(
+            acts.len(),
+            if case.tag == "libero_sim" { 7 } else { 2 },
+            "{name}"
+        );
         for (k, v) in acts {
             let key = k.as_str().unwrap();
             let (_, a) = decode_array(v).expect("array");
