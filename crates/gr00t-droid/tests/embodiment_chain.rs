@@ -186,3 +186,26 @@ fn refusals_name_the_field() {
     o.instruction = " ".into();
     assert_eq!(field(&o), "instruction");
 }
+
+/// A 4×4 EEF state whose rotation block is a reflection is refused before inference, naming
+/// the state key (upstream: scipy's `from_matrix` refuses a non-positive determinant in decode).
+#[test]
+fn reflected_4x4_state_is_refused_naming_the_key() {
+    let ckpt = Checkpoint::open(gr00t_fixtures::extra_checkpoint("checkpoint")).unwrap();
+    let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
+    let case = MultiCase::load_extra("case_new_embodiment_eef4x4_2");
+    let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+    let mut obs = observation(&case);
+    proc.encode(&obs).unwrap();
+    let pose = &mut obs
+        .state
+        .iter_mut()
+        .find(|(k, _)| k == "eef_pose")
+        .unwrap()
+        .1;
+    pose[0] = -pose[0];
+    pose[1] = -pose[1];
+    pose[2] = -pose[2];
+    let err = proc.encode(&obs).unwrap_err();
+    assert_eq!(err.field, "state.eef_pose", "{err}");
+}

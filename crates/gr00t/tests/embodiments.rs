@@ -187,6 +187,19 @@ fn extra_embodiments_are_served_over_http() {
             assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d}");
         }
     }
+    // A reflected 4×4 rotation block: 400 naming the state key (scipy refuses it upstream).
+    let mut body = request_in(&gr00t_fixtures::extra_dir(), "case_new_embodiment_eef4x4_1");
+    for i in 0..3 {
+        let v = body["state"]["eef_pose"][i].as_f64().unwrap();
+        body["state"]["eef_pose"][i] = json!(-v);
+    }
+    let (status, resp) = post(&server, &body);
+    assert_eq!(status, 400, "{resp}");
+    assert_eq!(resp["field"], "state.eef_pose", "{resp}");
+    assert!(
+        resp["error"].as_str().unwrap().contains("rotation"),
+        "{resp}"
+    );
 }
 
 #[test]
