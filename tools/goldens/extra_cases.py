@@ -7,7 +7,6 @@ a result comes from upstream's `Gr00tPolicy.get_action`.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import shutil
 import tempfile

@@ -15,16 +15,12 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import copy
 import io
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
-import time
-import traceback
 from pathlib import Path
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
@@ -182,7 +178,7 @@ class Recorder:
     def __init__(self):
         self.t: dict[str, np.ndarray] = {}
         self.undo: list = []
-        self.aug_steps: list[list[np.ndarray]] = []
+        self.aug_steps: list[tuple[int, np.ndarray]] = []
         self.step = -1
 
     def put(self, name, value):
@@ -214,7 +210,6 @@ class Recorder:
 
 
 def install_taps(policy, rec: Recorder):
-    import gr00t.model.gr00t_n1d7.processing_gr00t_n1d7 as pm
     import gr00t.data.state_action.state_action_processor as sap
 
     proc = policy.processor
@@ -569,7 +564,6 @@ def check(args, backbone: Path) -> int:
     for case, rows in report:
         ints = [r for r in rows if r[1] == "exact"]
         floats = [r for r in rows if r[1] == "float"]
-        other = [r for r in rows if r[1] not in ("exact", "float")]
         w = max(floats, key=lambda r: r[2]) if floats else ("-", "", 0.0, True)
         print(f"{case:<58} {len(rows):>5} {sum(r[3] for r in ints):>4}/{len(ints):<5} "
               f"{sum(r[3] for r in floats):>3}/{len(floats):<5} {w[2]:>16.3e}  {w[0]}")
