@@ -47,7 +47,8 @@ pub enum ActionError {
     },
     /// A state value is NaN or infinite.
     NonFiniteState(String),
-    /// A rot6d whose two vectors are zero or parallel (no rotation can be built).
+    /// A rot6d whose two vectors are zero or parallel, or a 4×4 pose whose rotation block has a
+    /// non-positive determinant (no rotation can be built; scipy refuses it too).
     DegenerateRotation(String),
 }
 
@@ -63,7 +64,7 @@ impl fmt::Display for ActionError {
                 write!(f, "state {key:?} has {got} values, expected {expected}")
             }
             ActionError::NonFiniteState(k) => write!(f, "state {k:?} has a non-finite value"),
-            ActionError::DegenerateRotation(m) => write!(f, "degenerate rot6d: {m}"),
+            ActionError::DegenerateRotation(m) => write!(f, "degenerate rotation: {m}"),
         }
     }
 }
@@ -331,6 +332,25 @@ impl ActionDecoder {
         })
     }
 
+    /// Checks, before inference, that every relative EEF key's reference state makes a pose
+    /// (upstream fails in decode, after inference). Errs with the state key at fault.
+    pub fn check_references(
+        &self,
+        raw_state: &[(&str, &[f32])],
+    ) -> Result<(), (String, ActionError)> {
+        for g in &self.groups {
+            if let Representation::Relative { state_key, format } = &g.rep {
+                if *format == RelativeFormat::Delta {
+                    continue;
+                }
+                let state =
+                    find_state(raw_state, state_key, g.dim).map_err(|e| (state_key.clone(), e))?;
+                reference_pose(state, state_key, *format).map_err(|e| (state_key.clone(), e))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Decodes `action_pred` (`[rows, max_action_dim]` row-major, rows ≥ horizon; the model's
     /// `head.action_pred`) against the raw state of the observation (`(key, values)` of its last
     /// time step).
@@ -440,17 +460,7 @@ fn compose_poses(
     format: RelativeFormat,
 ) -> Result<Vec<f64>, ActionError> {
     let degenerate = |what: String| ActionError::DegenerateRotation(what);
-    let t_ref = match format {
-        RelativeFormat::XyzRot6d => Pose {
-            rotation: pose::rot6d_to_matrix(&reference[3..9])
-                .ok_or_else(|| degenerate(format!("state {key:?}")))?,
-            translation: [0, 1, 2].map(|i| reference[i] as f64),
-        },
-        _ => {
-            let r: Vec<f64> = reference.iter().map(|&x| x as f64).collect();
-            pose_from(&r, format)
-        }
-    };
+    let t_ref = reference_pose(reference, key, format)?;
     let dim = reference.len();
     let mut out = Vec::with_capacity(rel.len());
     for (step, r) in rel.chunks_exact(dim).enumerate() {
@@ -460,7 +470,8 @@ fn compose_poses(
                     .ok_or_else(|| degenerate(format!("relative action {key:?} step {step}")))?,
                 translation: [r[0], r[1], r[2]],
             },
-            _ => pose_from(r, format),
+            _ => pose_from(r, format)
+                .ok_or_else(|| degenerate(format!("relative action {key:?} step {step}")))?,
         };
         let t_abs = t_ref.compose(&t_rel);
         match format {
@@ -475,17 +486,41 @@ fn compose_poses(
     Ok(out)
 }
 
-/// A pose from xyz + rotvec (6 values) or a flat row-major 4×4 transform (16 values).
-fn pose_from(v: &[f64], format: RelativeFormat) -> Pose {
+/// The reference pose of a relative EEF key from its f32 state (`key` names it in errors).
+fn reference_pose(
+    reference: &[f32],
+    key: &str,
+    format: RelativeFormat,
+) -> Result<Pose, ActionError> {
+    let degenerate = || ActionError::DegenerateRotation(format!("state {key:?}"));
     match format {
-        RelativeFormat::XyzRotvec => Pose {
+        RelativeFormat::XyzRot6d => Ok(Pose {
+            rotation: pose::rot6d_to_matrix(&reference[3..9]).ok_or_else(degenerate)?,
+            translation: [0, 1, 2].map(|i| reference[i] as f64),
+        }),
+        _ => {
+            let r: Vec<f64> = reference.iter().map(|&x| x as f64).collect();
+            pose_from(&r, format).ok_or_else(degenerate)
+        }
+    }
+}
+
+/// A pose from xyz + rotvec (6 values) or a flat row-major 4×4 transform (16 values; its
+/// 3×3 block goes through scipy's `Rotation.from_matrix` projection, as upstream's
+/// `EndEffectorPose(homogeneous=…)` does, and its bottom row is ignored). `None` when that
+/// block has a non-positive determinant (scipy refuses it).
+fn pose_from(v: &[f64], format: RelativeFormat) -> Option<Pose> {
+    match format {
+        RelativeFormat::XyzRotvec => Some(Pose {
             rotation: pose::rotvec_to_matrix([v[3], v[4], v[5]]),
             translation: [v[0], v[1], v[2]],
-        },
-        _ => Pose {
-            rotation: [0, 1, 2].map(|i| [v[4 * i], v[4 * i + 1], v[4 * i + 2]]),
+        }),
+        _ => Some(Pose {
+            rotation: pose::nearest_rotation(
+                &[0, 1, 2].map(|i| [v[4 * i], v[4 * i + 1], v[4 * i + 2]]),
+            )?,
             translation: [v[3], v[7], v[11]],
-        },
+        }),
     }
 }
 
