@@ -22,7 +22,7 @@ use gr00t_model::cpu_kernel;
 use gr00t_model::hub::{MODEL_REPO, MODEL_REVISION};
 use gr00t_model::taps::Recorder;
 use gr00t_model::vision_cache::{VisionCacheStats, DEFAULT_VISION_CACHE_IMAGES};
-use gr00t_model::{Checkpoint, Gr00tModel};
+use gr00t_model::{Checkpoint, Gr00tModel, Rtc};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -332,8 +332,11 @@ impl Engine {
     pub fn run(&self, request: Request) -> Result<PredictResponse, InferError> {
         let t0 = Instant::now();
         let pre_ms = request.decode_ms;
+        let rtc = request.rtc;
         match request.item {
-            Item::DroidBody(req) => self.predict_encoded(t0, pre_ms, &req, |p| p.encode(&req)),
+            Item::DroidBody(req) => {
+                self.predict_encoded(t0, pre_ms, &req, rtc, |p| p.encode(&req))
+            }
             Item::Droid(raw) => {
                 let req = PredictRequest {
                     // Not read: the frames below replace the base64 images.
@@ -344,7 +347,7 @@ impl Engine {
                     return_normalized: request.return_normalized,
                 };
                 let frames = raw.frames;
-                self.predict_encoded(t0, pre_ms, &req, |p| p.encode_frames(frames, &req))
+                self.predict_encoded(t0, pre_ms, &req, rtc, |p| p.encode_frames(frames, &req))
             }
             Item::Any(a) => {
                 let processor = self.embodiment(&a.tag).ok_or_else(|| {
@@ -357,7 +360,7 @@ impl Engine {
                     observation: a.observation,
                     return_normalized: request.return_normalized,
                 };
-                self.predict_generic(t0, pre_ms, processor, &req)
+                self.predict_generic(t0, pre_ms, processor, &req, rtc)
             }
         }
     }
@@ -407,7 +410,7 @@ impl Engine {
             },
             return_normalized: false,
         };
-        self.predict_generic(Instant::now(), 0.0, processor, &req)
+        self.predict_generic(Instant::now(), 0.0, processor, &req, None)
     }
 
     /// The served embodiment `name` means (tag in any case, or upstream's enum name).
@@ -424,6 +427,7 @@ impl Engine {
         pre_ms: f64,
         processor: &EmbodimentProcessor,
         req: &EmbodimentRequest,
+        rtc: Option<Rtc>,
     ) -> Result<PredictResponse, InferError> {
         let obs = &req.observation;
         let enc = processor.encode(obs);
@@ -437,7 +441,7 @@ impl Engine {
             &obs.noise,
             req.return_normalized,
         );
-        self.forward(t0, pre_ms, enc, decode, meta)
+        self.forward(t0, pre_ms, enc, rtc, decode, meta)
     }
 
     /// A DROID request once it is parsed (from `t0`): `encode` builds the model inputs from
@@ -447,6 +451,7 @@ impl Engine {
         t0: Instant,
         pre_ms: f64,
         req: &PredictRequest,
+        rtc: Option<Rtc>,
         encode: impl FnOnce(&DroidProcessor) -> Result<EncodedRequest, RequestError>,
     ) -> Result<PredictResponse, InferError> {
         let droid = self.droid.as_ref().ok_or_else(|| {
@@ -460,11 +465,11 @@ impl Engine {
             Ok((chunk.actions, chunk.normalized, droid.horizon()))
         };
         let meta = (EMBODIMENT_TAG, &req.noise, req.return_normalized);
-        self.forward(t0, pre_ms, encode(droid), decode, meta)
+        self.forward(t0, pre_ms, encode(droid), rtc, decode, meta)
     }
 
-    /// The network on encoded inputs, then `decode` (physical and normalised actions and the
-    /// horizon) into the response; `meta` is (tag, noise, return_normalized). Everything from
+    /// The network on encoded inputs (with the request's RTC options), then `decode` (physical
+    /// and normalised actions and the horizon) into the response; `meta` is (tag, noise, return_normalized). Everything from
     /// `t0` to the end of encoding that is not encoding counts as decoding the request, plus
     /// the `pre_ms` the door spent decoding it.
     fn forward(
@@ -472,22 +477,30 @@ impl Engine {
         t0: Instant,
         pre_ms: f64,
         enc: Result<EncodedRequest, RequestError>,
+        rtc: Option<Rtc>,
         decode: impl FnOnce(&[f32]) -> Result<(ActionGroups, ActionGroups, usize), String>,
         (tag, noise, return_normalized): (&str, &NoiseSource, bool),
     ) -> Result<PredictResponse, InferError> {
         // The processors mark their own failures (the tokenizer's) by an empty field.
-        let enc = enc.map_err(|e| {
+        let mut enc = enc.map_err(|e| {
             if e.field.is_empty() {
                 InferError::Internal(e.message)
             } else {
                 InferError::Invalid(e)
             }
         })?;
+        enc.inputs.rtc = rtc;
         let t1 = Instant::now();
         let out = self
             .model
             .forward(&enc.inputs, &Recorder::disabled())
-            .map_err(|e| InferError::Internal(e.to_string()))?;
+            .map_err(|e| match e {
+                // The doors validate first; a refusal here is still the client's.
+                gr00t_model::Error::Rtc(e) => {
+                    InferError::Invalid(RequestError::new(e.field.name(), e.message))
+                }
+                e => InferError::Internal(e.to_string()),
+            })?;
         let t2 = Instant::now();
         let (actions, normalized, horizon) =
             decode(&out.action_pred).map_err(InferError::Internal)?;

@@ -11,6 +11,7 @@ pub mod error;
 pub mod queue;
 pub mod request;
 pub mod response;
+pub mod rtc;
 
 pub use engine::{Engine, EngineInfo, EngineOptions};
 pub use error::InferError;

@@ -4,6 +4,7 @@
 
 use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::image::Frame;
+use gr00t_model::Rtc;
 use gr00t_embodiment::request::{NoiseSource, PredictRequest, RawState, FRAMES_PER_CAMERA};
 
 /// One DROID observation with its frames already decoded.
@@ -62,6 +63,8 @@ pub struct Request {
     /// Time the door spent decoding the request before queueing it, ms (counted in the
     /// response's `timing_ms.decode` and `total`).
     pub decode_ms: f64,
+    /// Real-time chunking options, validated by the door ([`crate::rtc::RtcOptions::resolve`]).
+    pub rtc: Option<Rtc>,
 }
 
 impl Request {
@@ -71,7 +74,14 @@ impl Request {
             item,
             return_normalized: false,
             decode_ms: 0.0,
+            rtc: None,
         }
+    }
+
+    /// The request with real-time chunking options.
+    pub fn with_rtc(mut self, rtc: Option<Rtc>) -> Request {
+        self.rtc = rtc;
+        self
     }
 }
 

@@ -11,11 +11,11 @@ use crate::embodiment::{EmbodimentSpec, Observation};
 use crate::image::decode_base64_frame;
 use crate::request::RequestError;
 use crate::request::{kind, object_with_fields, parse_floats, parse_instruction};
-use crate::request::{parse_noise_options, required};
+use crate::request::{parse_noise_options, required, RTC_FIELDS};
 use serde_json::{Map, Value};
 
 /// Top-level fields of the generic body.
-const FIELDS: [&str; 7] = [
+const FIELDS: [&str; 12] = [
     "embodiment",
     "images",
     "state",
@@ -23,6 +23,11 @@ const FIELDS: [&str; 7] = [
     "seed",
     "noise",
     "return_normalized",
+    RTC_FIELDS[0],
+    RTC_FIELDS[1],
+    RTC_FIELDS[2],
+    RTC_FIELDS[3],
+    RTC_FIELDS[4],
 ];
 
 /// A validated generic request.

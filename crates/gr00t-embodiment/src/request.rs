@@ -27,13 +27,28 @@ pub const DEFAULT_SEED: u64 = 42;
 /// Most top-level keys a body may have (duplicates included) before it is parsed.
 const MAX_TOP_LEVEL_KEYS: usize = 64;
 
-const TOP_LEVEL_FIELDS: [&str; 6] = [
+/// The real-time chunking fields a body may carry beside the observation (read by the HTTP
+/// door, not here).
+pub const RTC_FIELDS: [&str; 5] = [
+    "previous_chunk",
+    "action_horizon",
+    "rtc_overlap_steps",
+    "rtc_frozen_steps",
+    "rtc_ramp_rate",
+];
+
+const TOP_LEVEL_FIELDS: [&str; 11] = [
     "images",
     "state",
     "instruction",
     "seed",
     "noise",
     "return_normalized",
+    RTC_FIELDS[0],
+    RTC_FIELDS[1],
+    RTC_FIELDS[2],
+    RTC_FIELDS[3],
+    RTC_FIELDS[4],
 ];
 
 /// A refused request: the field at fault and what is wrong with it.

@@ -9,10 +9,12 @@
 use gr00t_core::engine::Layouts;
 use gr00t_core::request::{AnyRequest, Item, Request};
 use gr00t_core::response::PredictResponse;
+use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions};
 use gr00t_core::{Engine, InferError};
 use gr00t_embodiment::embodiment_request::EmbodimentRequest;
 use gr00t_embodiment::request::{self, PredictRequest, RequestError};
 use gr00t_embodiment::EMBODIMENT_TAG;
+use serde_json::{Map, Value};
 use std::time::Instant;
 
 /// Parses and validates one body against the served layouts; the time it took is the
@@ -42,6 +44,15 @@ pub fn request_from_body(body: &[u8], layouts: &Layouts) -> Result<Request, Requ
             )
         })?,
     };
+    let rtc = match value.as_object() {
+        Some(obj) => rtc_options(obj)?.resolve(
+            "",
+            horizon,
+            action_dim,
+            valid_action_width(spec),
+        )?,
+        None => None,
+    };
     let (item, return_normalized) = if layouts.droid && spec.tag == EMBODIMENT_TAG {
         if let Some(obj) = value.as_object_mut() {
             obj.remove("embodiment");
@@ -62,6 +73,70 @@ pub fn request_from_body(body: &[u8], layouts: &Layouts) -> Result<Request, Requ
         item,
         return_normalized,
         decode_ms: t0.elapsed().as_secs_f64() * 1e3,
+        rtc,
+    })
+}
+
+/// The body's RTC fields (`previous_chunk` rows of numbers, the integer steps, the rate);
+/// null counts as absent. Their checks against the model are [`RtcOptions::resolve`]'s.
+fn rtc_options(obj: &Map<String, Value>) -> Result<RtcOptions, RequestError> {
+    let get = |k: &str| obj.get(k).filter(|v| !v.is_null());
+    let steps = |k: &str| -> Result<Option<u64>, RequestError> {
+        get(k)
+            .map(|v| {
+                v.as_u64().ok_or_else(|| {
+                    RequestError::new(k, format!("expected a non-negative integer, got {v}"))
+                })
+            })
+            .transpose()
+    };
+    let ramp_rate = get("rtc_ramp_rate")
+        .map(|v| {
+            v.as_f64().ok_or_else(|| {
+                RequestError::new("rtc_ramp_rate", format!("expected a number, got {v}"))
+            })
+        })
+        .transpose()?;
+    let previous_chunk = get("previous_chunk").map(chunk).transpose()?;
+    Ok(RtcOptions {
+        previous_chunk,
+        action_horizon: steps("action_horizon")?,
+        overlap_steps: steps("rtc_overlap_steps")?,
+        frozen_steps: steps("rtc_frozen_steps")?,
+        ramp_rate,
+    })
+}
+
+/// `previous_chunk`: rows of equally many numbers.
+fn chunk(v: &Value) -> Result<Chunk, RequestError> {
+    let expected = "expected rows of numbers (actions_normalized's rows, keys concatenated)";
+    let rows = v
+        .as_array()
+        .ok_or_else(|| RequestError::new("previous_chunk", expected))?;
+    let width = rows.first().and_then(Value::as_array).map_or(0, Vec::len);
+    let mut values = Vec::with_capacity(rows.len() * width);
+    for (i, row) in rows.iter().enumerate() {
+        let field = format!("previous_chunk[{i}]");
+        let row = row
+            .as_array()
+            .ok_or_else(|| RequestError::new(&field, expected))?;
+        if row.len() != width {
+            return Err(RequestError::new(
+                &field,
+                format!("has {} values, row 0 has {width}", row.len()),
+            ));
+        }
+        for (j, x) in row.iter().enumerate() {
+            let x = x.as_f64().ok_or_else(|| {
+                RequestError::new(format!("{field}[{j}]"), "expected a number")
+            })?;
+            values.push(x as f32);
+        }
+    }
+    Ok(Chunk {
+        rows: rows.len(),
+        width,
+        values,
     })
 }
 

@@ -16,11 +16,13 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::msgpack_numpy::{decode_array, encode_array, get, str_map, type_name, uint};
+use super::msgpack_numpy::{decode_array, encode_array, get, scalar, str_map, type_name, uint};
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
 use gr00t_core::request::{AnyRequest, Item, RawRequest};
 use gr00t_core::response::PredictResponse;
+use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions};
+use gr00t_model::Rtc;
 use gr00t_embodiment::embodiment::{EmbodimentSpec, Observation};
 use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::image::{check_frame_geometry, Frame};
@@ -50,6 +52,8 @@ pub struct Schema {
     pub horizon: usize,
     /// Width of one noise row (`max_action_dim`).
     pub action_dim: usize,
+    /// Action values per row the embodiment decodes (an RTC `previous_chunk` row).
+    pub action_width: usize,
     /// `--use-sim-policy-wrapper`: flat keys.
     pub flat: bool,
     /// `get_modality_config`'s reply.
@@ -80,6 +84,7 @@ impl Schema {
             action_keys: m.action.modality_keys.clone(),
             horizon,
             action_dim,
+            action_width: valid_action_width(spec),
             flat,
             modality_config: modality_config_value(m),
         }
@@ -423,6 +428,8 @@ pub struct Parsed {
     pub items: Vec<Item>,
     /// The form the message's arrays used (`FormsSeen::reply_form`).
     pub form: ArrayForm,
+    /// Real-time chunking options, one set for every batch item.
+    pub rtc: Option<Rtc>,
 }
 
 /// Which door a message came through: where its messages differ from upstream's `get_action`.
@@ -541,6 +548,10 @@ fn parse_for(
     let b = bs.unwrap_or(0);
     check_batch(&mut bs, lang.len(), "Language", key)?;
     let noises = noise(options, schema, b, &mut forms, door)?;
+    let rtc = match options {
+        Some(Value::Map(m)) => rtc(m, schema, door.options_prefix())?,
+        _ => None,
+    };
     let mut out = Vec::with_capacity(b);
     if !droid {
         for (i, (instruction, noise)) in lang.into_iter().zip(noises).enumerate() {
@@ -569,6 +580,7 @@ fn parse_for(
         return Ok(Parsed {
             items: out,
             form: forms.reply_form(),
+            rtc,
         });
     }
     if schema.video_t != 2 || cams.len() != 2 || state_rows.len() != 3 {
@@ -607,6 +619,72 @@ fn parse_for(
     Ok(Parsed {
         items: out,
         form: forms.reply_form(),
+        rtc,
+    })
+}
+
+/// The RTC options among a message's keys (`previous_chunk` a float array `[rows, width]` or
+/// `[1, rows, width]` in any form the door decodes, the steps non-negative ints, the rate a
+/// number), checked against the schema's model and embodiment; errors name `prefix` + key.
+pub fn rtc(m: &[(Value, Value)], schema: &Schema, prefix: &str) -> Result<Option<Rtc>, String> {
+    let at = |k: &str| get(m, k).filter(|v| !v.is_nil());
+    let steps = |k: &str| -> Result<Option<u64>, String> {
+        at(k)
+            .map(|v| uint(v).ok_or_else(|| format!("{prefix}{k} must be a non-negative int. Got {v}")))
+            .transpose()
+    };
+    let ramp_rate = at("rtc_ramp_rate")
+        .map(|v| {
+            scalar(v)
+                .filter(|_| !matches!(v, Value::Boolean(_)))
+                .ok_or_else(|| format!("{prefix}rtc_ramp_rate must be a number. Got {v}"))
+        })
+        .transpose()?;
+    let previous_chunk = at("previous_chunk")
+        .map(|v| chunk(v, prefix))
+        .transpose()?;
+    let opts = RtcOptions {
+        previous_chunk,
+        action_horizon: steps("action_horizon")?,
+        overlap_steps: steps("rtc_overlap_steps")?,
+        frozen_steps: steps("rtc_frozen_steps")?,
+        ramp_rate,
+    };
+    opts.resolve(prefix, schema.horizon, schema.action_dim, schema.action_width)
+        .map_err(|e| e.to_string())
+}
+
+/// `previous_chunk`: a float array `[rows, width]` or `[1, rows, width]`.
+fn chunk(v: &Value, prefix: &str) -> Result<Chunk, String> {
+    let field = format!("{prefix}previous_chunk");
+    let a = match decode_array(v) {
+        Some((_, a)) => a.map_err(|e| format!("{field}: {e}"))?,
+        None => {
+            return Err(format!(
+                "{field} must be a numpy array. Got {}",
+                type_name(v)
+            ))
+        }
+    };
+    if a.dtype.kind != Kind::Float {
+        return Err(format!(
+            "{field} must be a float array. Got {}",
+            a.dtype.name()
+        ));
+    }
+    let (rows, width) = match a.shape[..] {
+        [r, w] | [1, r, w] => (r, w),
+        _ => {
+            return Err(format!(
+                "{field} must have shape (rows, width) or (1, rows, width). Got {}",
+                a.shape_text()
+            ))
+        }
+    };
+    Ok(Chunk {
+        rows,
+        width,
+        values: a.to_f32s(),
     })
 }
 

@@ -16,10 +16,12 @@ use super::{Step, WsContext};
 use crate::doors::wire::msgpack_numpy::ArrayForm;
 use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
 use crate::doors::wire::ndarray::NdArray;
-use crate::doors::wire::observation::{action_dict, parse_openpi, pick_schema};
+use crate::doors::wire::observation::{action_dict, parse_openpi, pick_schema, rtc};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
-use gr00t_core::request::{Item, RawRequest};
+use gr00t_core::request::{Item, RawRequest, Request};
+use gr00t_embodiment::EMBODIMENT_TAG;
+use gr00t_model::Rtc;
 use gr00t_core::response::PredictResponse;
 use rmpv::Value;
 use std::time::Instant;
@@ -80,9 +82,20 @@ impl Connection {
             ));
         };
         let nested = is_nested(m);
-        let req = match get(m, "endpoint") {
+        // openpi's DROID keys: the RTC keys sit beside them, checked before the history moves.
+        let droid_rtc = |m: &[(Value, Value)]| -> Result<Option<Rtc>, String> {
+            match ctx.schemas.iter().find(|s| s.tag == EMBODIMENT_TAG) {
+                Some(schema) => rtc(m, schema, ""),
+                None => Err(format!("{EMBODIMENT_TAG} is not served here")),
+            }
+        };
+        let (req, rtc) = match get(m, "endpoint") {
             None if nested => return self.nested(ctx, &v, m).await,
-            None => self.history.resolve(parse(m)?),
+            None => {
+                let obs = parse(m)?;
+                let rtc = droid_rtc(m)?;
+                (self.history.resolve(obs), rtc)
+            }
             Some(e) => {
                 let session = roboarena::session_key(get(m, "session_id"))?;
                 match roboarena::endpoint(e)? {
@@ -93,12 +106,15 @@ impl Connection {
                     Endpoint::Infer if nested => return self.nested(ctx, &v, m).await,
                     Endpoint::Infer => {
                         let obs = parse(m)?;
-                        roboarena::resolve(ctx, &mut self.history, session.as_deref(), obs)
+                        let rtc = droid_rtc(m)?;
+                        let req =
+                            roboarena::resolve(ctx, &mut self.history, session.as_deref(), obs);
+                        (req, rtc)
                     }
                 }
             }
         };
-        let (resp, infer_ms) = run(ctx, &req).await?;
+        let (resp, infer_ms) = run(ctx, &req, rtc).await?;
         let mut map = reply_map(&resp);
         map.push((Value::from("server_timing"), self.server_timing(infer_ms)));
         Ok(Message::Binary(pack(&Value::Map(map)).into()))
@@ -114,17 +130,14 @@ impl Connection {
         m: &[(Value, Value)],
     ) -> Result<Message, String> {
         let schema = pick_schema(&ctx.schemas, get(m, "embodiment"))?;
-        let items = parse_openpi(msg, schema)?.items;
+        let parsed = parse_openpi(msg, schema)?;
+        let (items, rtc) = (parsed.items, parsed.rtc);
         let t0 = Instant::now();
         // One queue entry per batch item, in order, as on the ZMQ door.
         let mut responses = Vec::with_capacity(items.len());
         for item in &items {
-            responses.push(
-                ctx.worker
-                    .infer(item.clone().into())
-                    .await
-                    .map_err(|e| e.to_string())?,
-            );
+            let request = Request::from(item.clone()).with_rtc(rtc.clone());
+            responses.push(ctx.worker.infer(request).await.map_err(|e| e.to_string())?);
         }
         let infer_ms = t0.elapsed().as_secs_f64() * 1e3;
         let Value::Map(mut map) = action_dict(&responses, schema, ArrayForm::Openpi)
@@ -160,11 +173,15 @@ fn is_nested(m: &[(Value, Value)]) -> bool {
 }
 
 /// Queues and runs one request; returns the response and the inference time.
-async fn run(ctx: &WsContext, req: &RawRequest) -> Result<(PredictResponse, f64), String> {
+async fn run(
+    ctx: &WsContext,
+    req: &RawRequest,
+    rtc: Option<Rtc>,
+) -> Result<(PredictResponse, f64), String> {
     let t0 = Instant::now();
     let resp = ctx
         .worker
-        .infer(Item::Droid(req.clone()).into())
+        .infer(Request::from(Item::Droid(req.clone())).with_rtc(rtc))
         .await
         .map_err(|e| e.to_string())?;
     Ok((resp, t0.elapsed().as_secs_f64() * 1e3))

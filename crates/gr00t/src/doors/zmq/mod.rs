@@ -14,7 +14,7 @@ use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_
 use super::wire::observation::{action_reply, parse, pick_schema, Schema};
 use super::Stop;
 use gr00t_core::auth::token_matches;
-use gr00t_core::request::Item;
+use gr00t_core::request::{Item, Request};
 use gr00t_core::Queue;
 use rmpv::Value;
 use std::net::SocketAddr;
@@ -190,8 +190,8 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
         Ok(s) => s,
         Err(e) => return error(e),
     };
-    let (items, form): (Vec<Item>, _) = match parse(obs, options, schema) {
-        Ok(p) => (p.items, p.form),
+    let (items, form, rtc): (Vec<Item>, _, _) = match parse(obs, options, schema) {
+        Ok(p) => (p.items, p.form, p.rtc),
         Err(e) => {
             tracing::info!("zmq get_action refused: {e}");
             return error(e);
@@ -200,7 +200,8 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
     // One queue entry per batch item, in order, so a batch never overflows the queue.
     let mut responses = Vec::with_capacity(items.len());
     for item in &items {
-        match ctx.worker.infer(item.clone().into()).await {
+        let request = Request::from(item.clone()).with_rtc(rtc.clone());
+        match ctx.worker.infer(request).await {
             Ok(r) => responses.push(r),
             Err(e) => {
                 tracing::info!("zmq get_action failed: {e}");
