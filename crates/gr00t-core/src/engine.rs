@@ -334,9 +334,7 @@ impl Engine {
         let pre_ms = request.decode_ms;
         let rtc = request.rtc;
         match request.item {
-            Item::DroidBody(req) => {
-                self.predict_encoded(t0, pre_ms, &req, rtc, |p| p.encode(&req))
-            }
+            Item::DroidBody(req) => self.predict_encoded(t0, pre_ms, &req, rtc, |p| p.encode(&req)),
             Item::Droid(raw) => {
                 let req = PredictRequest {
                     // Not read: the frames below replace the base64 images.

@@ -4,8 +4,8 @@
 
 use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::image::Frame;
-use gr00t_model::Rtc;
 use gr00t_embodiment::request::{NoiseSource, PredictRequest, RawState, FRAMES_PER_CAMERA};
+use gr00t_model::Rtc;
 
 /// One DROID observation with its frames already decoded.
 #[derive(Debug, Clone, PartialEq)]

@@ -123,10 +123,7 @@ impl RtcOptions {
         if ah > chunk.rows as u64 {
             return Err(err(
                 "action_horizon",
-                format!(
-                    "{ah} exceeds the {} rows of previous_chunk",
-                    chunk.rows
-                ),
+                format!("{ah} exceeds the {} rows of previous_chunk", chunk.rows),
             ));
         }
         // Zero-padded like `action_pred`: the model reads only rows < action_horizon.
@@ -181,7 +178,10 @@ mod tests {
         );
         assert_eq!(rtc.ramp_rate, DEFAULT_RAMP_RATE);
         let full = opts(40, 132).resolve("", 40, 132, 17).unwrap().unwrap();
-        assert_eq!(full.previous_chunk, opts(40, 132).previous_chunk.unwrap().values);
+        assert_eq!(
+            full.previous_chunk,
+            opts(40, 132).previous_chunk.unwrap().values
+        );
         assert_eq!(RtcOptions::default().resolve("", 40, 132, 17), Ok(None));
     }
 
@@ -192,13 +192,31 @@ mod tests {
             f(&mut o);
             field(o)
         };
-        assert_eq!(with(|o| o.overlap_steps = Some(11)), "options.rtc_overlap_steps");
-        assert_eq!(with(|o| o.overlap_steps = None), "options.rtc_overlap_steps");
-        assert_eq!(with(|o| o.frozen_steps = Some(5)), "options.rtc_frozen_steps");
+        assert_eq!(
+            with(|o| o.overlap_steps = Some(11)),
+            "options.rtc_overlap_steps"
+        );
+        assert_eq!(
+            with(|o| o.overlap_steps = None),
+            "options.rtc_overlap_steps"
+        );
+        assert_eq!(
+            with(|o| o.frozen_steps = Some(5)),
+            "options.rtc_frozen_steps"
+        );
         assert_eq!(with(|o| o.ramp_rate = Some(-1.0)), "options.rtc_ramp_rate");
-        assert_eq!(with(|o| o.ramp_rate = Some(f64::NAN)), "options.rtc_ramp_rate");
-        assert_eq!(with(|o| o.action_horizon = Some(11)), "options.action_horizon");
-        assert_eq!(with(|o| o.action_horizon = Some(0)), "options.action_horizon");
+        assert_eq!(
+            with(|o| o.ramp_rate = Some(f64::NAN)),
+            "options.rtc_ramp_rate"
+        );
+        assert_eq!(
+            with(|o| o.action_horizon = Some(11)),
+            "options.action_horizon"
+        );
+        assert_eq!(
+            with(|o| o.action_horizon = Some(0)),
+            "options.action_horizon"
+        );
         assert_eq!(field(opts(10, 16)), "options.previous_chunk");
         assert_eq!(field(opts(41, 17)), "options.previous_chunk");
         assert_eq!(field(opts(0, 17)), "options.previous_chunk");

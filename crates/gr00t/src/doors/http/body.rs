@@ -45,12 +45,9 @@ pub fn request_from_body(body: &[u8], layouts: &Layouts) -> Result<Request, Requ
         })?,
     };
     let rtc = match value.as_object() {
-        Some(obj) => rtc_options(obj)?.resolve(
-            "",
-            horizon,
-            action_dim,
-            valid_action_width(spec),
-        )?,
+        Some(obj) => {
+            rtc_options(obj)?.resolve("", horizon, action_dim, valid_action_width(spec))?
+        }
         None => None,
     };
     let (item, return_normalized) = if layouts.droid && spec.tag == EMBODIMENT_TAG {
@@ -127,9 +124,9 @@ fn chunk(v: &Value) -> Result<Chunk, RequestError> {
             ));
         }
         for (j, x) in row.iter().enumerate() {
-            let x = x.as_f64().ok_or_else(|| {
-                RequestError::new(format!("{field}[{j}]"), "expected a number")
-            })?;
+            let x = x
+                .as_f64()
+                .ok_or_else(|| RequestError::new(format!("{field}[{j}]"), "expected a number"))?;
             values.push(x as f32);
         }
     }

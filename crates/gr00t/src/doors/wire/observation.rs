@@ -22,13 +22,13 @@ use super::ndarray::{DType, Kind, NdArray};
 use gr00t_core::request::{AnyRequest, Item, RawRequest};
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions};
-use gr00t_model::Rtc;
 use gr00t_embodiment::embodiment::{EmbodimentSpec, Observation};
 use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::image::{check_frame_geometry, Frame};
 use gr00t_embodiment::request::{NoiseSource, RawState, DEFAULT_SEED};
 use gr00t_embodiment::EMBODIMENT_TAG;
 use gr00t_model::checkpoint::ModalityConfigs;
+use gr00t_model::Rtc;
 use rmpv::Value;
 
 /// The observation layout the server expects, from the checkpoint's modality config.
@@ -630,7 +630,9 @@ pub fn rtc(m: &[(Value, Value)], schema: &Schema, prefix: &str) -> Result<Option
     let at = |k: &str| get(m, k).filter(|v| !v.is_nil());
     let steps = |k: &str| -> Result<Option<u64>, String> {
         at(k)
-            .map(|v| uint(v).ok_or_else(|| format!("{prefix}{k} must be a non-negative int. Got {v}")))
+            .map(|v| {
+                uint(v).ok_or_else(|| format!("{prefix}{k} must be a non-negative int. Got {v}"))
+            })
             .transpose()
     };
     let ramp_rate = at("rtc_ramp_rate")
@@ -640,9 +642,7 @@ pub fn rtc(m: &[(Value, Value)], schema: &Schema, prefix: &str) -> Result<Option
                 .ok_or_else(|| format!("{prefix}rtc_ramp_rate must be a number. Got {v}"))
         })
         .transpose()?;
-    let previous_chunk = at("previous_chunk")
-        .map(|v| chunk(v, prefix))
-        .transpose()?;
+    let previous_chunk = at("previous_chunk").map(|v| chunk(v, prefix)).transpose()?;
     let opts = RtcOptions {
         previous_chunk,
         action_horizon: steps("action_horizon")?,
@@ -650,8 +650,13 @@ pub fn rtc(m: &[(Value, Value)], schema: &Schema, prefix: &str) -> Result<Option
         frozen_steps: steps("rtc_frozen_steps")?,
         ramp_rate,
     };
-    opts.resolve(prefix, schema.horizon, schema.action_dim, schema.action_width)
-        .map_err(|e| e.to_string())
+    opts.resolve(
+        prefix,
+        schema.horizon,
+        schema.action_dim,
+        schema.action_width,
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// `previous_chunk`: a float array `[rows, width]` or `[1, rows, width]`.

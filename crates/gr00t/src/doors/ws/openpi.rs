@@ -20,9 +20,9 @@ use crate::doors::wire::observation::{action_dict, parse_openpi, pick_schema, rt
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
 use gr00t_core::request::{Item, RawRequest, Request};
+use gr00t_core::response::PredictResponse;
 use gr00t_embodiment::EMBODIMENT_TAG;
 use gr00t_model::Rtc;
-use gr00t_core::response::PredictResponse;
 use rmpv::Value;
 use std::time::Instant;
 

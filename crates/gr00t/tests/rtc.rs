@@ -1,0 +1,597 @@
+//! Real-time chunking through every door, against the goldens of NVIDIA's own action head
+//! (`tests/fixtures/rtc`: case0, noise seed 0, the previous chunk = the head's `action_pred`
+//! with seed 42): HTTP `actions_normalized` within the action gates of each option set's
+//! `action_pred`, the frozen rows equal to the previous chunk's exactly, no RTC unchanged;
+//! the same request through ZMQ and both websocket forms bit-identical to HTTP; and bad
+//! options refused on each door, naming the field.
+
+#[path = "../src/doors/http/test_client.rs"]
+mod test_client;
+#[path = "support/test_server.rs"]
+mod test_server;
+
+#[allow(dead_code)]
+#[path = "../src/doors/wire/msgpack_numpy.rs"]
+mod msgpack_numpy;
+#[allow(dead_code)]
+#[path = "../src/doors/wire/ndarray.rs"]
+mod ndarray;
+#[allow(dead_code)]
+#[path = "../src/doors/wire/npy.rs"]
+mod npy;
+
+use gr00t_fixtures::{max_abs, max_abs_diff, pearson, repo_root, Taps};
+use msgpack_numpy::{from_gr00t_array, from_openpi_array, get, gr00t_array, openpi_array};
+use msgpack_numpy::{pack, str_map, unpack};
+use ndarray::{DType, NdArray};
+use rmpv::Value;
+use serde_json::{json, Value as Json};
+use std::net::TcpStream;
+use std::time::Duration;
+use test_server::{frame, request, state, Server, CAMERAS, GROUPS};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::{Message, WebSocket};
+use zeromq::{ReqSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+
+/// The action gates of the model's RTC tests: Pearson r, and max |Δ| relative to max |ref|.
+const MIN_R: f64 = 0.99999;
+const REL: f32 = 1e-3;
+const H: usize = 40;
+const A: usize = 132;
+/// DROID's action values per row (eef_9d 9, gripper_position 1, joint_position 7).
+const W: usize = 17;
+const LANG_KEY: &str = "annotation.language.language_instruction";
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A msgpack map's entries.
+type Entries = Vec<(Value, Value)>;
+
+struct Setting {
+    name: String,
+    ah: usize,
+    overlap: usize,
+    frozen: usize,
+    rate: f64,
+}
+
+fn goldens() -> (Taps, Vec<Setting>) {
+    let dir = repo_root().join("tests/fixtures/rtc");
+    let taps = Taps::from_file(&dir.join("rtc.safetensors"));
+    let info: Json =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("settings.json")).unwrap()).unwrap();
+    let settings = info["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let n = |k: &str| s[k].as_u64().unwrap() as usize;
+            Setting {
+                name: s["name"].as_str().unwrap().into(),
+                ah: n("action_horizon"),
+                overlap: n("rtc_overlap_steps"),
+                frozen: n("rtc_frozen_steps"),
+                rate: s["rtc_ramp_rate"].as_f64().unwrap(),
+            }
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(settings.len(), 3);
+    (taps, settings)
+}
+
+/// The first `rows` rows of a `[40, 132]` chunk, `width` values each.
+fn cut(chunk: &[f32], rows: usize, width: usize) -> Vec<Vec<f32>> {
+    (0..rows)
+        .map(|r| chunk[r * A..r * A + width].to_vec())
+        .collect()
+}
+
+/// The valid dims of a `[40, 132]` chunk, `[40 × 17]` row-major.
+fn valid(chunk: &[f32]) -> Vec<f32> {
+    cut(chunk, H, W).concat()
+}
+
+/// case0's body with seed 0 (the goldens' noise) and `return_normalized`, plus `extra`.
+fn body(extra: Json) -> Json {
+    let mut b = request("case0");
+    let o = b.as_object_mut().unwrap();
+    o.remove("noise");
+    o.insert("seed".into(), json!(0));
+    o.insert("return_normalized".into(), json!(true));
+    for (k, v) in extra.as_object().unwrap() {
+        o.insert(k.clone(), v.clone());
+    }
+    b
+}
+
+/// The RTC fields of a setting, `rows × width` of the previous chunk.
+fn rtc_fields(prev: &[f32], s: &Setting, rows: usize, width: usize) -> Json {
+    json!({
+        "previous_chunk": cut(prev, rows, width),
+        "action_horizon": s.ah,
+        "rtc_overlap_steps": s.overlap,
+        "rtc_frozen_steps": s.frozen,
+        "rtc_ramp_rate": s.rate,
+    })
+}
+
+fn post(s: &Server, body: &Json) -> test_client::HttpResponse {
+    test_client::post_json(&s.http, "/predict", &serde_json::to_vec(body).unwrap()).unwrap()
+}
+
+fn predict(s: &Server, body: &Json) -> Json {
+    let r = post(s, body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+fn rows_of(v: &Json) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+        })
+        .collect()
+}
+
+/// A response's groups (`actions` or `actions_normalized`) as `[40 × 17]` row-major, keys
+/// concatenated per row.
+fn chunk_of(resp: &Json, which: &str) -> Vec<f32> {
+    let groups: Vec<Vec<f32>> = GROUPS.iter().map(|g| rows_of(&resp[which][g])).collect();
+    let dims: Vec<usize> = groups.iter().map(|g| g.len() / H).collect();
+    (0..H)
+        .flat_map(|t| {
+            groups
+                .iter()
+                .zip(&dims)
+                .flat_map(move |(g, &d)| g[t * d..(t + 1) * d].to_vec())
+        })
+        .collect()
+}
+
+/// Physical actions per group, in GROUPS order.
+fn http_groups(resp: &Json) -> Vec<Vec<f32>> {
+    GROUPS
+        .iter()
+        .map(|g| rows_of(&resp["actions"][g]))
+        .collect()
+}
+
+fn refused(s: &Server, extra: Json, field: &str) {
+    let r = post(s, &body(extra.clone()));
+    assert_eq!(r.status, 400, "{extra}: {}", r.text());
+    assert_eq!(r.json()["field"], json!(field), "{extra}: {}", r.text());
+}
+
+// ZMQ -----------------------------------------------------------------------------------------
+
+struct Zmq {
+    rt: tokio::runtime::Runtime,
+    socket: ReqSocket,
+}
+
+impl Zmq {
+    fn connect(addr: &str) -> Zmq {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut socket = ReqSocket::new();
+        rt.block_on(socket.connect(&format!("tcp://{addr}")))
+            .unwrap();
+        Zmq { rt, socket }
+    }
+
+    fn get_action(&mut self, options: Value) -> Value {
+        let data = str_map([("observation", zmq_observation()), ("options", options)]);
+        let msg = str_map([("endpoint", Value::from("get_action")), ("data", data)]);
+        let socket = &mut self.socket;
+        let bytes = self.rt.block_on(async {
+            let fut = async {
+                socket.send(ZmqMessage::from(pack(&msg))).await.unwrap();
+                socket.recv().await.unwrap()
+            };
+            tokio::time::timeout(TIMEOUT, fut).await.unwrap()
+        });
+        unpack(bytes.get(0).unwrap()).unwrap()
+    }
+}
+
+/// case0 as upstream's client sends it: video `[1,2,H,W,3]`, state `[1,1,D]`.
+fn zmq_observation() -> Value {
+    let video = |cam: &str| {
+        let (w, h, mut data) = frame("case0", cam, "t-15");
+        data.extend(frame("case0", cam, "t0").2);
+        gr00t_array(&NdArray::new(DType::U8, vec![1, 2, h, w, 3], data).unwrap())
+    };
+    let st = |g: &str| {
+        let v = state("case0", g);
+        gr00t_array(&NdArray::from_f32(vec![1, 1, v.len()], &v))
+    };
+    nested(video, st)
+}
+
+fn nested(video: impl Fn(&str) -> Value, st: impl Fn(&str) -> Value) -> Value {
+    let instruction = Value::from("Put the blue block in the green bowl");
+    str_map([
+        (
+            "video",
+            Value::Map(
+                CAMERAS
+                    .iter()
+                    .map(|c| (Value::from(*c), video(c)))
+                    .collect(),
+            ),
+        ),
+        (
+            "state",
+            Value::Map(GROUPS.iter().map(|g| (Value::from(*g), st(g))).collect()),
+        ),
+        (
+            "language",
+            str_map([(
+                LANG_KEY,
+                Value::Array(vec![Value::Array(vec![instruction])]),
+            )]),
+        ),
+    ])
+}
+
+/// The RTC keys of a setting as msgpack entries, the chunk `[1, rows, width]` in `enc`.
+fn rtc_entries(
+    prev: &[f32],
+    s: &Setting,
+    rows: usize,
+    width: usize,
+    enc: fn(&NdArray) -> Value,
+) -> Entries {
+    let flat = cut(prev, rows, width).concat();
+    vec![
+        (
+            Value::from("previous_chunk"),
+            enc(&NdArray::from_f32(vec![1, rows, width], &flat)),
+        ),
+        (Value::from("action_horizon"), Value::from(s.ah as u64)),
+        (
+            Value::from("rtc_overlap_steps"),
+            Value::from(s.overlap as u64),
+        ),
+        (
+            Value::from("rtc_frozen_steps"),
+            Value::from(s.frozen as u64),
+        ),
+        (Value::from("rtc_ramp_rate"), Value::F64(s.rate)),
+    ]
+}
+
+fn zmq_groups(reply: &Value) -> Vec<Vec<f32>> {
+    let Value::Array(pair) = reply else {
+        panic!("not [actions, info]: {reply}")
+    };
+    let m = pair[0].as_map().unwrap();
+    GROUPS
+        .iter()
+        .map(|g| {
+            from_gr00t_array(get(m, g).unwrap())
+                .unwrap()
+                .unwrap()
+                .to_f32s()
+        })
+        .collect()
+}
+
+fn zmq_error(reply: &Value) -> String {
+    match reply.as_map().and_then(|m| get(m, "error")) {
+        Some(Value::String(s)) => s.as_str().unwrap().to_string(),
+        _ => panic!("not an error: {reply}"),
+    }
+}
+
+// Websocket -----------------------------------------------------------------------------------
+
+type Ws = WebSocket<TcpStream>;
+
+fn ws_connect(addr: &str) -> Ws {
+    let stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let req = format!("ws://{addr}/").into_client_request().unwrap();
+    let (mut ws, _) = tungstenite::client(req, stream).unwrap_or_else(|_| panic!("handshake"));
+    assert!(matches!(ws.read().unwrap(), Message::Binary(_)), "metadata");
+    ws
+}
+
+/// One message on a fresh connection: the reply map, or the error text.
+fn ws_send(addr: &str, msg: Entries) -> Result<Value, String> {
+    let mut ws = ws_connect(addr);
+    ws.send(Message::Binary(pack(&Value::Map(msg)).into()))
+        .unwrap();
+    match ws.read().unwrap() {
+        Message::Binary(b) => Ok(unpack(&b).unwrap()),
+        Message::Text(t) => Err(t.to_string()),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// openpi's DROID keys: both frames `[2,H,W,3]`, state as f32 arrays, seed 0.
+fn ws_droid_keys() -> Entries {
+    let mut m: Entries = CAMERAS
+        .iter()
+        .map(|cam| {
+            let (w, h, mut data) = frame("case0", cam, "t-15");
+            data.extend(frame("case0", cam, "t0").2);
+            let a = NdArray::new(DType::U8, vec![2, h, w, 3], data).unwrap();
+            (Value::from(format!("observation/{cam}")), openpi_array(&a))
+        })
+        .collect();
+    for g in GROUPS {
+        let v = state("case0", g);
+        let a = NdArray::from_f32(vec![v.len()], &v);
+        m.push((Value::from(format!("observation/{g}")), openpi_array(&a)));
+    }
+    m.push((
+        Value::from("prompt"),
+        Value::from("Put the blue block in the green bowl"),
+    ));
+    m.push((Value::from("__noise_seed__"), Value::from(0)));
+    m
+}
+
+/// Upstream's nested observation, unbatched, with `seed` 0 beside it.
+fn ws_nested() -> Entries {
+    let video = |cam: &str| {
+        let (w, h, mut data) = frame("case0", cam, "t-15");
+        data.extend(frame("case0", cam, "t0").2);
+        openpi_array(&NdArray::new(DType::U8, vec![1, 2, h, w, 3], data).unwrap())
+    };
+    let st = |g: &str| {
+        let v = state("case0", g);
+        openpi_array(&NdArray::from_f32(vec![1, 1, v.len()], &v))
+    };
+    let Value::Map(mut m) = nested(video, st) else {
+        unreachable!()
+    };
+    m.push((Value::from("seed"), Value::from(0)));
+    m
+}
+
+fn ws_groups(reply: &Value) -> Vec<Vec<f32>> {
+    let m = reply.as_map().unwrap_or_else(|| panic!("{reply}"));
+    GROUPS
+        .iter()
+        .map(|g| {
+            from_openpi_array(get(m, g).unwrap())
+                .unwrap()
+                .unwrap()
+                .to_f32s()
+        })
+        .collect()
+}
+
+#[test]
+fn rtc_options_on_every_door() {
+    let (taps, settings) = goldens();
+    let prev = taps.f32s("previous_chunk");
+    let s = Server::start(&["--zmq-port", "0", "--ws-port", "0"]);
+    let (zmq_addr, ws_addr) = (s.zmq.clone().unwrap(), s.ws.clone().unwrap());
+
+    // No RTC: within the gates of the golden's plain run, and bit-identical to an overlap of 0
+    // (the model's plain path).
+    let plain = predict(&s, &body(json!({})));
+    let golden_plain = valid(&taps.f32s("action_pred.plain"));
+    let ours = chunk_of(&plain, "actions_normalized");
+    let r = pearson(&ours, &golden_plain);
+    let d = max_abs_diff(&ours, &golden_plain);
+    println!("plain: r {r:.7}, max|Δ| {d:.3e}");
+    assert!(
+        r >= MIN_R && d <= REL * max_abs(&golden_plain),
+        "plain r {r} Δ {d}"
+    );
+    let zero = rtc_fields(&prev, &settings[0], H, W);
+    let mut zero = zero.as_object().unwrap().clone();
+    zero.insert("rtc_overlap_steps".into(), json!(0));
+    zero.insert("rtc_frozen_steps".into(), json!(0));
+    let zero = predict(&s, &body(Json::Object(zero)));
+    assert_eq!(
+        zero["actions"], plain["actions"],
+        "overlap 0 is the plain answer"
+    );
+
+    // Each golden option set: the full padded chunk ([40 or ah rows, 132]); the last set
+    // sends only its ah rows and leaves action_horizon and the rate to their defaults.
+    let mut zmq = Zmq::connect(&zmq_addr);
+    for (i, set) in settings.iter().enumerate() {
+        let rows = if i == 2 { set.ah } else { H };
+        let mut fields = rtc_fields(&prev, set, rows, A);
+        if i == 2 {
+            assert_eq!(set.rate, 6.0);
+            let o = fields.as_object_mut().unwrap();
+            o.remove("action_horizon");
+            o.remove("rtc_ramp_rate");
+        }
+        let resp = predict(&s, &body(fields));
+        let ours = chunk_of(&resp, "actions_normalized");
+        let golden = valid(&taps.f32s(&format!("action_pred.{}", set.name)));
+        let r = pearson(&ours, &golden);
+        let d = max_abs_diff(&ours, &golden);
+        let moved = max_abs_diff(&ours, &chunk_of(&plain, "actions_normalized"));
+        println!(
+            "{}: r {r:.7}, max|Δ| {d:.3e} (gate {:.3e}); moved {moved:.3} from plain",
+            set.name,
+            REL * max_abs(&golden)
+        );
+        assert!(r >= MIN_R, "{}: r {r}", set.name);
+        assert!(d <= REL * max_abs(&golden), "{}: Δ {d}", set.name);
+        assert!(moved > 0.1, "{}: RTC changed nothing", set.name);
+        // The frozen rows are the previous chunk's rows ah−overlap.., exactly.
+        let first = set.ah - set.overlap;
+        for t in 0..set.frozen {
+            assert_eq!(
+                ours[t * W..(t + 1) * W],
+                prev[(first + t) * A..(first + t) * A + W],
+                "{}: frozen row {t}",
+                set.name
+            );
+        }
+
+        // The same request through ZMQ (options, npy arrays) and both websocket forms.
+        let http = http_groups(&resp);
+        let entries = rtc_entries(&prev, set, rows, A, gr00t_array);
+        let mut options = entries.clone();
+        options.push((Value::from("seed"), Value::from(0)));
+        assert_eq!(
+            zmq_groups(&zmq.get_action(Value::Map(options))),
+            http,
+            "{}: ZMQ",
+            set.name
+        );
+        let ws_entries = rtc_entries(&prev, set, rows, A, openpi_array);
+        let mut m = ws_droid_keys();
+        m.extend(ws_entries.clone());
+        let reply = ws_send(&ws_addr, m).unwrap();
+        assert_eq!(
+            ws_groups(&reply),
+            http,
+            "{}: websocket DROID keys",
+            set.name
+        );
+        let mut m = ws_nested();
+        m.extend(ws_entries);
+        let reply = ws_send(&ws_addr, m).unwrap();
+        assert_eq!(ws_groups(&reply), http, "{}: websocket nested", set.name);
+    }
+
+    // The chunk as actions_normalized returns it (17 values a row, zero-padded by the server):
+    // the frozen rows are exact; the padding columns differ from the golden's previous chunk,
+    // so the rest is reported, not gated.
+    let set = &settings[0];
+    let resp = predict(&s, &body(rtc_fields(&prev, set, H, W)));
+    let ours = chunk_of(&resp, "actions_normalized");
+    let golden = valid(&taps.f32s(&format!("action_pred.{}", set.name)));
+    println!(
+        "{} with 17-wide rows: r {:.7}, max|Δ| {:.3e} to the golden (made with 132-wide rows)",
+        set.name,
+        pearson(&ours, &golden),
+        max_abs_diff(&ours, &golden)
+    );
+    let first = set.ah - set.overlap;
+    for t in 0..set.frozen {
+        assert_eq!(
+            ours[t * W..(t + 1) * W],
+            prev[(first + t) * A..(first + t) * A + W]
+        );
+    }
+    let mut options = rtc_entries(&prev, set, H, W, gr00t_array);
+    options.push((Value::from("seed"), Value::from(0)));
+    assert_eq!(
+        zmq_groups(&zmq.get_action(Value::Map(options))),
+        http_groups(&resp),
+        "17-wide rows: ZMQ"
+    );
+
+    // Refusals, each naming the field: HTTP 400 `field`, ZMQ `options.<key>`, websocket key.
+    let base = || rtc_fields(&prev, &settings[2], 24, W);
+    let with = |k: &str, v: Json| {
+        let mut b = base();
+        b[k] = v;
+        b
+    };
+    let mut no_chunk = base();
+    no_chunk.as_object_mut().unwrap().remove("previous_chunk");
+    let mut nan_rows = json!(cut(&prev, 24, W));
+    nan_rows[3][5] = json!(1e39); // infinite as float32
+    let cases: Vec<(Json, &str)> = vec![
+        (with("rtc_overlap_steps", json!(25)), "rtc_overlap_steps"),
+        (with("rtc_frozen_steps", json!(9)), "rtc_frozen_steps"),
+        (with("rtc_ramp_rate", json!(-1.0)), "rtc_ramp_rate"),
+        (
+            with("previous_chunk", json!(cut(&prev, 24, 16))),
+            "previous_chunk",
+        ),
+        (
+            with("previous_chunk", json!(cut(&prev, 20, W))),
+            "action_horizon",
+        ),
+        (with("action_horizon", json!(25)), "action_horizon"),
+        (with("previous_chunk", json!(nan_rows)), "previous_chunk"),
+        (no_chunk, "action_horizon"),
+        (json!({"rtc_frozen_steps": 1}), "rtc_frozen_steps"),
+        (with("rtc_overlap_steps", json!(-2)), "rtc_overlap_steps"),
+    ];
+    for (extra, field) in &cases {
+        refused(&s, extra.clone(), field);
+    }
+    // 41 rows: more than the model's horizon.
+    let mut rows41 = cut(&prev, H, W);
+    rows41.push(rows41[0].clone());
+    refused(&s, with("previous_chunk", json!(rows41)), "previous_chunk");
+
+    // The binary doors: the same refusals, as msgpack.
+    let msg = |edit: &dyn Fn(&mut Entries), enc: fn(&NdArray) -> Value| {
+        let mut e = rtc_entries(&prev, &settings[2], 24, W, enc);
+        edit(&mut e);
+        e
+    };
+    let set_key = |e: &mut Entries, k: &str, v: Value| {
+        e.retain(|(key, _)| key.as_str() != Some(k));
+        e.push((Value::from(k), v));
+    };
+    let chunk = |rows: usize, width: usize, enc: fn(&NdArray) -> Value| {
+        let mut flat = cut(&prev, rows, width).concat();
+        if rows == 7 {
+            flat[9] = f32::NAN;
+        }
+        enc(&NdArray::from_f32(vec![rows, width], &flat))
+    };
+    type Edit<'a> = Box<dyn Fn(&mut Entries, fn(&NdArray) -> Value) + 'a>;
+    let edits: Vec<(Edit, &str)> = vec![
+        (
+            Box::new(move |e, _| set_key(e, "rtc_overlap_steps", Value::from(25))),
+            "rtc_overlap_steps",
+        ),
+        (
+            Box::new(move |e, _| set_key(e, "rtc_frozen_steps", Value::from(9))),
+            "rtc_frozen_steps",
+        ),
+        (
+            Box::new(move |e, _| set_key(e, "rtc_ramp_rate", Value::F64(-1.0))),
+            "rtc_ramp_rate",
+        ),
+        (
+            Box::new(move |e, enc| set_key(e, "previous_chunk", chunk(24, 16, enc))),
+            "previous_chunk",
+        ),
+        (
+            Box::new(move |e, enc| set_key(e, "previous_chunk", chunk(7, W, enc))),
+            "previous_chunk",
+        ),
+        (
+            Box::new(move |e, _| e.retain(|(k, _)| k.as_str() != Some("previous_chunk"))),
+            "action_horizon",
+        ),
+    ];
+    for (edit, field) in &edits {
+        // ZMQ: `options.<key>`.
+        let mut options = msg(&|e| edit(e, gr00t_array), gr00t_array);
+        options.push((Value::from("seed"), Value::from(0)));
+        let e = zmq_error(&zmq.get_action(Value::Map(options)));
+        assert!(
+            e.starts_with(&format!("options.{field}:")),
+            "ZMQ {field}: {e}"
+        );
+        // Websocket, both forms: the key itself.
+        for form in [ws_droid_keys(), ws_nested()] {
+            let mut m = form;
+            m.extend(msg(&|e| edit(e, openpi_array), openpi_array));
+            let e = ws_send(&ws_addr, m).unwrap_err();
+            assert!(
+                e.starts_with(&format!("{field}:")),
+                "websocket {field}: {e}"
+            );
+        }
+    }
+    // The server still answers after every refusal.
+    assert_eq!(predict(&s, &body(json!({})))["actions"], plain["actions"]);
+}
