@@ -14,8 +14,11 @@
 
 use super::area::resize_area;
 use super::bicubic::resize_bilinear_aa;
-use super::{Frame, ImageError, Padding};
+use super::{Frame, ImageError, Padding, MAX_DECODE_DIMENSION};
 use gr00t_model::checkpoint::ProcessorConfig;
+
+/// Largest pixel count of any stage: that of the largest decodable frame.
+const MAX_STAGE_PIXELS: usize = (MAX_DECODE_DIMENSION as usize) * (MAX_DECODE_DIMENSION as usize);
 
 /// A torchvision `Resize` size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,6 +315,17 @@ impl EvalTransform {
         }
         let (crop_pad, crop) = self.crop_rect(resized.0, resized.1);
         let output = self.resize_dims(crop.width, crop.height);
+        // No stage may outgrow the largest decodable frame (a 8192x1 frame would otherwise
+        // resize to 2097152x256 before anything else refuses it).
+        let max = MAX_STAGE_PIXELS;
+        for (w, h) in [letterboxed, resized, crop_pad.apply(resized), output] {
+            if w.checked_mul(h).is_none_or(|n| n > max) {
+                return Err(ImageError::Geometry(format!(
+                    "a {width}x{height} frame would reach {w}x{h} in the eval transform \
+                     (more than {max} pixels)"
+                )));
+            }
+        }
         if output.0 == 0 || output.1 == 0 {
             return Err(ImageError::Geometry(format!(
                 "a {width}x{height} frame ends at {}x{}",
@@ -448,6 +462,15 @@ mod tests {
         assert_eq!(TvSize::Shorter(33).output(97, 61), (52, 33));
         assert_eq!(TvSize::Shorter(33).output(45, 80), (33, 58));
         assert_eq!(TvSize::Shorter(33).output(64, 64), (33, 33));
+    }
+
+    #[test]
+    fn stages_larger_than_the_largest_decodable_frame_are_refused() {
+        let t = tv(TvSize::Shorter(256), 256, 256, false);
+        assert!(matches!(t.geometry(8192, 1), Err(ImageError::Geometry(_))));
+        let t = EvalTransform::albumentations(256, 0.95, false).unwrap();
+        assert!(matches!(t.geometry(1, 8192), Err(ImageError::Geometry(_))));
+        assert!(t.geometry(8192, 4608).is_ok());
     }
 
     #[test]
