@@ -47,7 +47,8 @@ pub enum ActionError {
     },
     /// A state value is NaN or infinite.
     NonFiniteState(String),
-    /// A rot6d whose two vectors are zero or parallel (no rotation can be built).
+    /// A rot6d whose two vectors are zero or parallel, or a 4×4 pose whose rotation block has a
+    /// non-positive determinant (no rotation can be built; scipy refuses it too).
     DegenerateRotation(String),
 }
 
@@ -63,7 +64,7 @@ impl fmt::Display for ActionError {
                 write!(f, "state {key:?} has {got} values, expected {expected}")
             }
             ActionError::NonFiniteState(k) => write!(f, "state {k:?} has a non-finite value"),
-            ActionError::DegenerateRotation(m) => write!(f, "degenerate rot6d: {m}"),
+            ActionError::DegenerateRotation(m) => write!(f, "degenerate rotation: {m}"),
         }
     }
 }
@@ -448,7 +449,7 @@ fn compose_poses(
         },
         _ => {
             let r: Vec<f64> = reference.iter().map(|&x| x as f64).collect();
-            pose_from(&r, format)
+            pose_from(&r, format).ok_or_else(|| degenerate(format!("state {key:?}")))?
         }
     };
     let dim = reference.len();
@@ -460,7 +461,8 @@ fn compose_poses(
                     .ok_or_else(|| degenerate(format!("relative action {key:?} step {step}")))?,
                 translation: [r[0], r[1], r[2]],
             },
-            _ => pose_from(r, format),
+            _ => pose_from(r, format)
+                .ok_or_else(|| degenerate(format!("relative action {key:?} step {step}")))?,
         };
         let t_abs = t_ref.compose(&t_rel);
         match format {
@@ -475,17 +477,22 @@ fn compose_poses(
     Ok(out)
 }
 
-/// A pose from xyz + rotvec (6 values) or a flat row-major 4×4 transform (16 values).
-fn pose_from(v: &[f64], format: RelativeFormat) -> Pose {
+/// A pose from xyz + rotvec (6 values) or a flat row-major 4×4 transform (16 values; its
+/// 3×3 block goes through scipy's `Rotation.from_matrix` projection, as upstream's
+/// `EndEffectorPose(homogeneous=…)` does, and its bottom row is ignored). `None` when that
+/// block has a non-positive determinant (scipy refuses it).
+fn pose_from(v: &[f64], format: RelativeFormat) -> Option<Pose> {
     match format {
-        RelativeFormat::XyzRotvec => Pose {
+        RelativeFormat::XyzRotvec => Some(Pose {
             rotation: pose::rotvec_to_matrix([v[3], v[4], v[5]]),
             translation: [v[0], v[1], v[2]],
-        },
-        _ => Pose {
-            rotation: [0, 1, 2].map(|i| [v[4 * i], v[4 * i + 1], v[4 * i + 2]]),
+        }),
+        _ => Some(Pose {
+            rotation: pose::nearest_rotation(&[0, 1, 2].map(|i| {
+                [v[4 * i], v[4 * i + 1], v[4 * i + 2]]
+            }))?,
             translation: [v[3], v[7], v[11]],
-        },
+        }),
     }
 }
 

@@ -197,6 +197,46 @@ pub fn matrix_to_quat_xyzw(m: &Mat3) -> [f64; 4] {
     q.map(|c| c / n)
 }
 
+/// scipy `Rotation.from_matrix(m).as_matrix()` (scipy 1.15): the rotation nearest `m`, i.e. its
+/// orthogonal polar factor (scipy projects through the SVD, `U·Vᵀ`); `None` when `det(m) ≤ 0`
+/// or an entry is not finite (scipy refuses a non-positive determinant). Upstream reads every
+/// EEF `DEFAULT` (4×4) pose through it, so a non-orthonormal block comes back a rotation.
+pub fn nearest_rotation(m: &Mat3) -> Option<Mat3> {
+    let det = |a: &Mat3| {
+        a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+            - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+            + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
+    };
+    let d = det(m);
+    if !d.is_finite() || d <= 0.0 || m.iter().flatten().any(|x| !x.is_finite()) {
+        return None;
+    }
+    // Newton's polar iteration X ← (X + X⁻ᵀ)/2: converges quadratically to U·Vᵀ.
+    let mut x = *m;
+    for _ in 0..100 {
+        let dx = det(&x);
+        // X⁻ᵀ = cofactor(X) / det(X)
+        let cof = |i: usize, j: usize| {
+            let (r0, r1) = ((i + 1) % 3, (i + 2) % 3);
+            let (c0, c1) = ((j + 1) % 3, (j + 2) % 3);
+            x[r0][c0] * x[r1][c1] - x[r0][c1] * x[r1][c0]
+        };
+        let mut next = x;
+        let mut change = 0.0f64;
+        for (i, row) in next.iter_mut().enumerate() {
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = 0.5 * (x[i][j] + cof(i, j) / dx);
+                change = change.max((*v - x[i][j]).abs());
+            }
+        }
+        x = next;
+        if change <= 1e-15 {
+            break;
+        }
+    }
+    Some(x)
+}
+
 /// A rigid transform: rotation then translation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pose {
@@ -236,6 +276,27 @@ impl Pose {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nearest_rotation_is_the_polar_factor() {
+        // scipy 1.15.3: Rotation.from_matrix(m).as_matrix() for this m (printed with repr).
+        let m = [[0.9, 0.2, -0.1], [-0.15, 1.1, 0.05], [0.1, 0.0, 0.95]];
+        let want = [
+            [0.9789938416939145, 0.17405004761169618, -0.10619622804863178],
+            [-0.17128981106382662, 0.9846111017678685, 0.03465225679782672],
+            [0.11059321204806964, -0.015734014167727253, 0.9937412048652609],
+        ];
+        let r = nearest_rotation(&m).unwrap();
+        assert!(close(r.iter().flatten().copied().collect::<Vec<_>>().as_slice(),
+            want.iter().flatten().copied().collect::<Vec<_>>().as_slice(), 1e-12), "{r:?}");
+        // An exact rotation is kept; a reflection or a singular matrix is refused, as scipy does.
+        let q = rotvec_to_matrix([0.3, -1.2, 2.9]);
+        let back = nearest_rotation(&q).unwrap();
+        assert!(close(back.iter().flatten().copied().collect::<Vec<_>>().as_slice(),
+            q.iter().flatten().copied().collect::<Vec<_>>().as_slice(), 1e-14));
+        assert!(nearest_rotation(&[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, -1.0]]).is_none());
+        assert!(nearest_rotation(&[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]).is_none());
+    }
 
     fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
         a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol)

@@ -180,3 +180,78 @@ fn eef_rot6d_outputs_are_orthonormal_rows() {
         }
     }
 }
+
+/// The LIBERO-like and 4×4-EEF cases of `tests/fixtures/gr00t_n17_tiny_extra`: state encoding
+/// bit-exact, decoding within the same gates. Upstream returns the DEFAULT-format EEF key as
+/// `[1, H, 4, 4]`; ours is the same values row-major as `[1, H, 16]`.
+#[test]
+fn extra_cases_encode_and_decode_like_upstream() {
+    let ckpt = Checkpoint::open(gr00t_fixtures::extra_checkpoint("checkpoint")).unwrap();
+    for name in gr00t_fixtures::EXTRA_CASES {
+        let case = MultiCase::load_extra(name);
+        let norm = StateNormalizer::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
+        let ours = norm.normalize(&case.raw_state()).unwrap();
+        let want = case.outputs.f32s("proc.state");
+        let differ: Vec<(usize, f32, f32)> = ours
+            .iter()
+            .zip(&want)
+            .enumerate()
+            .filter(|(_, (a, b))| a.to_bits() != b.to_bits())
+            .map(|(i, (a, b))| (i, *a, *b))
+            .collect();
+        assert_eq!(ours.len(), want.len(), "{name}");
+        assert!(differ.is_empty(), "{name}: (index, ours, reference) {differ:?}");
+
+        let dec = ActionDecoder::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
+        assert_eq!(dec.horizon(), 16, "{name}");
+        let out = dec
+            .decode(&case.outputs.f32s("head.action_pred"), &case.raw_state())
+            .unwrap();
+        for g in &out.groups {
+            let dims = case.outputs.dims(&format!("action.{}", g.key));
+            assert_eq!(dims.iter().product::<usize>(), 16 * g.dim, "{name} {}", g.key);
+            let want_u = case.outputs.f32s(&format!("decode.unnormalized.{}", g.key));
+            let du = max_abs_diff(&g.unnormalized, &want_u);
+            assert!(du <= 1e-5, "{name} {}: unnormalized max|Δ| {du:e}", g.key);
+            let want_o = case.outputs.f32s(&format!("action.{}", g.key));
+            let d = max_abs_diff(&g.actions, &want_o);
+            eprintln!("{name} {:<10} max|Δ| {d:.3e}", g.key);
+            assert!(d <= 1e-5, "{name} {}: max|Δ| {d:e}", g.key);
+        }
+    }
+}
+
+#[test]
+fn extra_upstream_facts_hold() {
+    let ckpt = Checkpoint::open(gr00t_fixtures::extra_checkpoint("checkpoint")).unwrap();
+    // LIBERO gripper actions are mean/std: not clipped (some |n| > 1 decode past ±(std + mean)).
+    let case = MultiCase::load_extra("case_libero_sim_1");
+    let stats = &ckpt.statistics;
+    let dec = ActionDecoder::new(stats, &ckpt.processor, &case.tag).unwrap();
+    let out = dec
+        .decode(&case.outputs.f32s("head.action_pred"), &case.raw_state())
+        .unwrap();
+    let grip = &out.get("gripper").unwrap().actions;
+    assert_eq!(grip, &case.outputs.f32s("action.gripper"));
+    // 4×4 EEF: the zero-width bottom row [0, 0, 0, 1] normalises to 0 and the returned poses
+    // keep it; the rotation block comes back a rotation.
+    for name in ["case_new_embodiment_eef4x4_1", "case_new_embodiment_eef4x4_2"] {
+        let case = MultiCase::load_extra(name);
+        let s = case.outputs.f32s("proc.state");
+        assert!(s[12..16].iter().all(|&v| v == 0.0), "{name}: {:?}", &s[12..16]);
+        let dec = ActionDecoder::new(stats, &ckpt.processor, &case.tag).unwrap();
+        let out = dec
+            .decode(&case.outputs.f32s("head.action_pred"), &case.raw_state())
+            .unwrap();
+        for row in out.get("eef_pose").unwrap().rows() {
+            assert_eq!(&row[12..], &[0.0, 0.0, 0.0, 1.0], "{name}");
+            for i in 0..3 {
+                for j in 0..3 {
+                    let dot: f32 = (0..3).map(|k| row[4 * i + k] * row[4 * j + k]).sum();
+                    let want = if i == j { 1.0 } else { 0.0 };
+                    assert!((dot - want).abs() < 1e-5, "{name}: rows {i}·{j} = {dot}");
+                }
+            }
+        }
+    }
+}

@@ -79,10 +79,82 @@ pub fn multi_checkpoint() -> PathBuf {
     multi_dir().join("checkpoint")
 }
 
+/// The LIBERO-like and 4×4-EEF cases of `tests/fixtures/gr00t_n17_tiny_extra` (checkpoint
+/// variant `checkpoint`).
+pub const EXTRA_CASES: [&str; 4] = [
+    "case_libero_sim_1",
+    "case_libero_sim_2",
+    "case_new_embodiment_eef4x4_1",
+    "case_new_embodiment_eef4x4_2",
+];
+
+/// The image-pipeline cases of the extra fixture, each on its own checkpoint variant
+/// (`letter_box_transform: true`; `use_albumentations: false`).
+pub const EXTRA_IMAGE_CASES: [&str; 2] = ["case_letterbox_1", "case_torchvision_1"];
+
+/// `tests/fixtures/gr00t_n17_tiny_extra`: more embodiments on the tiny model, JSON files only.
+pub fn extra_dir() -> PathBuf {
+    repo_root().join("tests/fixtures/gr00t_n17_tiny_extra")
+}
+
+/// A loadable checkpoint folder for an extra-fixture variant (`checkpoint`,
+/// `checkpoint_letterbox`, `checkpoint_torchvision`): assembled once per process in a temp
+/// folder from `gr00t_n17_tiny`'s model files (linked) and the variant's JSON files (copied).
+pub fn extra_checkpoint(variant: &str) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let src = extra_dir().join(variant);
+    assert!(src.is_dir(), "no extra-fixture variant {}", src.display());
+    let dst = std::env::temp_dir().join(format!("gr00t-extra-{}-{variant}", std::process::id()));
+    if dst.join(".complete").exists() {
+        return dst;
+    }
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(&dst).expect("temp checkpoint dir");
+    let tiny = tiny_checkpoint();
+    for name in ["config.json", "model.safetensors", "backbone"] {
+        link_or_copy(&tiny.join(name), &dst.join(name));
+    }
+    for entry in std::fs::read_dir(&src).expect("variant dir") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(&path, dst.join(path.file_name().unwrap())).expect("copy JSON");
+    }
+    std::fs::write(dst.join(".complete"), b"").expect("marker");
+    dst
+}
+
+/// The checkpoint variant an extra case runs on (its `case_info.json` `checkpoint`).
+pub fn extra_case_checkpoint(case: &str) -> PathBuf {
+    let info: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(extra_dir().join(case).join("case_info.json")).expect("case_info.json"),
+    )
+    .expect("case_info.json");
+    extra_checkpoint(info["checkpoint"].as_str().expect("checkpoint"))
+}
+
+fn link_or_copy(from: &std::path::Path, to: &std::path::Path) {
+    let from = from.canonicalize().expect("tiny checkpoint file");
+    #[cfg(unix)]
+    if std::os::unix::fs::symlink(&from, to).is_ok() {
+        return;
+    }
+    if from.is_dir() {
+        std::fs::create_dir_all(to).expect("dir");
+        for entry in std::fs::read_dir(&from).expect("dir") {
+            let p = entry.expect("entry").path();
+            std::fs::copy(&p, to.join(p.file_name().unwrap())).expect("copy");
+        }
+    } else {
+        std::fs::copy(&from, to).expect("copy");
+    }
+}
+
 /// One multi-embodiment case: its observation and what NVIDIA's code returned.
 pub struct MultiCase {
     /// Case folder name.
     pub name: String,
+    /// Case folder.
+    pub dir: PathBuf,
     /// Embodiment tag.
     pub tag: String,
     /// Raw instruction.
@@ -98,7 +170,17 @@ pub struct MultiCase {
 impl MultiCase {
     /// Loads a case of [`MULTI_CASES`].
     pub fn load(name: &str) -> MultiCase {
-        let dir = multi_dir().join(name);
+        Self::load_from(&multi_dir(), name)
+    }
+
+    /// Loads a case of [`EXTRA_CASES`] or [`EXTRA_IMAGE_CASES`].
+    pub fn load_extra(name: &str) -> MultiCase {
+        Self::load_from(&extra_dir(), name)
+    }
+
+    /// Loads the case folder `root/name` (observation.json + outputs.safetensors).
+    pub fn load_from(root: &std::path::Path, name: &str) -> MultiCase {
+        let dir = root.join(name);
         let obs: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("observation.json")).expect("obs"))
                 .expect("observation.json");
@@ -123,11 +205,12 @@ impl MultiCase {
             .collect();
         MultiCase {
             name: name.to_string(),
+            outputs: Taps::from_file(&dir.join("outputs.safetensors")),
+            dir,
             tag: obs["embodiment_tag"].as_str().expect("tag").to_string(),
             instruction: obs["instruction"].as_str().expect("instr").to_string(),
             state,
             noise,
-            outputs: Taps::from_file(&dir.join("outputs.safetensors")),
         }
     }
 
