@@ -488,9 +488,9 @@ fn pose_from(v: &[f64], format: RelativeFormat) -> Option<Pose> {
             translation: [v[0], v[1], v[2]],
         }),
         _ => Some(Pose {
-            rotation: pose::nearest_rotation(&[0, 1, 2].map(|i| {
-                [v[4 * i], v[4 * i + 1], v[4 * i + 2]]
-            }))?,
+            rotation: pose::nearest_rotation(
+                &[0, 1, 2].map(|i| [v[4 * i], v[4 * i + 1], v[4 * i + 2]]),
+            )?,
             translation: [v[3], v[7], v[11]],
         }),
     }

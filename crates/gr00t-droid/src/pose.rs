@@ -282,18 +282,47 @@ mod tests {
         // scipy 1.15.3: Rotation.from_matrix(m).as_matrix() for this m (printed with repr).
         let m = [[0.9, 0.2, -0.1], [-0.15, 1.1, 0.05], [0.1, 0.0, 0.95]];
         let want = [
-            [0.9789938416939145, 0.17405004761169618, -0.10619622804863178],
-            [-0.17128981106382662, 0.9846111017678685, 0.03465225679782672],
-            [0.11059321204806964, -0.015734014167727253, 0.9937412048652609],
+            [
+                0.9789938416939145,
+                0.17405004761169618,
+                -0.10619622804863178,
+            ],
+            [
+                -0.17128981106382662,
+                0.9846111017678685,
+                0.03465225679782672,
+            ],
+            [
+                0.11059321204806964,
+                -0.015734014167727253,
+                0.9937412048652609,
+            ],
         ];
         let r = nearest_rotation(&m).unwrap();
-        assert!(close(r.iter().flatten().copied().collect::<Vec<_>>().as_slice(),
-            want.iter().flatten().copied().collect::<Vec<_>>().as_slice(), 1e-12), "{r:?}");
+        assert!(
+            close(
+                r.iter().flatten().copied().collect::<Vec<_>>().as_slice(),
+                want.iter()
+                    .flatten()
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .as_slice(),
+                1e-12
+            ),
+            "{r:?}"
+        );
         // An exact rotation is kept; a reflection or a singular matrix is refused, as scipy does.
         let q = rotvec_to_matrix([0.3, -1.2, 2.9]);
         let back = nearest_rotation(&q).unwrap();
-        assert!(close(back.iter().flatten().copied().collect::<Vec<_>>().as_slice(),
-            q.iter().flatten().copied().collect::<Vec<_>>().as_slice(), 1e-14));
+        assert!(close(
+            back.iter()
+                .flatten()
+                .copied()
+                .collect::<Vec<_>>()
+                .as_slice(),
+            q.iter().flatten().copied().collect::<Vec<_>>().as_slice(),
+            1e-14
+        ));
         assert!(nearest_rotation(&[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, -1.0]]).is_none());
         assert!(nearest_rotation(&[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]).is_none());
     }

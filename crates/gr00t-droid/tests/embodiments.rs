@@ -200,7 +200,10 @@ fn extra_cases_encode_and_decode_like_upstream() {
             .map(|(i, (a, b))| (i, *a, *b))
             .collect();
         assert_eq!(ours.len(), want.len(), "{name}");
-        assert!(differ.is_empty(), "{name}: (index, ours, reference) {differ:?}");
+        assert!(
+            differ.is_empty(),
+            "{name}: (index, ours, reference) {differ:?}"
+        );
 
         let dec = ActionDecoder::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
         assert_eq!(dec.horizon(), 16, "{name}");
@@ -209,7 +212,12 @@ fn extra_cases_encode_and_decode_like_upstream() {
             .unwrap();
         for g in &out.groups {
             let dims = case.outputs.dims(&format!("action.{}", g.key));
-            assert_eq!(dims.iter().product::<usize>(), 16 * g.dim, "{name} {}", g.key);
+            assert_eq!(
+                dims.iter().product::<usize>(),
+                16 * g.dim,
+                "{name} {}",
+                g.key
+            );
             let want_u = case.outputs.f32s(&format!("decode.unnormalized.{}", g.key));
             let du = max_abs_diff(&g.unnormalized, &want_u);
             assert!(du <= 1e-5, "{name} {}: unnormalized max|Δ| {du:e}", g.key);
@@ -235,10 +243,17 @@ fn extra_upstream_facts_hold() {
     assert_eq!(grip, &case.outputs.f32s("action.gripper"));
     // 4×4 EEF: the zero-width bottom row [0, 0, 0, 1] normalises to 0 and the returned poses
     // keep it; the rotation block comes back a rotation.
-    for name in ["case_new_embodiment_eef4x4_1", "case_new_embodiment_eef4x4_2"] {
+    for name in [
+        "case_new_embodiment_eef4x4_1",
+        "case_new_embodiment_eef4x4_2",
+    ] {
         let case = MultiCase::load_extra(name);
         let s = case.outputs.f32s("proc.state");
-        assert!(s[12..16].iter().all(|&v| v == 0.0), "{name}: {:?}", &s[12..16]);
+        assert!(
+            s[12..16].iter().all(|&v| v == 0.0),
+            "{name}: {:?}",
+            &s[12..16]
+        );
         let dec = ActionDecoder::new(stats, &ckpt.processor, &case.tag).unwrap();
         let out = dec
             .decode(&case.outputs.f32s("head.action_pred"), &case.raw_state())
