@@ -69,3 +69,45 @@ fn predict_runs_the_letterbox_and_torchvision_cases() {
         assert_actions(name, &case, &resp);
     }
 }
+
+/// A torchvision config without `image_target_size` (upstream's `Resize(size=None)` raises) is
+/// refused at start-up, naming the file and the key.
+#[test]
+fn torchvision_without_target_size_is_refused_at_startup() {
+    let src = extra_case_checkpoint("case_torchvision_1");
+    let dir = std::env::temp_dir().join(format!("gr00t-tv-no-target-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in [
+        "config.json",
+        "model.safetensors",
+        "statistics.json",
+        "embodiment_id.json",
+    ] {
+        std::fs::copy(src.join(name), dir.join(name)).unwrap();
+    }
+    std::fs::create_dir_all(dir.join("backbone")).unwrap();
+    for e in std::fs::read_dir(src.join("backbone")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join("backbone").join(p.file_name().unwrap())).unwrap();
+    }
+    let text = std::fs::read_to_string(src.join("processor_config.json")).unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(&text).unwrap();
+    cfg["processor_kwargs"]["image_target_size"] = serde_json::Value::Null;
+    std::fs::write(dir.join("processor_config.json"), cfg.to_string()).unwrap();
+    let request = extra_dir().join("case_torchvision_1/request.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_gr00t"))
+        .args(["predict", "--checkpoint"])
+        .arg(&dir)
+        .arg("--request")
+        .arg(&request)
+        .output()
+        .expect("run gr00t");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("processor_config.json: processor_kwargs.image_target_size"),
+        "{stderr}"
+    );
+}
