@@ -224,7 +224,9 @@ CASES = [
         "frames": {"front": (320, 240, 31, False)},
         "state": {"eef_pose": pose16(R1, [0.42, 0.05, 0.28]), "gripper": [0.03]},
         "noise_seed": 6701,
-        "note": "in-range state; eef_pose = flat row-major 4x4 (RELATIVE / EEF / DEFAULT)",
+        "note": "eef_pose = flat row-major 4x4 (RELATIVE / EEF / DEFAULT); translation and "
+                "gripper in range, the rotation diagonal (0.93-0.99) above q99 0.855 -> clipped "
+                "in proc.state; bottom row zero-width -> 0",
     },
     {
         "name": "case_new_embodiment_eef4x4_2", "checkpoint": "checkpoint", "tag": EEF_TAG,
@@ -396,9 +398,6 @@ def write_case(out: Path, case: dict, policy_cfg, kw) -> tuple[dict, np.ndarray]
 
 def generate(out: Path, backbone: Path, g) -> int:
     """Writes the extra fixture folder; returns 0 on success."""
-    import torch
-    from safetensors.numpy import save_file
-
     tiny_ckpt = g.TINY / "checkpoint"
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gr00t-extra-"))
@@ -457,7 +456,7 @@ def generate(out: Path, backbone: Path, g) -> int:
         formal = formalize(case["instruction"])
         meta = {"prompt_text": text, "instruction": case["instruction"],
                 "instruction_formalized": formal, "embodiment_tag": case["tag"]}
-        save_file(outputs, str(d / "outputs.safetensors"), metadata=meta)
+        save_if_changed(outputs, d / "outputs.safetensors", meta)
         info = case_info(case, kw, statistics, taps, outputs, text, formal, policy)
         if strict_refusal:
             info["strict_refusal"] = strict_refusal
@@ -474,6 +473,22 @@ def generate(out: Path, backbone: Path, g) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     shutil.rmtree(work, ignore_errors=True)
     return rc
+
+
+def save_if_changed(tensors: dict, path: Path, meta: dict) -> None:
+    """safetensors writes its metadata map in no fixed order: keep an equal file's bytes."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    if path.exists():
+        old = load_file(str(path))
+        with safe_open(str(path), "np") as f:
+            old_meta = f.metadata()
+        if (old.keys() == tensors.keys() and old_meta == meta
+                and all(old[k].dtype == tensors[k].dtype and np.array_equal(old[k], tensors[k])
+                        for k in old)):
+            return
+    save_file(tensors, str(path), metadata=meta)
 
 
 def formalize(text: str) -> str:
@@ -596,5 +611,13 @@ def versions() -> dict:
             out[p] = md.version(p)
         except md.PackageNotFoundError:
             pass
-    out["cpu"] = platform.processor() or platform.machine()
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    out["cpu"] = cpu
     return out

@@ -553,6 +553,17 @@ def check(args, backbone: Path) -> int:
             ref = load_st(d / "outputs.safetensors")
             rows = compare(ref, ours, args.rel_tol)
             report.append((f"gr00t_n17_tiny_multi/{d.name}", rows))
+    # extra (regenerated into a temp dir, compared with the bundled folder)
+    if EXTRA.exists() and not args.skip_extra:
+        import extra_cases
+
+        tmp = Path(tempfile.mkdtemp(prefix="gr00t-extra-check-"))
+        extra_cases.generate(tmp, backbone, sys.modules[__name__])
+        for d in sorted(EXTRA.glob("case_*")):
+            rows = compare(load_st(d / "outputs.safetensors"),
+                           load_st(tmp / d.name / "outputs.safetensors"), args.rel_tol)
+            report.append((f"gr00t_n17_tiny_extra/{d.name}", rows))
+        shutil.rmtree(tmp, ignore_errors=True)
     # table
     print(f"\n{'case':<58} {'taps':>5} {'int exact':>10} {'float ok':>9} {'worst float rel':>16}  worst tap")
     for case, rows in report:
@@ -594,6 +605,7 @@ def main() -> int:
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--extra", action="store_true")
     ap.add_argument("--out", default=str(EXTRA))
+    ap.add_argument("--skip-extra", action="store_true", help="--check: DROID and multi only")
     ap.add_argument("--rel-tol", type=float, default=1e-6)
     ap.add_argument("--report", default=None, help="write the --check figures as JSON here")
     args = ap.parse_args()

@@ -332,6 +332,25 @@ impl ActionDecoder {
         })
     }
 
+    /// Checks, before inference, that every relative EEF key's reference state makes a pose
+    /// (upstream fails in decode, after inference). Errs with the state key at fault.
+    pub fn check_references(
+        &self,
+        raw_state: &[(&str, &[f32])],
+    ) -> Result<(), (String, ActionError)> {
+        for g in &self.groups {
+            if let Representation::Relative { state_key, format } = &g.rep {
+                if *format == RelativeFormat::Delta {
+                    continue;
+                }
+                let state =
+                    find_state(raw_state, state_key, g.dim).map_err(|e| (state_key.clone(), e))?;
+                reference_pose(state, state_key, *format).map_err(|e| (state_key.clone(), e))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Decodes `action_pred` (`[rows, max_action_dim]` row-major, rows ≥ horizon; the model's
     /// `head.action_pred`) against the raw state of the observation (`(key, values)` of its last
     /// time step).
@@ -441,17 +460,7 @@ fn compose_poses(
     format: RelativeFormat,
 ) -> Result<Vec<f64>, ActionError> {
     let degenerate = |what: String| ActionError::DegenerateRotation(what);
-    let t_ref = match format {
-        RelativeFormat::XyzRot6d => Pose {
-            rotation: pose::rot6d_to_matrix(&reference[3..9])
-                .ok_or_else(|| degenerate(format!("state {key:?}")))?,
-            translation: [0, 1, 2].map(|i| reference[i] as f64),
-        },
-        _ => {
-            let r: Vec<f64> = reference.iter().map(|&x| x as f64).collect();
-            pose_from(&r, format).ok_or_else(|| degenerate(format!("state {key:?}")))?
-        }
-    };
+    let t_ref = reference_pose(reference, key, format)?;
     let dim = reference.len();
     let mut out = Vec::with_capacity(rel.len());
     for (step, r) in rel.chunks_exact(dim).enumerate() {
@@ -475,6 +484,25 @@ fn compose_poses(
         }
     }
     Ok(out)
+}
+
+/// The reference pose of a relative EEF key from its f32 state (`key` names it in errors).
+fn reference_pose(
+    reference: &[f32],
+    key: &str,
+    format: RelativeFormat,
+) -> Result<Pose, ActionError> {
+    let degenerate = || ActionError::DegenerateRotation(format!("state {key:?}"));
+    match format {
+        RelativeFormat::XyzRot6d => Ok(Pose {
+            rotation: pose::rot6d_to_matrix(&reference[3..9]).ok_or_else(degenerate)?,
+            translation: [0, 1, 2].map(|i| reference[i] as f64),
+        }),
+        _ => {
+            let r: Vec<f64> = reference.iter().map(|&x| x as f64).collect();
+            pose_from(&r, format).ok_or_else(degenerate)
+        }
+    }
 }
 
 /// A pose from xyz + rotvec (6 values) or a flat row-major 4×4 transform (16 values; its

@@ -197,6 +197,10 @@ impl EmbodimentProcessor {
             .state
             .normalize(&obs.raw_state())
             .map_err(state_error)?;
+        self.spec
+            .actions
+            .check_references(&obs.raw_state())
+            .map_err(|(key, e)| RequestError::new(format!("state.{key}"), e.to_string()))?;
         if let NoiseSource::Client(n) = &obs.noise {
             let want = self.model_horizon * self.action_dim;
             if n.len() != want {

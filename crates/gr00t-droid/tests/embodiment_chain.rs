@@ -7,7 +7,9 @@ use gr00t_droid::image::Frame;
 use gr00t_droid::pose;
 use gr00t_droid::prompt::PromptEncoder;
 use gr00t_droid::request::NoiseSource;
-use gr00t_fixtures::{max_abs_diff, multi_checkpoint, multi_dir, pearson, MultiCase, MULTI_CASES};
+use gr00t_fixtures::{
+    max_abs_diff, multi_checkpoint, pearson, MultiCase, EXTRA_CASES, MULTI_CASES,
+};
 use gr00t_model::taps::Recorder;
 use gr00t_model::{Checkpoint, Gr00tModel};
 
@@ -20,7 +22,7 @@ fn png(path: &std::path::Path) -> Frame {
 
 /// The case's observation with its frames read from the PNGs named in `observation.json`.
 fn observation(case: &MultiCase) -> Observation {
-    let dir = multi_dir().join(&case.name);
+    let dir = &case.dir;
     let obs: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("observation.json")).unwrap()).unwrap();
     let images = obs["video"]
@@ -47,7 +49,24 @@ fn observation(case: &MultiCase) -> Observation {
 
 #[test]
 fn every_embodiment_matches_nvidia_end_to_end() {
-    let ckpt = Checkpoint::open(multi_checkpoint()).unwrap();
+    let cases: Vec<MultiCase> = MULTI_CASES.iter().map(|n| MultiCase::load(n)).collect();
+    end_to_end(&multi_checkpoint(), &cases);
+}
+
+/// The LIBERO-like (2 views × [0], 256×256, 7 absolute actions with a mean/std gripper, H 16)
+/// and 4×4-EEF cases of `gr00t_n17_tiny_extra`. The 4×4 key is `[1, 16, 4, 4]` upstream and
+/// `[1, 16, 16]` here, the same values row-major.
+#[test]
+fn extra_embodiments_match_nvidia_end_to_end() {
+    let cases: Vec<MultiCase> = EXTRA_CASES
+        .iter()
+        .map(|n| MultiCase::load_extra(n))
+        .collect();
+    end_to_end(&gr00t_fixtures::extra_checkpoint("checkpoint"), &cases);
+}
+
+fn end_to_end(checkpoint: &std::path::Path, cases: &[MultiCase]) {
+    let ckpt = Checkpoint::open(checkpoint).unwrap();
     let ids: Vec<usize> = ckpt.embodiment_ids.values().copied().collect();
     let model = Gr00tModel::load_with(
         &ckpt,
@@ -58,11 +77,11 @@ fn every_embodiment_matches_nvidia_end_to_end() {
     .unwrap();
     let mut worst_r = 1.0f64;
     let mut worst_rel = 0.0f32;
-    for name in MULTI_CASES {
-        let case = MultiCase::load(name);
+    for case in cases {
+        let name = &case.name;
         let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
         let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
-        let obs = observation(&case);
+        let obs = observation(case);
         let enc = proc.encode(&obs).unwrap();
         let out = &case.outputs;
         // Inputs: exact.
@@ -207,4 +226,27 @@ fn torchvision_path_lands_every_frame_on_the_target_size() {
     let frames: usize = o.images.iter().map(|(_, f)| f.len()).sum();
     // 320x240 → smart_resize 320x256 (240/32 = 7.5 rounds to 8) → 16x20 patches, 80 tokens.
     assert_eq!(enc.inputs.image_grid_thw, vec![[1, 16, 20]; frames]);
+}
+
+/// A 4×4 EEF state whose rotation block is a reflection is refused before inference, naming
+/// the state key (upstream: scipy's `from_matrix` refuses a non-positive determinant in decode).
+#[test]
+fn reflected_4x4_state_is_refused_naming_the_key() {
+    let ckpt = Checkpoint::open(gr00t_fixtures::extra_checkpoint("checkpoint")).unwrap();
+    let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
+    let case = MultiCase::load_extra("case_new_embodiment_eef4x4_2");
+    let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+    let mut obs = observation(&case);
+    proc.encode(&obs).unwrap();
+    let pose = &mut obs
+        .state
+        .iter_mut()
+        .find(|(k, _)| k == "eef_pose")
+        .unwrap()
+        .1;
+    pose[0] = -pose[0];
+    pose[1] = -pose[1];
+    pose[2] = -pose[2];
+    let err = proc.encode(&obs).unwrap_err();
+    assert_eq!(err.field, "state.eef_pose", "{err}");
 }

@@ -241,6 +241,10 @@ fn extra_upstream_facts_hold() {
         .unwrap();
     let grip = &out.get("gripper").unwrap().actions;
     assert_eq!(grip, &case.outputs.f32s("action.gripper"));
+    // Model output −3.33 at some step: n·std + mean = −2.98, well below mean − std = −0.81.
+    let (mean, std) = (0.12f32, 0.93f32);
+    let lowest = grip.iter().fold(f32::INFINITY, |m, &x| m.min(x));
+    assert!(lowest < mean - 3.0 * std, "gripper min {lowest}: clipped?");
     // 4×4 EEF: the zero-width bottom row [0, 0, 0, 1] normalises to 0 and the returned poses
     // keep it; the rotation block comes back a rotation.
     for name in [
@@ -269,4 +273,67 @@ fn extra_upstream_facts_hold() {
             }
         }
     }
+}
+
+/// The refusals upstream showed on the extra fixture (`summary.json` `upstream_refusals`),
+/// refused here too: per-step relative statistics with H ± 1 rows (upstream: a broadcast error
+/// in decode; here: at construction), and a 4×4 EEF state whose rotation block has a
+/// non-positive determinant (scipy `Rotation.from_matrix` refuses it; here: before inference,
+/// naming the state key).
+#[test]
+fn extra_refusals_match_upstream() {
+    let summary: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(gr00t_fixtures::extra_dir().join("summary.json")).unwrap(),
+    )
+    .unwrap();
+    let refused: Vec<&str> = summary["upstream_refusals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["outcome"] == "refused")
+        .map(|r| r["what"].as_str().unwrap())
+        .collect();
+    let ckpt = Checkpoint::open(gr00t_fixtures::extra_checkpoint("checkpoint")).unwrap();
+    for (what, rows) in [
+        ("relative_action stats with H+1 rows", 17),
+        ("relative_action stats with H-1 rows", 15),
+    ] {
+        assert!(refused.contains(&what), "{refused:?}");
+        let mut stats = ckpt.statistics.clone();
+        let rel = stats
+            .by_tag
+            .get_mut("new_embodiment")
+            .unwrap()
+            .get_mut("relative_action")
+            .unwrap()
+            .get_mut("eef_pose")
+            .unwrap();
+        for v in [&mut rel.min, &mut rel.max, &mut rel.q01, &mut rel.q99] {
+            v.resize(rows, v[0].clone());
+        }
+        let err = ActionDecoder::new(&stats, &ckpt.processor, "new_embodiment").unwrap_err();
+        assert!(
+            err.to_string().contains("expected 1 or 16 rows"),
+            "{what}: {err}"
+        );
+    }
+    // A reflected rotation block in the reference state (det −1).
+    let dec = ActionDecoder::new(&ckpt.statistics, &ckpt.processor, "new_embodiment").unwrap();
+    let case = MultiCase::load_extra("case_new_embodiment_eef4x4_1");
+    let mut state = case.state.clone();
+    let pose = &mut state.iter_mut().find(|(k, _)| k == "eef_pose").unwrap().1;
+    for j in 0..3 {
+        pose[8 + j] = -pose[8 + j]; // third row negated
+    }
+    let raw: Vec<(&str, &[f32])> = state
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    let (key, err) = dec.check_references(&raw).unwrap_err();
+    assert_eq!(key, "eef_pose");
+    assert!(err.to_string().contains("degenerate rotation"), "{err}");
+    assert!(dec
+        .decode(&case.outputs.f32s("head.action_pred"), &raw)
+        .is_err());
+    dec.check_references(&case.raw_state()).unwrap();
 }

@@ -263,6 +263,13 @@ impl Taps {
             .unwrap_or_default()
     }
 
+    /// Every tap name, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut n: Vec<String> = self.tensors.keys().cloned().collect();
+        n.sort();
+        n
+    }
+
     /// Whether a tap exists in this case (some taps exist only in case0/case3).
     pub fn has(&self, name: &str) -> bool {
         self.tensors.contains_key(name)

@@ -237,3 +237,39 @@ fn predict_runs_every_multi_embodiment_case() {
         }
     }
 }
+
+/// `gr00t predict` on the LIBERO-like and 4×4-EEF cases of `gr00t_n17_tiny_extra` (the 4×4 key
+/// comes back as 16 rows of 16, upstream's `[1, 16, 4, 4]` row-major).
+#[test]
+fn predict_runs_every_extra_case() {
+    let ckpt = gr00t_fixtures::extra_checkpoint("checkpoint");
+    let ckpt = ckpt.display().to_string();
+    for name in gr00t_fixtures::EXTRA_CASES {
+        let case = gr00t_fixtures::MultiCase::load_extra(name);
+        let request = gr00t_fixtures::extra_dir().join(name).join("request.json");
+        let request = request.display().to_string();
+        let out = gr00t(&["predict", "--checkpoint", &ckpt, "--request", &request]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(resp["embodiment"], case.tag.as_str());
+        let keys: Vec<&String> = resp["actions"].as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys.len(),
+            if case.tag == "libero_sim" { 7 } else { 2 },
+            "{name}"
+        );
+        for key in keys {
+            let want = case.outputs.f32s(&format!("action.{key}"));
+            let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+            let ours = action_group(&resp, key);
+            assert_eq!(ours.len(), want.len(), "{name} {key}");
+            let d = max_abs_diff(&ours, &want);
+            assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d:e}");
+        }
+    }
+}

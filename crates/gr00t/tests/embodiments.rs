@@ -18,7 +18,11 @@ fn post(server: &Server, body: &Value) -> (u16, Value) {
 }
 
 fn request(case: &str) -> Value {
-    let text = std::fs::read_to_string(multi_dir().join(case).join("request.json")).unwrap();
+    request_in(&multi_dir(), case)
+}
+
+fn request_in(root: &std::path::Path, case: &str) -> Value {
+    let text = std::fs::read_to_string(root.join(case).join("request.json")).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
@@ -143,6 +147,59 @@ fn every_embodiment_is_served_over_http() {
     // Still serving.
     let (status, _) = post(&server, &request("case_simpler_env_widowx_1"));
     assert_eq!(status, 200);
+}
+
+/// The LIBERO-like and 4×4-EEF cases of `gr00t_n17_tiny_extra` over HTTP. Upstream returns the
+/// DEFAULT-format EEF key as `[1, 16, 4, 4]`; we return 16 rows of the same 16 values row-major.
+#[test]
+fn extra_embodiments_are_served_over_http() {
+    let server = Server::start_in(&gr00t_fixtures::extra_checkpoint("checkpoint"), 0, &[]);
+    let info = get(&server.http, "/info").unwrap().json();
+    let libero = info["embodiments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["tag"] == "libero_sim")
+        .unwrap_or_else(|| panic!("{info}"));
+    assert_eq!(libero["embodiment_id"], 2, "{libero}");
+    assert_eq!(libero["action_horizon"], 16, "{libero}");
+    assert_eq!(libero["views"].as_array().unwrap().len(), 2, "{libero}");
+    for name in gr00t_fixtures::EXTRA_CASES {
+        let case = MultiCase::load_extra(name);
+        let (status, resp) = post(&server, &request_in(&gr00t_fixtures::extra_dir(), name));
+        assert_eq!(status, 200, "{name}: {resp}");
+        assert_eq!(resp["embodiment"], case.tag.as_str());
+        assert_eq!(resp["action_horizon"], 16, "{name}");
+        let acts = resp["actions"].as_object().unwrap();
+        let want_keys: Vec<String> = case
+            .outputs
+            .names()
+            .into_iter()
+            .filter_map(|n| n.strip_prefix("action.").map(str::to_string))
+            .collect();
+        assert_eq!(acts.len(), want_keys.len(), "{name}: {resp}");
+        for key in want_keys {
+            let want = case.outputs.f32s(&format!("action.{key}"));
+            let ours = flat(&resp["actions"][&key]);
+            assert_eq!(ours.len(), want.len(), "{name} {key}");
+            let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+            let d = max_abs_diff(&ours, &want);
+            assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d}");
+        }
+    }
+    // A reflected 4×4 rotation block: 400 naming the state key (scipy refuses it upstream).
+    let mut body = request_in(&gr00t_fixtures::extra_dir(), "case_new_embodiment_eef4x4_1");
+    for i in 0..3 {
+        let v = body["state"]["eef_pose"][i].as_f64().unwrap();
+        body["state"]["eef_pose"][i] = json!(-v);
+    }
+    let (status, resp) = post(&server, &body);
+    assert_eq!(status, 400, "{resp}");
+    assert_eq!(resp["field"], "state.eef_pose", "{resp}");
+    assert!(
+        resp["error"].as_str().unwrap().contains("rotation"),
+        "{resp}"
+    );
 }
 
 #[test]

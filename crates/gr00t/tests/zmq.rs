@@ -531,7 +531,7 @@ fn zmq_n17_msgpack_numpy_requests_get_the_same_actions_in_their_form() {
 /// A multi-embodiment case as upstream's nested observation: `video {view: u8 [1,T,H,W,3]}`,
 /// `state {key: f32 [1,1,D]}`, `language {key: [[instruction]]}`.
 fn multi_observation(case: &gr00t_fixtures::MultiCase) -> Value {
-    let dir = gr00t_fixtures::multi_dir().join(&case.name);
+    let dir = &case.dir;
     let obs: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("observation.json")).unwrap()).unwrap();
     let video = obs["video"]
@@ -647,6 +647,56 @@ fn zmq_serves_every_embodiment_by_options() {
         None,
     );
     assert!(error_text(&reply).contains("not served"), "{reply}");
+}
+
+/// The LIBERO-like and 4×4-EEF cases of `gr00t_n17_tiny_extra` over ZMQ. Upstream's
+/// (non-strict) policy returns the DEFAULT-format EEF key as `[1, 16, 4, 4]`; ours is
+/// `[1, 16, 16]`, the same values row-major.
+#[test]
+fn zmq_serves_the_extra_embodiments() {
+    let ckpt = gr00t_fixtures::extra_checkpoint("checkpoint");
+    let server = Server::start_in(&ckpt, 0, &["--zmq-port", "0"]);
+    let mut c = Client::connect(server.zmq.as_deref().expect("zmq address"));
+    for name in gr00t_fixtures::EXTRA_CASES {
+        let case = gr00t_fixtures::MultiCase::load_extra(name);
+        let noise = nd_array(&NdArray::from_f32(vec![1, 40, 132], &case.noise));
+        let options = str_map([
+            ("embodiment", Value::from(case.tag.as_str())),
+            ("noise", noise),
+        ]);
+        let reply = c.call(
+            "get_action",
+            Some(get_action(multi_observation(&case), options)),
+            None,
+        );
+        let Value::Array(pair) = &reply else {
+            panic!("{name}: {reply}")
+        };
+        let Value::Map(acts) = &pair[0] else {
+            panic!("{name}: {reply}")
+        };
+        assert_eq!(
+            acts.len(),
+            if case.tag == "libero_sim" { 7 } else { 2 },
+            "{name}"
+        );
+        for (k, v) in acts {
+            let key = k.as_str().unwrap();
+            let (_, a) = decode_array(v).expect("array");
+            let a = a.unwrap();
+            let dims = case.outputs.dims(&format!("action.{key}"));
+            assert_eq!(a.shape[..2], dims[..2], "{name} {key}");
+            assert_eq!(
+                a.shape.iter().product::<usize>(),
+                dims.iter().product::<usize>(),
+                "{name} {key}"
+            );
+            let want = case.outputs.f32s(&format!("action.{key}"));
+            let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+            let d = max_abs_diff(&a.to_f32s(), &want);
+            assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d}");
+        }
+    }
 }
 
 #[test]
