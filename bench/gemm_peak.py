@@ -1,11 +1,13 @@
-"""Best fp32 GEMM rate of this machine: numpy matmul (OpenBLAS) of large square matrices.
+"""Best GEMM rate of this machine: numpy matmul (OpenBLAS) of large square fp32 matrices, or with
+`--torch-bf16` torch.matmul of bf16 ones (oneDNN: AMX or AVX512-BF16 where the CPU has them), the
+bf16 floor of issue 16.
 
 Prints one JSON object: {"best_gflops": x, "by_size": {n: gflops}, "threads": n, "blas": {...}}
 where "blas" is threadpoolctl's view of the loaded BLAS (library, version, the kernel family it
 picked: "architecture"). Run it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, or OpenBLAS
 uses the kernel those name instead of the best one for the CPU.
 
-Usage: python3 gemm_peak.py [--threads N] [--sizes 1024,2048,3072,4096] [--reps 3]
+Usage: python3 gemm_peak.py [--threads N] [--sizes 1024,2048,3072,4096] [--reps 3] [--torch-bf16]
 """
 import argparse
 import json
@@ -19,7 +21,10 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--sizes", default="1024,2048,3072,4096")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--torch-bf16", action="store_true", help="torch.matmul in bf16 instead of numpy fp32")
     args = ap.parse_args()
+    if args.torch_bf16:
+        return torch_bf16(args)
     if args.threads:
         # Must be set before numpy loads OpenBLAS.
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
@@ -54,6 +59,33 @@ def main():
         "blas": blas[0] if blas else {"note": "threadpoolctl not installed"},
         "numpy": np.__version__,
         "overrides": overrides,
+    }))
+
+
+def torch_bf16(args):
+    """The same measurement with torch.matmul on bf16 matrices (fp32 accumulation inside oneDNN)."""
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    by_size = {}
+    for n in (int(s) for s in args.sizes.split(",")):
+        a = torch.randn(n, n).to(torch.bfloat16)
+        b = torch.randn(n, n).to(torch.bfloat16)
+        a @ b  # warm-up: oneDNN's kernel choice, page faults
+        best = float("inf")
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
+        by_size[n] = 2.0 * n**3 / best / 1e9
+    print(json.dumps({
+        "best_gflops": max(by_size.values()),
+        "by_size": by_size,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }))
 
 

@@ -29,8 +29,8 @@ def machine(out):
     }
 
 
-def peer(out):
-    p = out / "peer.txt"
+def peer(out, name="peer.txt"):
+    p = out / name
     if not p.exists():
         return None
     m = re.search(r"vision_ms (\d+)\s+llm_ms (-?\d+)\s+backbone_ms (\d+)", p.read_text())
@@ -112,12 +112,13 @@ def main():
         lines.append(f"- {what}: {ratio:.2f} ({'met' if ratio <= bound else 'NOT met'})")
     bf16_path = out / "cold_bf16.json"
     if bf16_path.exists():
-        lines += bf16_block(cold, json.loads(bf16_path.read_text()))
+        lines += bf16_block(out, cold, json.loads(bf16_path.read_text()))
     print("\n".join(lines))
 
 
-def bf16_block(f32, bf16):
-    """Cold requests, --dtype bf16 against fp32, both from this run."""
+def bf16_block(out, f32, bf16):
+    """Cold requests, --dtype bf16 against fp32, the PyTorch bf16 peer and the bf16 GEMM floor,
+    all from this run."""
     lines = ["", f"bf16 (--dtype bf16, CPU kernel {bf16.get('cpu_kernel', '?')}) against fp32 "
              f"(CPU kernel {f32.get('cpu_kernel', '?')}), cold requests:", "",
              "| stage | fp32 median ms | bf16 median ms | bf16 / fp32 | bf16 GFLOP/s |",
@@ -133,10 +134,27 @@ def bf16_block(f32, bf16):
     if "cpu_ms" in f32 and "cpu_ms" in bf16:
         lines.append(f"| CPU time per request, all threads | {f32['cpu_ms']:.1f} | {bf16['cpu_ms']:.1f} | "
                      f"{bf16['cpu_ms'] / f32['cpu_ms']:.2f} | - |")
-    lines += ["", f"bf16 peak RSS {bf16['peak_rss_mb']:.0f} MB (fp32 {f32['peak_rss_mb']:.0f} MB)", "",
-              "Targets (issue 16):"]
-    for what, value, bound in [("bf16 whole request ≤ 0.6 × fp32", bf16["total_ms"] / f32["total_ms"], 0.6),
-                               ("bf16 peak RSS ≤ 8 GB", bf16["peak_rss_mb"] / 1e3, 8.0)]:
+    lines += ["", f"bf16 peak RSS {bf16['peak_rss_mb']:.0f} MB (fp32 {f32['peak_rss_mb']:.0f} MB)"]
+    bb = bf16["stages"]["vision"]["median_ms"] + bf16["stages"]["llm"]["median_ms"]
+    total_gflop = sum(bf16["stages"][t]["gflop"] for t in STAGES)
+    checks = [("bf16 whole request ≤ 0.6 × fp32", bf16["total_ms"] / f32["total_ms"], 0.6),
+              ("bf16 peak RSS ≤ 8 GB", bf16["peak_rss_mb"] / 1e3, 8.0)]
+    gemm_path = out / "gemm_bf16.json"
+    if gemm_path.exists():
+        g = json.loads(gemm_path.read_text())
+        floor = total_gflop / g["best_gflops"] * 1e3
+        lines.append(f"Best bf16 GEMM: {g['best_gflops']:.1f} GFLOP/s (torch {g.get('torch')}, "
+                     f"{g.get('cpu_capability')}, {g.get('threads')} threads); whole-request bf16 floor "
+                     f"{floor:.0f} ms")
+        checks.append(("bf16 whole request ≤ 1.3 × its bf16 GEMM floor (AMX machines)",
+                       bf16["total_ms"] / floor, 1.3))
+    pb = peer(out, "peer_bf16.txt")
+    if pb:
+        lines.append(f"PyTorch eager bf16 peer ({pb['threads']} threads): vision {pb['vision']:.0f} ms, "
+                     f"llm {pb['llm']:.0f} ms, backbone {pb['backbone']:.0f} ms; ours {bb:.0f} ms")
+        checks.append(("bf16 backbone ≤ 0.6 × PyTorch eager bf16 (AMX machines)", bb / pb["backbone"], 0.6))
+    lines += ["", "Targets (issue 16):"]
+    for what, value, bound in checks:
         lines.append(f"- {what}: {value:.2f} ({'met' if value <= bound else 'NOT met'})")
     return lines
 

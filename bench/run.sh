@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# CPU performance run, all in one go on one machine: the best fp32 GEMM rate (numpy/OpenBLAS),
-# the PyTorch eager peer of our backbone (torch_backbone_peer.py), and `gr00t bench` (cold
+# CPU performance run, all in one go on one machine: the best fp32 GEMM rate (numpy/OpenBLAS) and
+# bf16 GEMM rate (torch/oneDNN), the PyTorch eager peer of our backbone in fp32 and bf16
+# (torch_backbone_peer.py), and `gr00t bench` (cold
 # requests, then the control loop, then cold requests with --dtype bf16), then a report with per-stage GFLOP/s, GEMM-bound floors and
 # ratios (bench/report.py). Everything uses the same thread count.
 #
@@ -56,9 +57,14 @@ env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
     "$py" "$here/gemm_peak.py" --threads "$threads" > "$out/gemm.json"
 
 if [[ "${SKIP_PEER:-0}" != 1 ]]; then
+    echo "== bf16 GEMM peak (torch.matmul, oneDNN)" >&2
+    "$py" "$here/gemm_peak.py" --torch-bf16 --sizes 4096 --threads "$threads" > "$out/gemm_bf16.json"
     echo "== PyTorch eager peer (Qwen3-VL-2B cut to 16 layers, DROID shapes)" >&2
     flock "$lock" "$py" "$here/torch_backbone_peer.py" --runs "$runs" --threads "$threads" \
         | tee "$out/peer.txt" >&2
+    echo "== PyTorch eager peer, bf16" >&2
+    flock "$lock" "$py" "$here/torch_backbone_peer.py" --runs "$runs" --threads "$threads" \
+        --dtype bfloat16 | tee "$out/peer_bf16.txt" >&2
 fi
 
 echo "== gr00t bench: cold requests" >&2

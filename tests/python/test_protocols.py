@@ -54,12 +54,14 @@ def check(name, fn):
 
 
 class Server:
-    """A `gr00t serve` child with all three doors on OS-chosen ports."""
+    """A `gr00t serve` child with all three doors on OS-chosen ports (default checkpoint: the
+    tiny DROID fixture's)."""
 
-    def __init__(self):
+    def __init__(self, checkpoint=None):
         binary = os.environ.get("GR00T_BIN", str(ROOT / "target/debug/gr00t"))
+        checkpoint = checkpoint or FIXTURE / "checkpoint"
         self.proc = subprocess.Popen(
-            [binary, "serve", "--checkpoint", str(FIXTURE / "checkpoint"),
+            [binary, "serve", "--checkpoint", str(checkpoint),
              "--port", "0", "--zmq-port", "0", "--ws-port", "0"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, env={**os.environ, "RUST_LOG": "info"},

@@ -3,8 +3,14 @@
 //! answer's actions bit-for-bit against that request's solo answer (taken first, one at a time).
 //! 503s are retried after their `Retry-After`; a monitor samples `/info`'s queue depth.
 //! Prints a JSON summary; exits 1 on any wrong answer or unexpected status.
+//!
+//! Behind a load balancer (`bench/fleet/`): each client is one robot with its own session, sent
+//! as `X-Session-Id: robot-<k>`; refused or reset connections are retried like 503s (a replica
+//! going away is retryable); the replica that answered (`X-Gr00t-Replica`) is recorded per
+//! answer, and `--answers-out FILE` writes one JSON line per answer for the fault analysis.
 
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -12,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: gr00t-loadgen --addr HOST:PORT --fixtures DIR [--clients 16] \
-[--requests 200] [--token TOKEN] [--max-seconds S]";
+[--requests 200] [--token TOKEN] [--max-seconds S] [--solo-addr HOST:PORT] \
+[--answers-out FILE] [--max-attempts 50]";
 
 struct Args {
     addr: String,
@@ -21,6 +28,11 @@ struct Args {
     requests: usize,
     token: Option<String>,
     max_seconds: f64,
+    /// Where the solo answers come from (default `addr`).
+    solo_addr: Option<String>,
+    answers_out: Option<String>,
+    /// Attempts per request (503s and connection errors) before it counts as lost.
+    max_attempts: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -31,6 +43,9 @@ fn args() -> Result<Args, String> {
         requests: 200,
         token: None,
         max_seconds: f64::INFINITY,
+        solo_addr: None,
+        answers_out: None,
+        max_attempts: 50,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -47,20 +62,34 @@ fn args() -> Result<Args, String> {
             "--max-seconds" => {
                 a.max_seconds = v()?.parse().map_err(|e| format!("--max-seconds: {e}"))?
             }
+            "--solo-addr" => a.solo_addr = Some(v()?),
+            "--answers-out" => a.answers_out = Some(v()?),
+            "--max-attempts" => {
+                a.max_attempts = v()?.parse().map_err(|e| format!("--max-attempts: {e}"))?
+            }
             _ => return Err(USAGE.into()),
         }
     }
     Ok(a)
 }
 
-/// One HTTP/1.1 exchange on a fresh connection: (status, Retry-After, body).
+/// One answer: status, `Retry-After`, `X-Gr00t-Replica`, body.
+struct Reply {
+    status: u16,
+    retry: Option<u64>,
+    replica: Option<String>,
+    body: Vec<u8>,
+}
+
+/// One HTTP/1.1 exchange on a fresh connection, with `X-Session-Id` when `session` is given.
 fn http(
     addr: &str,
     method: &str,
     path: &str,
     body: &[u8],
     token: Option<&str>,
-) -> std::io::Result<(u16, Option<u64>, Vec<u8>)> {
+    session: Option<&str>,
+) -> std::io::Result<Reply> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(600)))?;
     let _ = s.set_nodelay(true);
@@ -71,6 +100,9 @@ fn http(
     );
     if let Some(t) = token {
         head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    if let Some(id) = session {
+        head.push_str(&format!("X-Session-Id: {id}\r\n"));
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes())?;
@@ -87,13 +119,21 @@ fn http(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| std::io::Error::other("bad status line"))?;
-    let retry = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("retry-after")
-            .then(|| v.trim().parse().ok())?
-    });
+    let header = |name: &str| {
+        head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    };
     // The server answers with Content-Length (no chunking) and closes.
-    Ok((status, retry, raw[end + 4..].to_vec()))
+    Ok(Reply {
+        status,
+        retry: header("retry-after").and_then(|v| v.parse().ok()),
+        replica: header("x-gr00t-replica"),
+        body: raw[end + 4..].to_vec(),
+    })
 }
 
 /// Client `k`'s own request: fixture case k % 4, its own seed, instruction and state.
@@ -136,8 +176,27 @@ struct Tally {
     ok: usize,
     wrong: usize,
     busy_503: usize,
+    /// Refused, reset or cut connections that were retried.
+    conn_errors: usize,
     other: Vec<String>,
     latency_ms: Vec<f64>,
+    /// Answers per replica.
+    replicas: BTreeMap<String, usize>,
+}
+
+/// One answered request, for `--answers-out`.
+struct Answer {
+    t_s: f64,
+    client: usize,
+    replica: String,
+    attempts: usize,
+    latency_ms: f64,
+    ok: bool,
+}
+
+/// The session id client `k` sends.
+fn session_id(k: usize) -> String {
+    format!("robot-{k}")
 }
 
 fn main() {
@@ -150,13 +209,15 @@ fn main() {
     };
     let token = a.token.as_deref();
     // Solo answers, one request at a time.
+    let solo_addr = a.solo_addr.clone().unwrap_or_else(|| a.addr.clone());
     let mut reqs = Vec::new();
     let mut solo = Vec::new();
     for k in 0..a.clients {
         let body = client_request(&a.fixtures, k).unwrap_or_else(|e| panic!("{e}"));
-        let (st, _, b) = http(&a.addr, "POST", "/predict", &body, token).expect("solo request");
-        assert_eq!(st, 200, "solo request {k}: {}", String::from_utf8_lossy(&b));
-        solo.push(actions(&b).expect("solo answer"));
+        let r = http(&solo_addr, "POST", "/predict", &body, token, None).expect("solo request");
+        let text = String::from_utf8_lossy(&r.body);
+        assert_eq!(r.status, 200, "solo request {k}: {text}");
+        solo.push(actions(&r.body).expect("solo answer"));
         reqs.push(body);
     }
     let distinct = {
@@ -178,8 +239,8 @@ fn main() {
         std::thread::spawn(move || {
             let mut samples = Vec::new();
             while !done.load(Ordering::SeqCst) {
-                if let Ok((200, _, b)) = http(&addr, "GET", "/info", b"", token.as_deref()) {
-                    if let Ok(v) = serde_json::from_slice::<Value>(&b) {
+                if let Ok(r) = http(&addr, "GET", "/info", b"", token.as_deref(), None) {
+                    if let (200, Ok(v)) = (r.status, serde_json::from_slice::<Value>(&r.body)) {
                         let w = v["queue"]["waiting"].as_u64().unwrap_or(0) as usize;
                         max_waiting.fetch_max(w, Ordering::SeqCst);
                         samples.push(w);
@@ -191,39 +252,86 @@ fn main() {
         })
     };
     let tally = Arc::new(Mutex::new(Tally::default()));
+    let answers = Arc::new(Mutex::new(Vec::<Answer>::new()));
+    // Each session's replicas in answer order, consecutive repeats merged.
+    let paths = Arc::new(Mutex::new(vec![Vec::<String>::new(); a.clients]));
     let t0 = Instant::now();
+    let t0_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
     let handles: Vec<_> = (0..a.clients)
         .map(|k| {
             let (addr, body, want) = (a.addr.clone(), reqs[k].clone(), solo[k].clone());
             let (tally, token, n) = (tally.clone(), a.token.clone(), a.requests);
-            let max_s = a.max_seconds;
+            let (answers, paths) = (answers.clone(), paths.clone());
+            let (max_s, max_attempts) = (a.max_seconds, a.max_attempts);
             std::thread::spawn(move || {
+                let session = session_id(k);
                 let mut mine = Tally::default();
+                let mut log = Vec::new();
+                let mut path: Vec<String> = Vec::new();
                 for _ in 0..n {
                     // A time budget stops every client early (reported as answers_ok < total).
                     if t0.elapsed().as_secs_f64() > max_s {
                         break;
                     }
                     let start = Instant::now();
+                    let mut attempts = 0;
                     loop {
-                        match http(&addr, "POST", "/predict", &body, token.as_deref()) {
-                            Ok((200, _, b)) => {
-                                mine.latency_ms.push(start.elapsed().as_secs_f64() * 1e3);
-                                match actions(&b) {
-                                    Ok(got) if got == want => mine.ok += 1,
-                                    _ => mine.wrong += 1,
+                        attempts += 1;
+                        if attempts > max_attempts {
+                            mine.other
+                                .push(format!("lost after {max_attempts} attempts"));
+                            break;
+                        }
+                        let r = http(
+                            &addr,
+                            "POST",
+                            "/predict",
+                            &body,
+                            token.as_deref(),
+                            Some(&session),
+                        );
+                        match r {
+                            Ok(r) if r.status == 200 => {
+                                let ms = start.elapsed().as_secs_f64() * 1e3;
+                                mine.latency_ms.push(ms);
+                                let good = matches!(actions(&r.body), Ok(got) if got == want);
+                                if good {
+                                    mine.ok += 1;
+                                } else {
+                                    mine.wrong += 1;
                                 }
+                                let replica = r.replica.unwrap_or_else(|| "?".into());
+                                *mine.replicas.entry(replica.clone()).or_default() += 1;
+                                if path.last() != Some(&replica) {
+                                    path.push(replica.clone());
+                                }
+                                log.push(Answer {
+                                    t_s: t0.elapsed().as_secs_f64(),
+                                    client: k,
+                                    replica,
+                                    attempts,
+                                    latency_ms: ms,
+                                    ok: good,
+                                });
                                 break;
                             }
-                            Ok((503, retry, _)) => {
+                            Ok(r) if r.status == 503 => {
                                 mine.busy_503 += 1;
                                 // The documented back-off: wait what Retry-After says.
-                                std::thread::sleep(Duration::from_secs(retry.unwrap_or(1)));
+                                std::thread::sleep(Duration::from_secs(r.retry.unwrap_or(1)));
                             }
-                            Ok((st, _, b)) => {
-                                mine.other
-                                    .push(format!("{st}: {}", String::from_utf8_lossy(&b)));
+                            Ok(r) => {
+                                let text = String::from_utf8_lossy(&r.body);
+                                mine.other.push(format!("{}: {text}", r.status));
                                 break;
+                            }
+                            Err(e) if retryable(&e) => {
+                                // A replica (or the balancer) going away: try again shortly.
+                                mine.conn_errors += 1;
+                                std::thread::sleep(Duration::from_millis(200));
                             }
                             Err(e) => {
                                 mine.other.push(format!("io: {e}"));
@@ -236,8 +344,18 @@ fn main() {
                 t.ok += mine.ok;
                 t.wrong += mine.wrong;
                 t.busy_503 += mine.busy_503;
+                t.conn_errors += mine.conn_errors;
                 t.other.extend(mine.other);
                 t.latency_ms.extend(mine.latency_ms);
+                for (r, n) in mine.replicas {
+                    *t.replicas.entry(r).or_default() += n;
+                }
+                drop(t);
+                answers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(log);
+                paths.lock().unwrap_or_else(|p| p.into_inner())[k] = path;
             })
         })
         .collect();
@@ -249,6 +367,37 @@ fn main() {
     let samples = monitor.join().unwrap_or_default();
     let mut t = std::mem::take(&mut *tally.lock().unwrap_or_else(|p| p.into_inner()));
     t.latency_ms.sort_by(f64::total_cmp);
+    let paths = std::mem::take(&mut *paths.lock().unwrap_or_else(|p| p.into_inner()));
+    let one_replica = paths.iter().filter(|p| p.len() == 1).count();
+    // Where each session started (the balancer's placement).
+    let mut sessions_by_replica = BTreeMap::<String, usize>::new();
+    for p in &paths {
+        if let Some(first) = p.first() {
+            *sessions_by_replica.entry(first.clone()).or_default() += 1;
+        }
+    }
+    let moved: Vec<Value> = paths
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.len() > 1)
+        .map(|(k, p)| json!({"session": session_id(k), "replicas": p}))
+        .collect();
+    if let Some(file) = &a.answers_out {
+        let mut log = std::mem::take(&mut *answers.lock().unwrap_or_else(|p| p.into_inner()));
+        log.sort_by(|x, y| x.t_s.total_cmp(&y.t_s));
+        let lines: String = log
+            .iter()
+            .map(|x| {
+                let v = json!({"t_s": x.t_s, "t_unix": t0_unix + x.t_s, "session": session_id(x.client), "replica": x.replica,
+                               "attempts": x.attempts, "latency_ms": x.latency_ms, "ok": x.ok});
+                format!("{v}\n")
+            })
+            .collect();
+        if let Err(e) = std::fs::write(file, lines) {
+            eprintln!("{file}: {e}");
+            std::process::exit(2);
+        }
+    }
     let summary = json!({
         "clients": a.clients,
         "requests_per_client": a.requests,
@@ -256,6 +405,7 @@ fn main() {
         "answers_ok": t.ok,
         "answers_wrong": t.wrong,
         "retried_503": t.busy_503,
+        "retried_connection_errors": t.conn_errors,
         "other_failures": t.other.len(),
         "other_failure_samples": t.other.iter().take(5).collect::<Vec<_>>(),
         "wall_s": wall,
@@ -266,6 +416,10 @@ fn main() {
             "p99": pct(&t.latency_ms, 0.99),
             "max": t.latency_ms.last().copied().unwrap_or(f64::NAN),
         },
+        "answers_by_replica": t.replicas,
+        "sessions_by_replica": sessions_by_replica,
+        "sessions_on_one_replica": one_replica,
+        "sessions_moved": moved,
         "queue_waiting_max": max_waiting.load(Ordering::SeqCst),
         "queue_waiting_mean": samples.iter().sum::<usize>() as f64 / samples.len().max(1) as f64,
         "queue_samples": samples.len(),
@@ -277,4 +431,14 @@ fn main() {
     if t.wrong > 0 || !t.other.is_empty() {
         std::process::exit(1);
     }
+}
+
+/// Connection errors a client retries: refused (nothing listening), reset or cut short (the
+/// peer died mid-request). A request the server never answered was not applied.
+fn retryable(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+    ) || e.to_string() == "no response head"
 }

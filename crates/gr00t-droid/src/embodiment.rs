@@ -328,6 +328,7 @@ pub(crate) fn model_inputs(
         state,
         embodiment_id,
         noise,
+        rtc: None,
     }
 }
 

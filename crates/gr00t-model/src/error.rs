@@ -1,5 +1,6 @@
 //! Errors of the model crate.
 
+use crate::rtc::RtcError;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -12,6 +13,8 @@ pub enum Error {
     Candle(candle_core::Error),
     /// The inputs handed to the network are inconsistent.
     Input(String),
+    /// The RTC options are invalid; names the request field.
+    Rtc(RtcError),
 }
 
 impl Error {
@@ -30,6 +33,7 @@ impl fmt::Display for Error {
             Error::File { path, problem } => write!(f, "{}: {problem}", path.display()),
             Error::Candle(e) => write!(f, "tensor error: {e}"),
             Error::Input(m) => write!(f, "invalid model input: {m}"),
+            Error::Rtc(e) => write!(f, "invalid RTC options: {e}"),
         }
     }
 }
@@ -39,6 +43,12 @@ impl std::error::Error for Error {}
 impl From<candle_core::Error> for Error {
     fn from(e: candle_core::Error) -> Error {
         Error::Candle(e)
+    }
+}
+
+impl From<RtcError> for Error {
+    fn from(e: RtcError) -> Error {
+        Error::Rtc(e)
     }
 }
 

@@ -1,5 +1,7 @@
 //! What the network consumes for one request, as produced by an embodiment's processor.
 
+use crate::rtc::Rtc;
+
 /// The processed inputs of one request (batch of one).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelInputs {
@@ -17,4 +19,6 @@ pub struct ModelInputs {
     pub embodiment_id: usize,
     /// Initial flow-matching noise, `[action_horizon, max_action_dim]` row-major.
     pub noise: Vec<f32>,
+    /// Real-time chunking from the previous chunk; `None` runs the plain sampler.
+    pub rtc: Option<Rtc>,
 }

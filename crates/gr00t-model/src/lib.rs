@@ -19,6 +19,7 @@ pub mod linear;
 pub mod model;
 pub mod noise;
 pub(crate) mod out_ptr;
+pub mod rtc;
 pub mod synth;
 pub mod taps;
 #[cfg(test)]
@@ -33,3 +34,4 @@ pub use config::{BackboneConfig, Gr00tConfig};
 pub use error::{Error, Result};
 pub use inputs::ModelInputs;
 pub use model::{Gr00tModel, ModelOutput};
+pub use rtc::{Rtc, RtcError, RtcField};

@@ -194,6 +194,9 @@ impl Gr00tModel {
                 inputs.state.len()
             )));
         }
+        if let Some(rtc) = &inputs.rtc {
+            rtc.validate(h, a)?;
+        }
         if inputs.patch_dim == 0 || !inputs.pixel_values.len().is_multiple_of(inputs.patch_dim) {
             return Err(Error::Input(
                 "pixel_values is not a whole number of patch rows".into(),
@@ -226,13 +229,14 @@ impl Gr00tModel {
         let vl_embeds = self.head.encode_vl(&bb.features, rec)?;
         sync(dev)?;
         let t3 = Instant::now();
-        let actions = self.head.denoise(
+        let actions = self.head.denoise_with_rtc(
             &vl_embeds,
             &bb.image_mask,
             &bb.attention_mask,
             &state,
             inputs.embodiment_id,
             &noise,
+            inputs.rtc.as_ref(),
             rec,
         )?;
         let action_pred = actions

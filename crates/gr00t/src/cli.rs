@@ -57,6 +57,10 @@ enum Command {
         /// $GR00T_VISION_CACHE].
         #[arg(long, value_name = "IMAGES")]
         vision_cache: Option<usize>,
+        /// Name of this replica behind a load balancer, echoed in every response's
+        /// X-Gr00t-Replica header and in /info [default: $GR00T_REPLICA_ID, else none].
+        #[arg(long, value_name = "ID")]
+        replica_id: Option<String>,
         #[command(flatten)]
         protocols: crate::protocols::ProtocolOptions,
         #[command(flatten)]
@@ -161,6 +165,7 @@ pub fn run() -> i32 {
             no_ui,
             history,
             vision_cache: _,
+            replica_id,
             protocols,
             hardening,
             device,
@@ -176,6 +181,12 @@ pub fn run() -> i32 {
             protocols,
             hardening,
             device,
+            // An empty variable counts as unset (a manifest may leave it blank).
+            replica_id: replica_id.or_else(|| {
+                std::env::var(crate::server::REPLICA_ENV)
+                    .ok()
+                    .filter(|v| !v.is_empty())
+            }),
         }),
         Command::Pull { revision } => crate::pull::run(crate::pull::PullOptions { revision }),
         Command::Predict {

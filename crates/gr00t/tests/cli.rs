@@ -207,7 +207,68 @@ fn synthetic_tiny_checkpoint_runs_and_says_so() {
         resp["actions"]["joint_position"].as_array().unwrap().len(),
         40
     );
+    // The synthetic checkpoint carries the base checkpoint's pretrain layouts too; XDOF has
+    // zero-width wrist keys, which decode to empty rows.
+    let request = dir.join("xdof.json");
+    std::fs::write(&request, xdof_request().to_string()).unwrap();
+    let out = gr00t(&[
+        "predict",
+        "--checkpoint",
+        dir.to_str().unwrap(),
+        "--request",
+        request.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (key, width) in [
+        ("left_wrist_eef", 0),
+        ("left_gripper_pos", 1),
+        ("right_joint_pos", 6),
+    ] {
+        let rows = resp["actions"][key].as_array().unwrap();
+        assert_eq!(rows.len(), 40, "{key}");
+        assert!(
+            rows.iter().all(|r| r.as_array().unwrap().len() == width),
+            "{key}"
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An XDOF request: three 320×240 views × 2 frames, its six state keys.
+fn xdof_request() -> serde_json::Value {
+    use base64::Engine as _;
+    let mut png = Vec::new();
+    image::RgbImage::from_pixel(320, 240, image::Rgb([120, 60, 30]))
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    let frame = base64::engine::general_purpose::STANDARD.encode(&png);
+    let views: serde_json::Map<String, serde_json::Value> =
+        ["top_camera", "left_camera", "right_camera"]
+            .iter()
+            .map(|v| {
+                (
+                    format!("{v}-images-rgb_320_240"),
+                    serde_json::json!([frame, frame]),
+                )
+            })
+            .collect();
+    serde_json::json!({
+        "embodiment": "xdof_relative_eef_relative_joint",
+        "images": views,
+        "state": {
+            "left_wrist_eef": [], "right_wrist_eef": [],
+            "left_gripper_pos": [0.1], "right_gripper_pos": [0.2],
+            "left_joint_pos": vec![0.1; 6], "right_joint_pos": vec![0.2; 6]
+        },
+        "instruction": "fold the towel",
+        "seed": 3
+    })
 }
 
 #[test]
@@ -271,5 +332,62 @@ fn predict_runs_every_extra_case() {
             let d = max_abs_diff(&ours, &want);
             assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d:e}");
         }
+    }
+}
+
+/// A replica id that could not be a header is refused before the model loads, from the flag
+/// or from $GR00T_REPLICA_ID (the flag wins; an empty variable counts as unset).
+#[test]
+fn serve_refuses_a_bad_replica_id_before_loading() {
+    let serve = |flag: Option<&str>, env: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gr00t"));
+        c.args([
+            "serve",
+            "--checkpoint",
+            "/nonexistent-checkpoint",
+            "--port",
+            "0",
+        ]);
+        if let Some(id) = flag {
+            c.args(["--replica-id", id]);
+        }
+        match env {
+            Some(v) => c.env("GR00T_REPLICA_ID", v),
+            None => c.env_remove("GR00T_REPLICA_ID"),
+        };
+        let out = c.output().expect("run gr00t");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (flag, env) in [
+        (Some("bad id"), None),
+        (None, Some("bad id")),
+        (Some("a/b"), Some("ok")),
+    ] {
+        let (code, err) = serve(flag, env);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("--replica-id ") && err.contains("A-Z a-z 0-9"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("nonexistent-checkpoint"),
+            "loaded first: {err}"
+        );
+    }
+    // A good id from either source gets past the check to the (missing) checkpoint.
+    for (flag, env) in [
+        (Some("gr00t-0"), Some("bad id")),
+        (None, Some("")),
+        (None, Some("pod-1")),
+    ] {
+        let (code, err) = serve(flag, env);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("nonexistent-checkpoint") && !err.contains("--replica-id"),
+            "{err}"
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! like openpi-client's `WebsocketClientPolicy` (msgpack-numpy with binary keys), against the
 //! tiny fixture model: metadata on connect, case0 through the per-connection frame history
 //! gives the fixture's actions and exactly HTTP's, errors are a text frame then close 1011, and
-//! `GET /healthz` answers on the same port.
+//! `GET /healthz` answers on the same port. On the multi-embodiment checkpoint, every case as
+//! upstream's nested GR00T observation gives exactly HTTP's actions (and the goldens' within
+//! their gates), with the refusals naming their field.
 
 #[path = "../src/server/test_client.rs"]
 mod test_client;
@@ -31,6 +33,8 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::{Message, WebSocket};
 
 type Ws = WebSocket<TcpStream>;
+/// A msgpack map's entries.
+type Map = Vec<(Value, Value)>;
 
 fn connect(addr: &str, api_key: Option<&str>) -> Result<(Ws, Value), tungstenite::Error> {
     connect_to(addr, "/", api_key)
@@ -530,4 +534,271 @@ fn websocket_vllm_omni_serves_the_default_embodiment() {
         assert_eq!(a.shape[..2], [1, 16], "{key}");
         assert_eq!(a.to_f32s(), want, "{key}: websocket vs HTTP");
     }
+}
+
+/// A multi-embodiment case as upstream's nested observation in openpi's msgpack-numpy:
+/// `video {view: u8 [1,T,H,W,3]}`, `state {key: f32 [1,1,D]}` (`unbatched`: `[T,H,W,3]` and
+/// `[1,D]`), `language {key: [[instruction]]}`, the case's embodiment by its enum name and its
+/// noise `[40, 132]`.
+fn nested_observation(case: &gr00t_fixtures::MultiCase, unbatched: bool) -> Map {
+    let dir = gr00t_fixtures::multi_dir().join(&case.name);
+    let obs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("observation.json")).unwrap()).unwrap();
+    let batch = |mut shape: Vec<usize>| {
+        if !unbatched {
+            shape.insert(0, 1);
+        }
+        shape
+    };
+    let video = obs["video"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(view, files)| {
+            let mut data = Vec::new();
+            let (mut w, mut h, mut t) = (0, 0, 0);
+            for f in files.as_array().unwrap() {
+                let img = image::open(dir.join(f.as_str().unwrap()))
+                    .unwrap()
+                    .to_rgb8();
+                (w, h, t) = (img.width() as usize, img.height() as usize, t + 1);
+                data.extend(img.into_raw());
+            }
+            (
+                Value::from(view.as_str()),
+                image(batch(vec![t, h, w, 3]), data),
+            )
+        })
+        .collect();
+    let state = case
+        .state
+        .iter()
+        .map(|(k, v)| {
+            let a = NdArray::from_f32(batch(vec![1, v.len()]), v);
+            (Value::from(k.as_str()), openpi_array(&a))
+        })
+        .collect();
+    let lang = obs["language_key"].as_str().unwrap();
+    let instruction = Value::Array(vec![Value::Array(vec![Value::from(
+        case.instruction.as_str(),
+    )])]);
+    vec![
+        (Value::from("video"), Value::Map(video)),
+        (Value::from("state"), Value::Map(state)),
+        (Value::from("language"), str_map([(lang, instruction)])),
+        (
+            Value::from("embodiment"),
+            Value::from(case.tag.to_uppercase()),
+        ),
+        (
+            Value::from("noise"),
+            openpi_array(&NdArray::from_f32(vec![40, 132], &case.noise)),
+        ),
+    ]
+}
+
+/// The actions of an HTTP `/predict` response, row-major per key.
+fn http_multi(s: &Server, case: &str) -> serde_json::Value {
+    let path = gr00t_fixtures::multi_dir().join(case).join("request.json");
+    let r = test_client::post_json(&s.http, "/predict", &std::fs::read(path).unwrap())
+        .expect("POST /predict");
+    assert_eq!(r.status, 200, "{case}: {}", r.text());
+    r.json()
+}
+
+#[test]
+fn websocket_serves_the_nested_gr00t_observation_for_every_embodiment() {
+    let s = Server::start_in(&gr00t_fixtures::multi_checkpoint(), 0, &["--ws-port", "0"]);
+    let addr = s.ws.clone().expect("ws address");
+    let (mut ws, meta) = connect(&addr, None).unwrap();
+    // The metadata frame is the openpi one, as before.
+    let meta = meta.as_map().expect("metadata dict").clone();
+    assert_eq!(
+        get(&meta, "embodiment"),
+        Some(&Value::from("oxe_droid_relative_eef_relative_joint"))
+    );
+    for (n, name) in gr00t_fixtures::MULTI_CASES.iter().enumerate() {
+        let case = gr00t_fixtures::MultiCase::load(name);
+        // Every other case unbatched: both are a batch of one.
+        let reply = infer(&mut ws, &Value::Map(nested_observation(&case, n % 2 == 1)));
+        let m = reply.as_map().unwrap_or_else(|| panic!("{name}: {reply}"));
+        let http = http_multi(&s, name);
+        let http_keys: Vec<&String> = http["actions"].as_object().unwrap().keys().collect();
+        let keys: Vec<&str> = m
+            .iter()
+            .map(|(k, _)| k.as_str().unwrap())
+            .filter(|k| !k.ends_with("_timing"))
+            .collect();
+        assert_eq!(
+            keys.len(),
+            http_keys.len(),
+            "{name}: {keys:?} vs {http_keys:?}"
+        );
+        for key in keys {
+            let a = array(&reply, key);
+            let dims = case.outputs.dims(&format!("action.{key}"));
+            assert_eq!((a.dtype, &a.shape), (DType::F32, &dims), "{name} {key}");
+            let ours = a.to_f32s();
+            assert_eq!(
+                ours,
+                http_actions(&http, key),
+                "{name} {key}: websocket != HTTP"
+            );
+            let want = case.outputs.f32s(&format!("action.{key}"));
+            if key == "head_pose" {
+                // Near-π rotation vectors: the translation here; rotations in embodiments.rs.
+                let xyz = |v: &[f32]| -> Vec<f32> {
+                    v.chunks_exact(6).flat_map(|r| r[..3].to_vec()).collect()
+                };
+                assert!(max_abs_diff(&xyz(&ours), &xyz(&want)) <= 1e-5, "{name}");
+                continue;
+            }
+            let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+            let d = max_abs_diff(&ours, &want);
+            assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d}");
+        }
+        for t in ["server_timing", "policy_timing"] {
+            let timing = get(m, t).and_then(Value::as_map).expect(t);
+            assert!(
+                get(timing, "infer_ms").is_some_and(|v| v.as_f64().is_some()),
+                "{t}"
+            );
+        }
+        if n > 0 {
+            let timing = get(m, "server_timing").and_then(Value::as_map).unwrap();
+            assert!(get(timing, "prev_total_ms").is_some(), "{name}");
+        }
+    }
+
+    // DROID (the default when no embodiment is named) in the nested form: case0 as HTTP gives
+    // it, on the same connection as the openpi DROID keys.
+    let mut droid = Vec::new();
+    let video = CAMERAS
+        .iter()
+        .map(|cam| {
+            let (w, h, mut data) = frame("case0", cam, "t-15");
+            data.extend(frame("case0", cam, "t0").2);
+            (Value::from(*cam), image(vec![2, h, w, 3], data))
+        })
+        .collect();
+    droid.push((Value::from("video"), Value::Map(video)));
+    let st = GROUPS
+        .iter()
+        .map(|g| {
+            let v = state("case0", g);
+            (
+                Value::from(*g),
+                openpi_array(&NdArray::from_f32(vec![1, v.len()], &v)),
+            )
+        })
+        .collect();
+    droid.push((Value::from("state"), Value::Map(st)));
+    droid.push((
+        Value::from("language"),
+        str_map([(
+            "annotation.language.language_instruction",
+            Value::Array(vec![Value::Array(vec![Value::from(
+                "Put the blue block in the green bowl",
+            )])]),
+        )]),
+    ));
+    droid.push((Value::from("seed"), Value::from(0)));
+    let reply = infer(&mut ws, &Value::Map(droid));
+    let mut body = test_server::request("case0");
+    body.as_object_mut().unwrap().remove("noise");
+    body["seed"] = 0.into();
+    let r = test_client::post_json(&s.http, "/predict", &serde_json::to_vec(&body).unwrap())
+        .expect("POST /predict");
+    assert_eq!(r.status, 200, "{}", r.text());
+    for g in GROUPS {
+        let a = array(&reply, g);
+        assert_eq!(a.shape[..2], [1, 40], "{g}");
+        assert_eq!(a.to_f32s(), http_actions(&r.json(), g), "DROID nested {g}");
+    }
+    let openpi = infer(&mut ws, &Value::Map(observation(None)));
+    assert_eq!(
+        groups(&openpi),
+        GROUPS
+            .iter()
+            .map(|g| array(&reply, g).to_f32s())
+            .collect::<Vec<_>>(),
+        "the openpi DROID keys on the same connection"
+    );
+
+    // Refusals: the text frame naming the field, then close 1011 (openpi's contract).
+    let case = gr00t_fixtures::MultiCase::load("case_new_embodiment_1");
+    let edited = |edit: &dyn Fn(&mut Map)| {
+        let mut m = nested_observation(&case, false);
+        edit(&mut m);
+        Message::Binary(pack(&Value::Map(m)).into())
+    };
+    let entry = |m: &mut Map, k: &str| -> Map {
+        let i = m
+            .iter()
+            .position(|(key, _)| key.as_str() == Some(k))
+            .unwrap();
+        match &mut m[i].1 {
+            Value::Map(inner) => std::mem::take(inner),
+            _ => unreachable!(),
+        }
+    };
+    let put = |m: &mut Map, k: &str, v: Map| {
+        let i = m
+            .iter()
+            .position(|(key, _)| key.as_str() == Some(k))
+            .unwrap();
+        m[i].1 = Value::Map(v);
+    };
+    let cases: Vec<(Message, &str)> = vec![
+        (
+            edited(&|m| {
+                m.retain(|(k, _)| k.as_str() != Some("embodiment"));
+                m.push((Value::from("embodiment"), Value::from("REAL_G1")));
+            }),
+            "embodiment \"REAL_G1\" is not served here",
+        ),
+        (
+            edited(&|m| {
+                let mut v = entry(m, "video");
+                v.retain(|(k, _)| k.as_str() != Some("wrist"));
+                put(m, "video", v);
+            }),
+            "Video key 'wrist' must be in observation",
+        ),
+        (
+            edited(&|m| {
+                let mut st = entry(m, "state");
+                st.retain(|(k, _)| k.as_str() != Some("single_arm"));
+                st.push((
+                    Value::from("single_arm"),
+                    openpi_array(&NdArray::from_f32(vec![1, 1, 2], &[0.0, 1.0])),
+                ));
+                put(m, "state", st);
+            }),
+            "State key 'single_arm' must have 5 values (D). Got 2",
+        ),
+        (
+            edited(&|m| {
+                m.retain(|(k, _)| k.as_str() != Some("noise"));
+                m.push((
+                    Value::from("noise"),
+                    openpi_array(&NdArray::from_f32(vec![40, 7], &[0.0; 280])),
+                ));
+            }),
+            "noise must have shape (40, 132)",
+        ),
+    ];
+    for (msg, want) in cases {
+        let (mut bad, _) = connect(&addr, None).unwrap();
+        let text = expect_error(&mut bad, msg);
+        assert!(text.contains(want), "{text:?} lacks {want:?}");
+    }
+    // New connections are still served.
+    let (mut again, _) = connect(&addr, None).unwrap();
+    let reply = infer(&mut again, &Value::Map(nested_observation(&case, true)));
+    let a = array(&reply, "single_arm");
+    assert_eq!(
+        a.to_f32s(),
+        http_actions(&http_multi(&s, "case_new_embodiment_1"), "single_arm")
+    );
 }

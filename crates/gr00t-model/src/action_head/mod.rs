@@ -14,6 +14,7 @@ mod sampler;
 mod vl_adapter;
 
 use crate::config::Gr00tConfig;
+use crate::rtc::Rtc;
 use crate::taps::Recorder;
 use crate::{Error, Result};
 use candle_core::Tensor;
@@ -169,17 +170,53 @@ impl ActionHead {
         noise: &Tensor,
         rec: &Recorder,
     ) -> Result<Tensor> {
+        self.get_action_with_rtc(
+            features,
+            image_mask,
+            attention_mask,
+            state,
+            embodiment_id,
+            noise,
+            None,
+            rec,
+        )
+    }
+
+    /// [`ActionHead::get_action`] with optional real-time chunking (see [`crate::rtc`]); `None`
+    /// is exactly the plain call. Invalid options are [`Error::Rtc`], before any work.
+    #[allow(clippy::too_many_arguments)]
+    pub fn get_action_with_rtc(
+        &self,
+        features: &Tensor,
+        image_mask: &[bool],
+        attention_mask: &[bool],
+        state: &Tensor,
+        embodiment_id: usize,
+        noise: &Tensor,
+        rtc: Option<&Rtc>,
+        rec: &Recorder,
+    ) -> Result<Tensor> {
         self.check_noise(noise)?;
+        self.check_rtc(rtc)?;
         let vl_embeds = self.encode_vl(features, rec)?;
-        self.denoise(
+        self.denoise_with_rtc(
             &vl_embeds,
             image_mask,
             attention_mask,
             state,
             embodiment_id,
             noise,
+            rtc,
             rec,
         )
+    }
+
+    /// Checks RTC options against this head's horizon and action width.
+    pub fn check_rtc(&self, rtc: Option<&Rtc>) -> Result<()> {
+        match rtc {
+            Some(r) => Ok(r.validate(self.action_horizon, self.action_dim)?),
+            None => Ok(()),
+        }
     }
 
     /// Checks that `noise` is `[1, H, A]` before any work is spent on the request.
@@ -208,7 +245,34 @@ impl ActionHead {
         noise: &Tensor,
         rec: &Recorder,
     ) -> Result<Tensor> {
+        self.denoise_with_rtc(
+            vl_embeds,
+            image_mask,
+            attention_mask,
+            state,
+            embodiment_id,
+            noise,
+            None,
+            rec,
+        )
+    }
+
+    /// [`ActionHead::denoise`] with optional real-time chunking, on either backend (both share
+    /// the RTC start and update of the sampler); `None` is exactly the plain loop.
+    #[allow(clippy::too_many_arguments)]
+    pub fn denoise_with_rtc(
+        &self,
+        vl_embeds: &Tensor,
+        image_mask: &[bool],
+        attention_mask: &[bool],
+        state: &Tensor,
+        embodiment_id: usize,
+        noise: &Tensor,
+        rtc: Option<&Rtc>,
+        rec: &Recorder,
+    ) -> Result<Tensor> {
         self.check_noise(noise)?;
+        self.check_rtc(rtc)?;
         if self.backend == DenoiseBackend::Reference {
             return dit::reference::denoise(
                 self,
@@ -218,6 +282,7 @@ impl ActionHead {
                 state,
                 embodiment_id,
                 noise,
+                rtc,
                 rec,
             );
         }
@@ -225,7 +290,7 @@ impl ActionHead {
         rec.record("head.state_input", state);
         let state_features = self.encode_state(&ctx, state)?;
         rec.record("head.state_features", &state_features);
-        let actions = sampler::sample(self, &ctx, &state_features, noise, rec)?;
+        let actions = sampler::sample(self, &ctx, &state_features, noise, rtc, rec)?;
         rec.record("head.action_pred", &actions);
         Ok(actions)
     }

@@ -1,26 +1,73 @@
 //! The flow-matching sampler of `get_action_with_features`: N Euler steps from the request noise
 //! (t = 0) towards the data (t = 1), x_{k+1} = x_k + dt·v(x_k, τ_k), dt = 1/N. Everything stays
 //! on the model's device; nothing is read back to the host between steps.
+//!
+//! With RTC ([`crate::rtc`]) both denoise backends start from [`rtc_start`]'s x₀ and update with
+//! [`rtc_euler_step`]; without it they run the plain update, bit for bit as before.
 
 use super::{ActionHead, RequestContext};
+use crate::rtc::Rtc;
 use crate::taps::Recorder;
 use crate::Result;
 use candle_core::Tensor;
+
+/// The RTC start of the flow: x₀ = `noise` with rows `0..overlap` replaced by rows
+/// `ah−overlap..ah` of the previous chunk (once, before the first step, as upstream), and the
+/// per-row velocity scale `[1, H, 1]` in x's dtype (upstream's `vel_strength` has the actions'
+/// dtype). Without RTC: `noise` itself and no scale. `rtc` must have passed [`Rtc::validate`].
+pub(crate) fn rtc_start(noise: &Tensor, rtc: Option<&Rtc>) -> Result<(Tensor, Option<Tensor>)> {
+    let Some(rtc) = rtc else {
+        return Ok((noise.clone(), None));
+    };
+    let (_, h, a) = noise.dims3()?;
+    let (device, dtype) = (noise.device(), noise.dtype());
+    let (first, overlap) = rtc.overlap_rows();
+    let x0 = if overlap == 0 {
+        noise.clone()
+    } else {
+        let prev = Tensor::from_slice(&rtc.previous_chunk, (1, h, a), device)?
+            .to_dtype(dtype)?
+            .narrow(1, first, overlap)?;
+        if overlap >= h {
+            prev.contiguous()?
+        } else {
+            Tensor::cat(&[&prev, &noise.narrow(1, overlap, h - overlap)?], 1)?
+        }
+    };
+    let vs = Tensor::from_vec(rtc.velocity_strength(h), (1, h, 1), device)?.to_dtype(dtype)?;
+    Ok((x0, Some(vs)))
+}
+
+/// One Euler update: the plain `x + dt·v` without a scale, `x + (dt·v)·vel_strength` (upstream's
+/// order) with one.
+pub(crate) fn rtc_euler_step(
+    head: &ActionHead,
+    x: &Tensor,
+    velocity: &Tensor,
+    vel_strength: Option<&Tensor>,
+) -> Result<Tensor> {
+    match vel_strength {
+        None => head.euler_step(x, velocity),
+        Some(vs) => Ok((x + (velocity * head.dt)?.broadcast_mul(vs)?)?),
+    }
+}
 
 /// The integer timestep bucket of step `k` of `n`: `int(k/n · buckets)` (Python float math).
 pub(crate) fn timestep_bucket(k: usize, n: usize, buckets: usize) -> i64 {
     (k as f64 / n as f64 * buckets as f64) as i64
 }
 
-/// Runs every Euler step from `noise` `[1, H, A]` and returns the final actions `[1, H, A]`.
+/// Runs every Euler step from `noise` `[1, H, A]` (with RTC when given) and returns the final
+/// actions `[1, H, A]`.
 pub(crate) fn sample(
     head: &ActionHead,
     ctx: &RequestContext,
     state_features: &Tensor,
     noise: &Tensor,
+    rtc: Option<&Rtc>,
     rec: &Recorder,
 ) -> Result<Tensor> {
-    let mut x = noise.clone();
+    let (mut x, vel_strength) = rtc_start(noise, rtc)?;
     for k in 0..head.num_steps() {
         let p = format!("head.step{k}");
         rec.record(format!("{p}.actions_in"), &x);
@@ -43,7 +90,7 @@ pub(crate) fn sample(
         rec.record(format!("{p}.decoder_out"), &decoder_out);
         let velocity = head.velocity(&decoder_out)?;
         rec.record(format!("{p}.velocity"), &velocity);
-        x = head.euler_step(&x, &velocity)?;
+        x = rtc_euler_step(head, &x, &velocity, vel_strength.as_ref())?;
     }
     Ok(x)
 }

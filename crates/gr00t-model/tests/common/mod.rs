@@ -21,5 +21,6 @@ pub fn model_inputs(taps: &Taps) -> ModelInputs {
         state: taps.f32s("proc.state"),
         embodiment_id: taps.i64s("proc.embodiment_id")[0] as usize,
         noise: taps.f32s("input.noise"),
+        rtc: None,
     }
 }

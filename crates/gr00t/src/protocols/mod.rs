@@ -149,17 +149,17 @@ pub async fn start(
         );
         // Every connection holds the context; its sender closes when the last one ends.
         let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
-        // vLLM-Omni sends the nested GR00T observation whatever --use-sim-policy-wrapper says.
-        // vLLM-Omni serves one embodiment per endpoint: the default one.
-        let schema = schemas(false)?
-            .into_iter()
-            .next()
-            .ok_or("no embodiment is served")?;
+        // Websocket clients send the nested GR00T observation whatever
+        // --use-sim-policy-wrapper says. vLLM-Omni serves one embodiment per endpoint: the
+        // default one; the openpi path any served one.
+        let nested = schemas(false)?;
+        let schema = nested.first().cloned().ok_or("no embodiment is served")?;
         let ctx = Arc::new(websocket::WsContext {
             worker: worker.clone(),
             metadata: websocket::metadata(info),
             vllm_omni_metadata: websocket::vllm_omni_metadata(info, &schema),
             schema,
+            schemas: nested,
             sessions: Default::default(),
             api_token: opts.api_token.clone(),
             max_message_bytes,

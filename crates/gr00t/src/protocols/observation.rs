@@ -1,10 +1,12 @@
 //! Isaac-GR00T's policy observation and action formats (`Gr00tPolicy.check_observation` /
-//! `_get_action` and `Gr00tSimPolicyWrapper`) for the DROID embodiment:
+//! `_get_action` and `Gr00tSimPolicyWrapper`) for every served embodiment:
 //!
 //! - nested: `{"video": {cam: uint8 [B,T,H,W,3]}, "state": {key: float32 [B,T,D]},
 //!   "language": {lang_key: [[str]] * B}}`, actions `{key: float32 [B,H,D]}`;
 //! - flat (`--use-sim-policy-wrapper`): `{"video.<cam>": .., "state.<key>": .., lang_key:
 //!   [str] * B}`, actions `{"action.<key>": ..}`.
+//!
+//! The openpi websocket door takes the nested form too (`parse_openpi`), for any embodiment.
 //!
 //! Arrays may come in any of the peers' forms (`msgpack_numpy::decode_array`); the parse says
 //! which one the message used, so that the reply can use it too. Refusals reuse upstream's
@@ -19,6 +21,7 @@ use super::msgpack_numpy::{decode_array, encode_array, get, str_map, type_name, 
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
 use gr00t_droid::embodiment::{EmbodimentSpec, Observation};
+use gr00t_droid::embodiment_tags;
 use gr00t_droid::image::{check_frame_geometry, Frame};
 use gr00t_droid::request::{NoiseSource, RawState, DEFAULT_SEED};
 use gr00t_droid::response::PredictResponse;
@@ -81,6 +84,28 @@ impl Schema {
             modality_config: modality_config_value(m),
         }
     }
+}
+
+/// The schema of the embodiment a message names (a tag or upstream's enum name), or the
+/// default one (the first) when it names none.
+pub fn pick_schema<'a>(schemas: &'a [Schema], named: Option<&Value>) -> Result<&'a Schema, String> {
+    let name = match named {
+        None | Some(Value::Nil) => return schemas.first().ok_or("no embodiment".into()),
+        Some(Value::String(s)) => s.as_str().unwrap_or(""),
+        Some(v) => return Err(format!("embodiment must be a str. Got {}", type_name(v))),
+    };
+    let tag = embodiment_tags::resolve(name, schemas.iter().map(|s| s.tag.as_str())).ok_or_else(
+        || {
+            format!(
+                "embodiment {name:?} is not served here; served: {:?}",
+                schemas.iter().map(|s| s.tag.as_str()).collect::<Vec<_>>()
+            )
+        },
+    )?;
+    schemas
+        .iter()
+        .find(|s| s.tag == tag)
+        .ok_or_else(|| "internal: schema".into())
 }
 
 /// `{modality: {"__ModalityConfig_class__": True, "__ModalityConfig__": True, "as_json":
@@ -162,7 +187,13 @@ type CameraFrames = Vec<Vec<Frame>>;
 
 /// Checks a video array like `check_observation` and cuts it into frames; `droid` adds the
 /// DROID contract's 16:9 check (other embodiments take any size their processor accepts).
-fn video(a: &NdArray, key: &str, t: usize, droid: bool) -> Result<CameraFrames, String> {
+fn video(
+    a: &NdArray,
+    key: &str,
+    t: usize,
+    droid: bool,
+    door: Door,
+) -> Result<CameraFrames, String> {
     if a.dtype != DType::U8 {
         return Err(format!(
             "Video key '{key}' must be a numpy array of type np.uint8. Got {}",
@@ -171,7 +202,8 @@ fn video(a: &NdArray, key: &str, t: usize, droid: bool) -> Result<CameraFrames, 
     }
     let [b, tt, h, w, c] = a.shape[..] else {
         return Err(format!(
-            "Video key '{key}' must be a numpy array of shape (B, T, H, W, C), got {}",
+            "Video key '{key}' must be a numpy array of shape {}(B, T, H, W, C), got {}",
+            door.unbatched_text("(T, H, W, C)"),
             a.shape_text()
         ));
     };
@@ -199,7 +231,13 @@ fn video(a: &NdArray, key: &str, t: usize, droid: bool) -> Result<CameraFrames, 
 }
 
 /// Checks a state array like `check_observation`; returns each item's last step.
-fn state(a: &NdArray, key: &str, t: usize, dim: usize) -> Result<Vec<Vec<f32>>, String> {
+fn state(
+    a: &NdArray,
+    key: &str,
+    t: usize,
+    dim: usize,
+    door: Door,
+) -> Result<Vec<Vec<f32>>, String> {
     if a.dtype != DType::F32 {
         return Err(format!(
             "State key '{key}' must be a numpy array of type np.float32. Got {}",
@@ -208,7 +246,8 @@ fn state(a: &NdArray, key: &str, t: usize, dim: usize) -> Result<Vec<Vec<f32>>, 
     }
     let [b, tt, d] = a.shape[..] else {
         return Err(format!(
-            "State key '{key}' must be a numpy array of shape (B, T, D), got {}",
+            "State key '{key}' must be a numpy array of shape {}(B, T, D), got {}",
+            door.unbatched_text("(T, D)"),
             a.shape_text()
         ));
     };
@@ -307,7 +346,9 @@ fn noise(
     schema: &Schema,
     b: usize,
     forms: &mut FormsSeen,
+    door: Door,
 ) -> Result<Vec<NoiseSource>, String> {
+    let field = door.options_prefix();
     let opts = match options {
         None | Some(Value::Nil) => return Ok(vec![NoiseSource::Seed(DEFAULT_SEED); b]),
         Some(Value::Map(m)) => m,
@@ -321,21 +362,24 @@ fn noise(
     let seed = get(opts, "seed").filter(|v| !v.is_nil());
     let noise = get(opts, "noise").filter(|v| !v.is_nil());
     match (seed, noise) {
-        (Some(_), Some(_)) => Err("options: give either seed or noise, not both".into()),
+        (Some(_), Some(_)) => Err(format!(
+            "{}give either seed or noise, not both",
+            if field.is_empty() { "" } else { "options: " }
+        )),
         (Some(s), None) => {
             let s = uint(s)
-                .ok_or_else(|| format!("options.seed must be a non-negative int. Got {s}"))?;
+                .ok_or_else(|| format!("{field}seed must be a non-negative int. Got {s}"))?;
             Ok(vec![NoiseSource::Seed(s); b])
         }
         (None, Some(n)) => {
             let a = match decode_array(n) {
                 Some((form, a)) => {
                     forms.note(form);
-                    a.map_err(|e| format!("options.noise: {e}"))?
+                    a.map_err(|e| format!("{field}noise: {e}"))?
                 }
                 None => {
                     return Err(format!(
-                        "options.noise must be a numpy array. Got {}",
+                        "{field}noise must be a numpy array. Got {}",
                         type_name(n)
                     ))
                 }
@@ -346,20 +390,20 @@ fn noise(
                 [bb, hh, dd] if (bb == b || bb == 1) && hh == h && dd == d => bb == b && b > 1,
                 _ => {
                     return Err(format!(
-                        "options.noise must have shape ({h}, {d}) or (B, {h}, {d}). Got {}",
+                        "{field}noise must have shape ({h}, {d}) or (B, {h}, {d}). Got {}",
                         a.shape_text()
                     ))
                 }
             };
             if a.dtype.kind != Kind::Float {
                 return Err(format!(
-                    "options.noise must be a float array. Got {}",
+                    "{field}noise must be a float array. Got {}",
                     a.dtype.name()
                 ));
             }
             let values = a.to_f32s();
             if values.iter().any(|v| !v.is_finite()) {
-                return Err("options.noise must be finite (as float32)".into());
+                return Err(format!("{field}noise must be finite (as float32)"));
             }
             Ok((0..b)
                 .map(|i| {
@@ -381,11 +425,62 @@ pub struct Parsed {
     pub form: ArrayForm,
 }
 
+/// Which door a message came through: where its messages differ from upstream's `get_action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Door {
+    /// ZMQ / vLLM-Omni: upstream's batched arrays, noise under `options`.
+    Upstream,
+    /// The openpi websocket: one message is the observation with `seed` / `noise` beside it,
+    /// and an unbatched video `[T,H,W,3]` / state `[T,D]` is a batch of one.
+    Openpi,
+}
+
+impl Door {
+    fn unbatched_text(self, shape: &str) -> String {
+        match self {
+            Door::Upstream => String::new(),
+            Door::Openpi => format!("{shape} or "),
+        }
+    }
+
+    fn options_prefix(self) -> &'static str {
+        match self {
+            Door::Upstream => "options.",
+            Door::Openpi => "",
+        }
+    }
+
+    /// Lifts an unbatched array (`rank - 1` dimensions) to a batch of one where the door
+    /// allows it.
+    fn batched(self, mut a: NdArray, rank: usize) -> NdArray {
+        if self == Door::Openpi && a.shape.len() + 1 == rank {
+            a.shape.insert(0, 1);
+        }
+        a
+    }
+}
+
 /// Turns `get_action`'s `observation` and `options` into one request per batch item.
 pub fn parse(
     observation: Option<&Value>,
     options: Option<&Value>,
     schema: &Schema,
+) -> Result<Parsed, String> {
+    parse_for(observation, options, schema, Door::Upstream)
+}
+
+/// Turns an openpi websocket message carrying the nested observation into one request per
+/// batch item: `seed` / `noise` sit beside `video` / `state` / `language`, and video
+/// `[T,H,W,3]` / state `[T,D]` count as a batch of one.
+pub fn parse_openpi(message: &Value, schema: &Schema) -> Result<Parsed, String> {
+    parse_for(Some(message), Some(message), schema, Door::Openpi)
+}
+
+fn parse_for(
+    observation: Option<&Value>,
+    options: Option<&Value>,
+    schema: &Schema,
+    door: Door,
 ) -> Result<Parsed, String> {
     let obs = match observation {
         Some(Value::Map(m)) => m.as_slice(),
@@ -421,31 +516,31 @@ pub fn parse(
     let droid = schema.tag == EMBODIMENT_TAG;
     for cam in &schema.views {
         let key = prefix("video", cam);
-        let a = array(get(videos, &key), "Video", &key, &mut forms)?;
+        let a = door.batched(array(get(videos, &key), "Video", &key, &mut forms)?, 5);
         check_batch(
             &mut bs,
             a.shape.first().copied().unwrap_or(0),
             "Video",
             &key,
         )?;
-        cams.push(video(&a, &key, schema.video_t, droid)?);
+        cams.push(video(&a, &key, schema.video_t, droid, door)?);
     }
     for (name, dim) in &schema.state_keys {
         let key = prefix("state", name);
-        let a = array(get(states, &key), "State", &key, &mut forms)?;
+        let a = door.batched(array(get(states, &key), "State", &key, &mut forms)?, 3);
         check_batch(
             &mut bs,
             a.shape.first().copied().unwrap_or(0),
             "State",
             &key,
         )?;
-        state_rows.push(state(&a, &key, schema.state_t, *dim)?);
+        state_rows.push(state(&a, &key, schema.state_t, *dim, door)?);
     }
     let key = &schema.language_key;
     let lang = language(get(langs, key), key, schema.flat)?;
     let b = bs.unwrap_or(0);
     check_batch(&mut bs, lang.len(), "Language", key)?;
-    let noises = noise(options, schema, b, &mut forms)?;
+    let noises = noise(options, schema, b, &mut forms, door)?;
     let mut out = Vec::with_capacity(b);
     if !droid {
         for (i, (instruction, noise)) in lang.into_iter().zip(noises).enumerate() {

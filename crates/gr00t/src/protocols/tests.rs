@@ -824,3 +824,62 @@ fn roboarena_sessions_keep_bounded_lru_histories() {
         assert!(e.contains("session_id"), "{e}");
     }
 }
+
+/// Drops the batch dimension of every array of a nested observation.
+fn unbatch(v: &Value) -> Value {
+    if let Some((form, a)) = mp::decode_array(v) {
+        let mut a = a.unwrap();
+        assert_eq!(a.shape[0], 1);
+        a.shape.remove(0);
+        return mp::encode_array(&a, form);
+    }
+    match v {
+        Value::Map(m) => Value::Map(m.iter().map(|(k, v)| (k.clone(), unbatch(v))).collect()),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn gr00t_observation_from_the_openpi_door() {
+    let s = schema(false);
+    let batched = gr00t_obs(1, 2, false);
+    let unbatched = unbatch(&batched);
+    // Upstream's door keeps upstream's batched shapes; the openpi door takes both alike.
+    let e = observation::parse(Some(&unbatched), None, &s).unwrap_err();
+    assert!(
+        e.contains("shape (B, T, H, W, C), got (2, 180, 320, 3)"),
+        "{e}"
+    );
+    let a = observation::parse_openpi(&batched, &s).unwrap().items;
+    let b = observation::parse_openpi(&unbatched, &s).unwrap().items;
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].droid().noise, NoiseSource::Seed(42));
+    // `seed` / `noise` sit in the message itself, and refusals name them so.
+    let Value::Map(mut m) = unbatched else {
+        unreachable!()
+    };
+    m.push((Value::from("seed"), Value::from(7)));
+    let seeded = observation::parse_openpi(&Value::Map(m.clone()), &s).unwrap();
+    assert_eq!(seeded.items[0].droid().noise, NoiseSource::Seed(7));
+    m.push((Value::from("noise"), Value::from(1)));
+    let e = observation::parse_openpi(&Value::Map(m), &s).unwrap_err();
+    assert_eq!(e, "give either seed or noise, not both");
+    // A state of the wrong rank says which shapes this door takes.
+    let Value::Map(mut m) = batched else {
+        unreachable!()
+    };
+    let st = m
+        .iter_mut()
+        .find(|(k, _)| k.as_str() == Some("state"))
+        .unwrap();
+    let Value::Map(st) = &mut st.1 else {
+        unreachable!()
+    };
+    st[0].1 = mp::gr00t_array(&NdArray::from_f32(vec![1, 1, 1, 9], &[0.0; 9]));
+    let e = observation::parse_openpi(&Value::Map(m), &s).unwrap_err();
+    assert!(
+        e.contains("shape (T, D) or (B, T, D), got (1, 1, 1, 9)"),
+        "{e}"
+    );
+}

@@ -4,7 +4,8 @@
 //! - `/v1/realtime/robot/openpi`: vLLM-Omni's GR00T dialect (`vllm_omni`);
 //! - any other path: openpi (`openpi/serving/websocket_policy_server.py`), and, per message,
 //!   RoboArena's DROID evaluation dialect when the observation carries `endpoint`
-//!   (`openpi`, `roboarena`).
+//!   (`openpi`, `roboarena`); an observation with `video` / `state` / `language` is upstream's
+//!   nested GR00T one, for any served embodiment (`openpi`).
 //!
 //! On connect the server sends one binary msgpack metadata frame, then answers each binary
 //! msgpack-numpy message with one frame. `GET /healthz` on the same port answers `OK\n`.
@@ -45,6 +46,9 @@ pub struct WsContext {
     pub vllm_omni_metadata: Vec<u8>,
     /// The GR00T observation layout (vLLM-Omni's nested observations).
     pub schema: Schema,
+    /// The nested GR00T layouts of every served embodiment, the default first (the openpi
+    /// path's nested observations).
+    pub schemas: Vec<Schema>,
     /// RoboArena frame histories by `session_id`, shared by every connection.
     pub sessions: Mutex<roboarena::Sessions>,
     /// `--api-token`: then the handshake needs `Authorization: Api-Key <token>`.

@@ -12,10 +12,9 @@
 
 use super::engine_ext::{infer_item, Item};
 use super::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
-use super::observation::{action_reply, parse, Schema};
+use super::observation::{action_reply, parse, pick_schema, Schema};
 use super::Stop;
 use crate::server::WorkerHandle;
-use gr00t_droid::embodiment_tags;
 use rmpv::Value;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -38,25 +37,7 @@ impl ZmqContext {
     /// The schema of the embodiment a request names (`options.embodiment`; a tag or
     /// upstream's enum name), or the default one.
     fn schema(&self, named: Option<&Value>) -> Result<&Schema, String> {
-        let name = match named {
-            None | Some(Value::Nil) => return self.schemas.first().ok_or("no embodiment".into()),
-            Some(Value::String(s)) => s.as_str().unwrap_or(""),
-            Some(v) => return Err(format!("embodiment must be a str. Got {}", type_name(v))),
-        };
-        let tag = embodiment_tags::resolve(name, self.schemas.iter().map(|s| s.tag.as_str()))
-            .ok_or_else(|| {
-                format!(
-                    "embodiment {name:?} is not served here; served: {:?}",
-                    self.schemas
-                        .iter()
-                        .map(|s| s.tag.as_str())
-                        .collect::<Vec<_>>()
-                )
-            })?;
-        self.schemas
-            .iter()
-            .find(|s| s.tag == tag)
-            .ok_or_else(|| "internal: schema".into())
+        pick_schema(&self.schemas, named)
     }
 }
 

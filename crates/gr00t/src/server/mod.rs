@@ -32,6 +32,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 use tokio::net::TcpListener;
 
+/// Environment variable naming the replica when `--replica-id` is not given (a Kubernetes
+/// manifest sets it to the pod name).
+pub const REPLICA_ENV: &str = "GR00T_REPLICA_ID";
+
 /// How many ports above the requested one are tried when it is taken.
 const PORT_SPAN: u16 = 99;
 
@@ -60,10 +64,19 @@ pub struct ServeOptions {
     pub hardening: HardeningOptions,
     /// `--device` / `--dtype`.
     pub device: crate::device::DeviceOptions,
+    /// `--replica-id` (or $GR00T_REPLICA_ID): named in every response's `x-gr00t-replica`
+    /// header and in `/info`.
+    pub replica_id: Option<String>,
 }
 
 /// Runs the server; returns the process exit code.
 pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
+    // Checked before the (long) model load.
+    let replica = opts
+        .replica_id
+        .as_deref()
+        .map(routes::replica_id)
+        .transpose()?;
     let checkpoint = match opts.checkpoint.clone() {
         Some(dir) => dir,
         None => match hub::default_checkpoint_dir() {
@@ -131,7 +144,10 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         .enable_all()
         .build()?;
     let protocols = (handle.clone(), info.clone());
-    let state = AppState::with_observer(handle, info, limits, observer);
+    if let Some(id) = &opts.replica_id {
+        tracing::info!("replica id {id}");
+    }
+    let state = AppState::with_observer(handle, info, limits, observer, replica);
     let served = runtime.block_on(serve(&opts, state, protocols));
     // Dropping the runtime drops the router and with it the last queue handle, so the worker ends.
     drop(runtime);

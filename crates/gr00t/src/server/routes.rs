@@ -37,6 +37,7 @@ pub struct AppState(Arc<Inner>);
 
 struct Inner {
     worker: WorkerHandle,
+    replica: Option<HeaderValue>,
     info: EngineInfo,
     limits: Limits,
     started_unix: u64,
@@ -49,15 +50,17 @@ impl AppState {
     #[cfg(test)]
     pub fn new(worker: WorkerHandle, info: EngineInfo, limits: Limits) -> AppState {
         let observer = Observer::new(Default::default()).expect("start the history thread");
-        AppState::with_observer(worker, info, limits, observer)
+        AppState::with_observer(worker, info, limits, observer, None)
     }
 
-    /// State over a running worker, the engine's description and an observer.
+    /// State over a running worker, the engine's description, an observer and the replica id
+    /// that every response names (see [`replica_id`]).
     pub fn with_observer(
         worker: WorkerHandle,
         info: EngineInfo,
         limits: Limits,
         observer: Observer,
+        replica: Option<HeaderValue>,
     ) -> AppState {
         let started_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -65,6 +68,7 @@ impl AppState {
             .unwrap_or(0);
         AppState(Arc::new(Inner {
             worker,
+            replica,
             info,
             limits,
             started_unix,
@@ -82,6 +86,35 @@ impl AppState {
     pub fn queue_state(&self) -> QueueState {
         self.0.worker.state()
     }
+}
+
+/// Response header naming the replica that answered (`--replica-id`), so that a client behind a
+/// load balancer, and the fleet test, can tell which replica served it.
+pub const REPLICA_HEADER: &str = "x-gr00t-replica";
+
+/// Checks a `--replica-id`: 1 to 253 characters of `A-Z a-z 0-9 . _ -` (any Kubernetes pod
+/// name fits), returned as the header value.
+pub fn replica_id(id: &str) -> Result<HeaderValue, String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if id.is_empty() || id.len() > 253 || !id.chars().all(ok) {
+        return Err(format!(
+            "--replica-id {id:?}: expected 1 to 253 characters of A-Z a-z 0-9 . _ -"
+        ));
+    }
+    HeaderValue::from_str(id).map_err(|e| format!("--replica-id {id:?}: {e}"))
+}
+
+/// Names the replica on every response, refusals and unknown paths included.
+async fn name_replica(
+    State(app): State<AppState>,
+    req: Request,
+    next: middleware::Next,
+) -> Response {
+    let mut r = next.run(req).await;
+    if let Some(id) = &app.0.replica {
+        r.headers_mut().insert(REPLICA_HEADER, id.clone());
+    }
+    r
 }
 
 /// All routes, JSON fallbacks for unknown paths and methods, and the request log.
@@ -114,6 +147,7 @@ pub fn router_with(
             state.clone(),
             request_log::observe,
         ))
+        .layer(middleware::from_fn_with_state(state.clone(), name_replica))
         .with_state(state)
 }
 
@@ -229,6 +263,7 @@ async fn info(State(app): State<AppState>) -> Response {
         "max_body_mb": limits.max_body_bytes / (1024 * 1024),
     });
     body["queue"] = serde_json::to_value(app.0.worker.state()).unwrap_or_default();
+    body["replica_id"] = json!(app.0.replica.as_ref().and_then(|v| v.to_str().ok()));
     json_response(StatusCode::OK, &body)
 }
 
@@ -301,5 +336,18 @@ mod tests {
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(e.message.starts_with("content-type: "), "{}", e.message);
         assert!(check_content_type(&headers(Some("text/plain"))).is_err());
+    }
+
+    #[test]
+    fn replica_ids_are_header_safe() {
+        assert_eq!(
+            replica_id("gr00t-7d9f-x2.b_1").unwrap(),
+            "gr00t-7d9f-x2.b_1"
+        );
+        assert!(replica_id(&"a".repeat(253)).is_ok());
+        for bad in ["", "a b", "r\nx", "é", &"a".repeat(254)] {
+            let e = replica_id(bad).unwrap_err();
+            assert!(e.starts_with("--replica-id "), "{e}");
+        }
     }
 }

@@ -47,6 +47,15 @@ fn info() -> EngineInfo {
 }
 
 fn start(predict: PredictFn, queue: usize, max_body_bytes: usize) -> TestServer {
+    start_named(predict, queue, max_body_bytes, None)
+}
+
+fn start_named(
+    predict: PredictFn,
+    queue: usize,
+    max_body_bytes: usize,
+    replica: Option<&str>,
+) -> TestServer {
     let (worker, handle) = worker::start(predict, queue).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -57,14 +66,20 @@ fn start(predict: PredictFn, queue: usize, max_body_bytes: usize) -> TestServer 
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let app = router(AppState::new(
-        handle,
-        info(),
-        Limits {
-            queue,
-            max_body_bytes,
-        },
-    ));
+    let limits = Limits {
+        queue,
+        max_body_bytes,
+    };
+    let app = router(match replica {
+        None => AppState::new(handle, info(), limits),
+        Some(id) => AppState::with_observer(
+            handle,
+            info(),
+            limits,
+            super::observe::Observer::new(Default::default()).unwrap(),
+            Some(super::routes::replica_id(id).unwrap()),
+        ),
+    });
     runtime.spawn(async move { axum::serve(listener, app).await });
     TestServer {
         addr,
@@ -236,4 +251,28 @@ fn full_queue_answers_503_with_retry_after() {
     assert_eq!(first.join().unwrap().status, 200);
     let r = second.join().unwrap();
     assert_eq!((r.status, r.json()["seq_len"].as_u64()), (200, Some(4)));
+}
+
+#[test]
+fn every_response_names_the_replica_when_one_is_set() {
+    let (started, _) = channel();
+    let (_, release) = channel();
+    let s = start_named(scripted(started, release), 2, 1 << 20, Some("gr00t-0"));
+    let info = get(&s.addr, "/info").unwrap();
+    assert_eq!(info.header("x-gr00t-replica"), Some("gr00t-0"));
+    assert_eq!(info.json()["replica_id"], "gr00t-0");
+    // Answers, refusals, probes and unknown paths alike: a balancer's client can always tell.
+    for r in [
+        post_json(&s.addr, "/predict", b"{}").unwrap(),
+        post_json(&s.addr, "/predict", b"bad").unwrap(),
+        get(&s.addr, "/health").unwrap(),
+        get(&s.addr, "/nope").unwrap(),
+    ] {
+        assert_eq!(r.header("x-gr00t-replica"), Some("gr00t-0"), "{}", r.status);
+    }
+    // Without an id: no header, and /info says null.
+    let s = simple_server(1 << 20);
+    let info = get(&s.addr, "/info").unwrap();
+    assert_eq!(info.header("x-gr00t-replica"), None);
+    assert!(info.json()["replica_id"].is_null());
 }

@@ -7,13 +7,15 @@
 
 use super::{time_projection, Attend, Dit, TIME_PROJ_DIM};
 use crate::action_head::attention::key_bias;
-use crate::action_head::ActionHead;
+use crate::action_head::{sampler, ActionHead};
+use crate::rtc::Rtc;
 use crate::taps::Recorder;
 use crate::{Error, Result};
 use candle_core::{Module, Tensor};
 
-/// Runs every Euler step from `noise` `[1, H, A]` (shape already checked) and returns
-/// `action_pred` `[1, H, A]`, recording the same taps as the fused backend.
+/// Runs every Euler step from `noise` `[1, H, A]` (shape already checked; RTC, when given,
+/// already validated) and returns `action_pred` `[1, H, A]`, recording the same taps as the
+/// fused backend.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn denoise(
     head: &ActionHead,
@@ -23,6 +25,7 @@ pub(crate) fn denoise(
     state: &Tensor,
     embodiment_id: usize,
     noise: &Tensor,
+    rtc: Option<&Rtc>,
     rec: &Recorder,
 ) -> Result<Tensor> {
     let s = head.check_features(vl_embeds)?;
@@ -47,7 +50,7 @@ pub(crate) fn denoise(
     let state_features = state_encoder.forward(state)?;
     rec.record("head.state_features", &state_features);
     let device = noise.device();
-    let mut x = noise.clone();
+    let (mut x, vel_strength) = sampler::rtc_start(noise, rtc)?;
     for k in 0..head.num_steps() {
         let p = format!("head.step{k}");
         let tau = head.timestep(k)?;
@@ -75,7 +78,7 @@ pub(crate) fn denoise(
         rec.record(format!("{p}.decoder_out"), &decoder_out);
         let velocity = head.velocity(&decoder_out)?;
         rec.record(format!("{p}.velocity"), &velocity);
-        x = head.euler_step(&x, &velocity)?;
+        x = sampler::rtc_euler_step(head, &x, &velocity, vel_strength.as_ref())?;
     }
     rec.record("head.action_pred", &x);
     Ok(x)

@@ -1,16 +1,21 @@
 //! openpi's DROID dialect (`examples/droid/main.py` keys, `WebsocketClientPolicy`): one
 //! msgpack-numpy observation in, one reply map out with `actions` `[H, 8]` and
 //! `server_timing`; errors are a text frame then close 1011. An observation that carries
-//! `endpoint` is RoboArena's dialect of the same keys (`super::roboarena`).
+//! `endpoint` is RoboArena's dialect of the same keys (`super::roboarena`). An observation in
+//! upstream's nested GR00T form (`video` / `state` / `language`, optional `embodiment`, `seed`
+//! or `noise`) is served for any embodiment and answered `{action key: [B, H, D]}` plus the
+//! same timing fields.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
 use super::super::droid_obs::{parse, FrameHistory, HISTORY_STEPS};
-use super::super::engine_ext::{infer, RawRequest};
+use super::super::engine_ext::{infer, infer_item, RawRequest};
+use super::super::msgpack_numpy::ArrayForm;
 use super::super::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
 use super::super::ndarray::NdArray;
+use super::super::observation::{action_dict, parse_openpi, pick_schema};
 use super::roboarena::{self, Endpoint};
 use super::{Step, WsContext};
 use crate::engine::EngineInfo;
@@ -74,7 +79,9 @@ impl Connection {
                 type_name(&v)
             ));
         };
+        let nested = is_nested(m);
         let req = match get(m, "endpoint") {
+            None if nested => return self.nested(ctx, &v, m).await,
             None => self.history.resolve(parse(m)?),
             Some(e) => {
                 let session = roboarena::session_key(get(m, "session_id"))?;
@@ -83,6 +90,7 @@ impl Connection {
                         roboarena::reset(ctx, &mut self.history, session.as_deref());
                         return Ok(Message::Text(roboarena::RESET_REPLY.into()));
                     }
+                    Endpoint::Infer if nested => return self.nested(ctx, &v, m).await,
                     Endpoint::Infer => {
                         let obs = parse(m)?;
                         roboarena::resolve(ctx, &mut self.history, session.as_deref(), obs)
@@ -91,14 +99,63 @@ impl Connection {
             }
         };
         let (resp, infer_ms) = run(ctx, &req).await?;
+        let mut map = reply_map(&resp);
+        map.push((Value::from("server_timing"), self.server_timing(infer_ms)));
+        Ok(Message::Binary(pack(&Value::Map(map)).into()))
+    }
+
+    /// The nested GR00T observation of the embodiment `embodiment` names (default: the
+    /// server's default): `{action key: float32 [B, H, D]}` plus the timing fields. It carries
+    /// all its frames, so the frame history is not used.
+    async fn nested(
+        &self,
+        ctx: &WsContext,
+        msg: &Value,
+        m: &[(Value, Value)],
+    ) -> Result<Message, String> {
+        let schema = pick_schema(&ctx.schemas, get(m, "embodiment"))?;
+        let items = parse_openpi(msg, schema)?.items;
+        let t0 = Instant::now();
+        // One queue entry per batch item, in order, as on the ZMQ door.
+        let mut responses = Vec::with_capacity(items.len());
+        for item in &items {
+            responses.push(
+                infer_item(&ctx.worker, item)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let infer_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let Value::Map(mut map) = action_dict(&responses, schema, ArrayForm::Openpi)
+            .map_err(|e| format!("internal error: {e}"))?
+        else {
+            return Err("internal error: actions are not a map".into());
+        };
+        let policy_ms = responses.iter().map(|r| r.timing_ms.total).sum::<f64>();
+        map.push((
+            Value::from("policy_timing"),
+            str_map([("infer_ms", Value::F64(policy_ms))]),
+        ));
+        map.push((Value::from("server_timing"), self.server_timing(infer_ms)));
+        Ok(Message::Binary(pack(&Value::Map(map)).into()))
+    }
+
+    /// `server_timing`: this message's inference time and the previous message's total.
+    fn server_timing(&self, infer_ms: f64) -> Value {
         let mut timing = vec![("infer_ms", Value::F64(infer_ms))];
         if let Some(prev) = self.prev_total_ms {
             timing.push(("prev_total_ms", Value::F64(prev)));
         }
-        let mut map = reply_map(&resp);
-        map.push((Value::from("server_timing"), str_map(timing)));
-        Ok(Message::Binary(pack(&Value::Map(map)).into()))
+        str_map(timing)
     }
+}
+
+/// Whether a message is upstream's nested GR00T observation rather than openpi's DROID keys:
+/// it has `video`, `state` or `language` (the parser then names what is missing).
+fn is_nested(m: &[(Value, Value)]) -> bool {
+    ["video", "state", "language"]
+        .iter()
+        .any(|k| get(m, k).is_some())
 }
 
 /// Queues and runs one request; returns the response and the inference time.
