@@ -4,7 +4,7 @@
 - every manifest in deploy/k8s against the Kubernetes 1.37 schemas (kubernetes-validate,
   strict: unknown fields refused);
 - the manifests against the server: grace period >= preStop + the server's own drain limit
-  (read from crates/gr00t/src/server/shutdown.rs), memory request >= the measured peak RSS,
+  (read from crates/gr00t/src/shutdown.rs), memory request >= the measured peak RSS,
   probes on /health, the replica id and Prometheus annotations;
 - the Dockerfile (dockerfile-parse): multi-stage, non-root USER, HEALTHCHECK on /health, weights
   from the HF cache volume, and the files it COPYs resolve the workspace (`cargo metadata`);
@@ -53,7 +53,7 @@ def manifests():
     pod = dep["spec"]["template"]
     c = pod["spec"]["containers"][0]
     grace = int(re.search(r"const GRACE: Duration = Duration::from_secs\((\d+)\)",
-                          (ROOT / "crates/gr00t/src/server/shutdown.rs").read_text()).group(1))
+                          (ROOT / "crates/gr00t/src/shutdown.rs").read_text()).group(1))
     pre = c["lifecycle"]["preStop"]["exec"]["command"]
     pre_s = int(pre[1]) if pre[0] == "sleep" else 0
     tgps = pod["spec"]["terminationGracePeriodSeconds"]

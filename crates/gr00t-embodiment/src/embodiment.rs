@@ -258,7 +258,8 @@ impl EmbodimentProcessor {
                     .images
                     .geometry(frame.width, frame.height)
                     .map_err(|e| RequestError::new(&field, e.to_string()))?
-                    .aug_output;
+                    .aug
+                    .output;
                 match &first {
                     None => first = Some((field.clone(), size)),
                     Some((f0, s0)) if *s0 != size => {
@@ -266,9 +267,20 @@ impl EmbodimentProcessor {
                             &field,
                             format!(
                                 "a {}x{} frame becomes {}x{} after the eval transform, but {f0} \
-                                 becomes {}x{}; every frame of {} must reach the same size \
-                                 (send frames of one aspect ratio)",
-                                frame.width, frame.height, size.0, size.1, s0.0, s0.1, spec.tag
+                                 becomes {}x{}; every frame of {} must reach the same size, as \
+                                 upstream stacks them (send frames of one aspect ratio{})",
+                                frame.width,
+                                frame.height,
+                                size.0,
+                                size.1,
+                                s0.0,
+                                s0.1,
+                                spec.tag,
+                                if self.images.eval.letter_box {
+                                    ""
+                                } else {
+                                    ", or serve a checkpoint with letter_box_transform: true"
+                                }
                             ),
                         ))
                     }

@@ -8,9 +8,7 @@
 
 use crate::actions::ActionDecoder;
 use crate::embodiment::{images_and_prompt, initial_noise, model_inputs};
-use crate::image::{
-    check_frame_geometry, decode_base64, EncodedFrame, Frame, ImagePipeline, DROID_GRID_THW,
-};
+use crate::image::{check_frame_geometry, decode_base64, EncodedFrame, Frame, ImagePipeline};
 use crate::prompt::PromptEncoder;
 use crate::request::{PredictRequest, RequestError, CAMERAS, FRAMES_PER_CAMERA};
 use crate::response::ActionGroups;
@@ -43,6 +41,9 @@ pub struct ChunkActions {
 #[derive(Debug)]
 pub struct DroidProcessor {
     images: ImagePipeline,
+    /// The patch grid every frame must land on: a 320x180 frame's under this checkpoint's eval
+    /// transform ([`DROID_GRID_THW`](crate::image::DROID_GRID_THW) for the released one).
+    grid: [usize; 3],
     prompt: PromptEncoder,
     state: StateNormalizer,
     actions: ActionDecoder,
@@ -55,6 +56,7 @@ impl DroidProcessor {
     /// Builds the processor from a checkpoint's processor config and statistics.
     pub fn new(ckpt: &Checkpoint, prompt: PromptEncoder) -> Result<DroidProcessor, String> {
         let images = ImagePipeline::from_checkpoint(ckpt).map_err(|e| e.to_string())?;
+        let grid = images.grid_for(320, 180).map_err(|e| e.to_string())?;
         let state = StateNormalizer::new(&ckpt.statistics, &ckpt.processor, EMBODIMENT_TAG)
             .map_err(|e| e.to_string())?;
         let actions = ActionDecoder::new(&ckpt.statistics, &ckpt.processor, EMBODIMENT_TAG)
@@ -65,6 +67,7 @@ impl DroidProcessor {
         let prompt = prompt.with_formalize(ckpt.processor.formalize_language);
         Ok(DroidProcessor {
             images,
+            grid,
             prompt,
             state,
             actions,
@@ -164,11 +167,12 @@ impl DroidProcessor {
             .images
             .grid_for(width, height)
             .map_err(|e| RequestError::new(field, e.to_string()))?;
-        if grid != DROID_GRID_THW {
+        if grid != self.grid {
             return Err(RequestError::new(
                 field,
                 format!(
-                    "a {width}x{height} frame lands on patch grid {grid:?}, not {DROID_GRID_THW:?}"
+                    "a {width}x{height} frame lands on patch grid {grid:?}, not {:?}",
+                    self.grid
                 ),
             ));
         }

@@ -224,3 +224,30 @@ fn image_and_instruction_refusals_name_the_field() {
     v["instruction"] = serde_json::json!("?!.,");
     assert_eq!(refuse(&v).field, "instruction");
 }
+
+/// The DROID processor follows the checkpoint's eval transform: with the letterbox (or on the
+/// torchvision path at 256x256) its 320x180 frames land on 16x16 patches, 64 tokens each.
+#[test]
+fn droid_processor_follows_letterbox_and_torchvision_configs() {
+    let body = gr00t_fixtures::request_json("case0");
+    for letterbox in [true, false] {
+        let mut ck = Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+        ck.processor.letter_box_transform = letterbox;
+        if !letterbox {
+            ck.processor.use_albumentations = false;
+        }
+        let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
+        let processor = DroidProcessor::new(&ck, prompt).unwrap();
+        let req = processor.parse(body.as_bytes()).unwrap();
+        let enc = processor.encode(&req).unwrap();
+        assert_eq!(
+            enc.inputs.image_grid_thw,
+            vec![[1, 16, 16]; 4],
+            "{letterbox}"
+        );
+        assert_eq!(
+            enc.inputs.pixel_values.len(),
+            4 * 256 * enc.inputs.patch_dim
+        );
+    }
+}

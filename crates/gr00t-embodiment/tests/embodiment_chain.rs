@@ -170,6 +170,7 @@ fn refusals_name_the_field() {
     let view = o.images[1].0.clone();
     let err = proc.encode(&o).unwrap_err();
     assert_eq!(err.field, format!("images.{view}[1]"), "{err}");
+    assert!(err.to_string().contains("letter_box_transform"), "{err}");
     let mut o = good.clone();
     o.state.retain(|(k, _)| k != "head_pose");
     assert_eq!(field(&o), "state.head_pose");
@@ -185,6 +186,46 @@ fn refusals_name_the_field() {
     let mut o = good;
     o.instruction = " ".into();
     assert_eq!(field(&o), "instruction");
+}
+
+/// A portrait view next to landscape ones: refused without the letterbox (as upstream fails),
+/// served with it, every frame then 256x256 → 16x16 patches, 64 tokens.
+#[test]
+fn letterbox_serves_mixed_aspect_views() {
+    let mut ckpt = Checkpoint::open(multi_checkpoint()).unwrap();
+    ckpt.processor.letter_box_transform = true;
+    let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
+    let case = MultiCase::load("case_real_r1_pro_sharpa_relative_eef_1");
+    let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+    let mut o = observation(&case);
+    let f = &o.images[1].1[1];
+    let (w, h) = (f.height, f.width);
+    o.images[1].1[1] = Frame::new(w, h, vec![0; w * h * 3]).unwrap();
+    let enc = proc.encode(&o).unwrap();
+    let frames: usize = o.images.iter().map(|(_, f)| f.len()).sum();
+    assert_eq!(enc.inputs.image_grid_thw, vec![[1, 16, 16]; frames]);
+    assert_eq!(
+        enc.inputs.pixel_values.len(),
+        frames * 256 * enc.inputs.patch_dim
+    );
+}
+
+/// The torchvision path squashes every frame to image_target_size, so any mix of sizes works.
+#[test]
+fn torchvision_path_lands_every_frame_on_the_target_size() {
+    let mut ckpt = Checkpoint::open(multi_checkpoint()).unwrap();
+    ckpt.processor.use_albumentations = false;
+    ckpt.processor.image_target_size = Some(vec![240, 320]);
+    ckpt.processor.image_crop_size = Some(vec![216, 288]);
+    let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
+    let case = MultiCase::load("case_real_r1_pro_sharpa_relative_eef_1");
+    let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+    let mut o = observation(&case);
+    o.images[1].1[1] = Frame::new(90, 160, vec![7; 90 * 160 * 3]).unwrap();
+    let enc = proc.encode(&o).unwrap();
+    let frames: usize = o.images.iter().map(|(_, f)| f.len()).sum();
+    // 320x240 → smart_resize 320x256 (240/32 = 7.5 rounds to 8) → 16x20 patches, 80 tokens.
+    assert_eq!(enc.inputs.image_grid_thw, vec![[1, 16, 20]; frames]);
 }
 
 /// A 4×4 EEF state whose rotation block is a reflection is refused before inference, naming

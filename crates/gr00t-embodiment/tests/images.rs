@@ -6,7 +6,7 @@ use gr00t_embodiment::image::area::resize_area;
 use gr00t_embodiment::image::pipeline::{MAX_FRAME_ASPECT, MIN_FRAME_ASPECT};
 use gr00t_embodiment::image::{
     check_frame_geometry, decode_base64_frame, decode_frame_bytes, smart_resize, EncodedFrame,
-    EvalTransform, Frame, ImageError, ImagePipeline, DROID_GRID_THW,
+    EvalTransform, Frame, ImageError, ImagePipeline, ResizeKind, TvSize, DROID_GRID_THW,
 };
 use gr00t_embodiment::processor::DroidProcessor;
 use gr00t_embodiment::prompt::PromptEncoder;
@@ -198,12 +198,18 @@ fn geometry_of_fixture_sizes() {
     let pipe = pipeline();
     for (w, h) in [(320, 180), (640, 360)] {
         let g = pipe.geometry(w, h).unwrap();
-        assert_eq!(g.aug_resized, (455, 256));
+        assert_eq!(g.aug.letterboxed, (w, h));
+        assert_eq!(g.aug.resized, (455, 256));
         assert_eq!(
-            (g.crop.x0, g.crop.y0, g.crop.width, g.crop.height),
+            (
+                g.aug.crop.x0,
+                g.aug.crop.y0,
+                g.aug.crop.width,
+                g.aug.crop.height
+            ),
             (11, 6, 432, 243)
         );
-        assert_eq!(g.aug_output, (455, 256));
+        assert_eq!(g.aug.output, (455, 256));
         assert_eq!(g.qwen_size, (448, 256));
         assert_eq!(g.grid_thw, DROID_GRID_THW);
     }
@@ -211,27 +217,118 @@ fn geometry_of_fixture_sizes() {
 
 #[test]
 fn eval_transform_parameters_from_config_and_fallbacks() {
+    let albumentations = |edge, fraction| ResizeKind::Albumentations {
+        shortest_edge: edge,
+        crop_fraction: fraction,
+    };
     let ckpt = Checkpoint::open(tiny_checkpoint()).unwrap();
     let t = EvalTransform::from_processor_config(&ckpt.processor).unwrap();
-    assert_eq!((t.shortest_edge, t.crop_fraction), (256, 0.95));
+    assert_eq!(t.kind, albumentations(256, 0.95));
+    assert!(!t.letter_box);
 
+    // shortest_image_edge / crop_fraction null: the target/crop fallbacks.
     let cfg = ProcessorConfig {
+        use_albumentations: true,
+        shortest_image_edge: None,
+        crop_fraction: None,
         image_target_size: Some(vec![256, 256]),
         image_crop_size: Some(vec![230, 230]),
+        letter_box_transform: true,
         ..ProcessorConfig::default()
     };
     let t = EvalTransform::from_processor_config(&cfg).unwrap();
-    assert_eq!((t.shortest_edge, t.crop_fraction), (256, 230.0 / 256.0));
+    assert_eq!(t.kind, albumentations(256, 230.0 / 256.0));
+    assert!(t.letter_box);
 
-    assert!(EvalTransform::from_processor_config(&ProcessorConfig::default()).is_err());
+    // torchvision: [h, w] sizes, or one side.
     let torchvision = ProcessorConfig {
         use_albumentations: false,
-        ..cfg
+        image_target_size: Some(vec![224, 320]),
+        image_crop_size: Some(vec![200, 288]),
+        ..cfg.clone()
     };
-    assert!(matches!(
-        EvalTransform::from_processor_config(&torchvision),
-        Err(ImageError::Config(_))
-    ));
+    let t = EvalTransform::from_processor_config(&torchvision).unwrap();
+    let exact = TvSize::Exact {
+        width: 320,
+        height: 224,
+    };
+    assert_eq!(
+        t.kind,
+        ResizeKind::Torchvision {
+            target: exact,
+            crop_width: 288,
+            crop_height: 200
+        }
+    );
+    let short = ProcessorConfig {
+        image_target_size: Some(vec![256]),
+        image_crop_size: Some(vec![230]),
+        ..torchvision.clone()
+    };
+    let t = EvalTransform::from_processor_config(&short).unwrap();
+    assert_eq!(
+        t.kind,
+        ResizeKind::Torchvision {
+            target: TvSize::Shorter(256),
+            crop_width: 230,
+            crop_height: 230
+        }
+    );
+
+    // What upstream cannot build or run is refused, naming the file and the key.
+    let refused = |cfg: &ProcessorConfig, key: &str| {
+        let e = EvalTransform::from_processor_config(cfg).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, ImageError::Config(_)), "{msg}");
+        assert!(
+            msg.contains(&format!("processor_config.json: processor_kwargs.{key}")),
+            "{msg}"
+        );
+    };
+    // The defaults are upstream's constructor's: torchvision, which needs a target size.
+    refused(&ProcessorConfig::default(), "image_target_size");
+    refused(
+        &ProcessorConfig {
+            image_crop_size: None,
+            ..torchvision.clone()
+        },
+        "image_crop_size",
+    );
+    refused(
+        &ProcessorConfig {
+            image_target_size: Some(vec![256, 256, 3]),
+            ..torchvision.clone()
+        },
+        "image_target_size",
+    );
+    refused(
+        &ProcessorConfig {
+            image_crop_size: Some(vec![0]),
+            ..torchvision
+        },
+        "image_crop_size",
+    );
+    refused(
+        &ProcessorConfig {
+            image_target_size: None,
+            ..cfg.clone()
+        },
+        "shortest_image_edge",
+    );
+    refused(
+        &ProcessorConfig {
+            crop_fraction: Some(1.5),
+            ..cfg.clone()
+        },
+        "crop_fraction",
+    );
+    refused(
+        &ProcessorConfig {
+            image_crop_size: None,
+            ..cfg
+        },
+        "crop_fraction",
+    );
 }
 
 #[test]
@@ -329,7 +426,7 @@ fn hd_frame_runs_through_the_whole_chain() {
     let frame = frame_from(1280, 720, |x, y, c| ((x * 7 + y * 3 + c * 50) % 256) as u8);
     check_frame_geometry(1280, 720).unwrap();
     let g = pipe.geometry(1280, 720).unwrap();
-    assert_eq!(g.aug_resized, (455, 256));
+    assert_eq!(g.aug.resized, (455, 256));
     let frames = vec![frame.clone(), frame.clone(), frame.clone(), frame];
     let out = pipe.process(&frames).unwrap();
     assert_eq!(out.image_grid_thw, vec![DROID_GRID_THW; 4]);

@@ -390,17 +390,18 @@ const CODE_PROJECTOR_INDEX: [(&str, usize); 16] = [
 pub struct ProcessorConfig {
     /// Per embodiment tag: video/state/action/language modality configs.
     pub modality_configs: BTreeMap<String, ModalityConfigs>,
-    /// Fallback resize target when `shortest_image_edge` is unset.
+    /// torchvision `Resize` size ([h, w] or [shorter side]); albumentations' fallback edge.
     pub image_target_size: Option<Vec<usize>>,
-    /// Fallback crop size when `crop_fraction` is unset.
+    /// torchvision `CenterCrop` size ([h, w] or [side]); albumentations' fallback fraction.
     pub image_crop_size: Option<Vec<usize>>,
-    /// Eval transform = albumentations SmallestMaxSize/crop/SmallestMaxSize.
+    /// Eval transform: albumentations (true) or torchvision (false, upstream's default when
+    /// the key is missing).
     pub use_albumentations: bool,
-    /// SmallestMaxSize target.
+    /// albumentations SmallestMaxSize target (missing: upstream's default 256; null: fallback).
     pub shortest_image_edge: Option<usize>,
-    /// Centre-crop fraction.
+    /// albumentations centre-crop fraction (missing: upstream's default 0.95; null: fallback).
     pub crop_fraction: Option<f64>,
-    /// Letter-boxing (not supported; must be false).
+    /// Pad every frame to a square with black first.
     pub letter_box_transform: bool,
     /// Lower-case and strip punctuation.
     pub formalize_language: bool,
@@ -430,9 +431,10 @@ impl Default for ProcessorConfig {
             modality_configs: BTreeMap::new(),
             image_target_size: None,
             image_crop_size: None,
-            use_albumentations: true,
-            shortest_image_edge: None,
-            crop_fraction: None,
+            // Gr00tN1d7Processor.__init__'s defaults, which a missing key gets upstream.
+            use_albumentations: false,
+            shortest_image_edge: Some(256),
+            crop_fraction: Some(0.95),
             letter_box_transform: false,
             formalize_language: true,
             max_state_dim: 132,

@@ -341,3 +341,37 @@ fn tactile_and_other_processor_classes_are_refused() {
     let err = s.open_err();
     assert!(err.contains("Gr00tN1d6Processor"), "{err}");
 }
+
+#[test]
+fn missing_image_keys_take_upstream_constructor_defaults_and_null_clears() {
+    let s = Scratch::new("image-defaults");
+    let path = s.path("processor_config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let kw = v["processor_kwargs"].as_object_mut().unwrap();
+    for key in [
+        "use_albumentations",
+        "shortest_image_edge",
+        "crop_fraction",
+        "letter_box_transform",
+    ] {
+        assert!(kw.remove(key).is_some(), "{key}");
+    }
+    std::fs::write(&path, v.to_string()).unwrap();
+    let p = Checkpoint::open(&s.0).unwrap().processor;
+    // Gr00tN1d7Processor.__init__: torchvision, 256, 0.95, no letterbox.
+    assert!(!p.use_albumentations && !p.letter_box_transform);
+    assert_eq!(
+        (p.shortest_image_edge, p.crop_fraction),
+        (Some(256), Some(0.95))
+    );
+
+    let kw = v["processor_kwargs"].as_object_mut().unwrap();
+    kw.insert("shortest_image_edge".into(), serde_json::Value::Null);
+    kw.insert("crop_fraction".into(), serde_json::Value::Null);
+    kw.insert("letter_box_transform".into(), true.into());
+    std::fs::write(&path, v.to_string()).unwrap();
+    let p = Checkpoint::open(&s.0).unwrap().processor;
+    assert_eq!((p.shortest_image_edge, p.crop_fraction), (None, None));
+    assert!(p.letter_box_transform);
+}

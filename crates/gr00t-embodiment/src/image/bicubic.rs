@@ -1,10 +1,12 @@
-//! torch 2.7 `F.interpolate(uint8, mode="bicubic", antialias=True, align_corners=False)` on CPU
-//! (torchvision `F.resize(..., BICUBIC, antialias=True)`), bit-exact.
+//! torch 2.7–2.9 `F.interpolate(uint8, antialias=True, align_corners=False)` on CPU, bit-exact,
+//! for the two modes the pipeline uses: bicubic (the Qwen processor's
+//! `F.resize(..., BICUBIC, antialias=True)`) and bilinear (torchvision v2 `Resize`, the default
+//! interpolation, on an AVX2/AVX512 CPU where it takes the native uint8 kernel).
 //!
-//! Separable: per axis, Keys cubic (a = −0.5) weights stretched by the downscale factor,
-//! normalised, rounded to int16 fixed point with a per-axis precision; the horizontal pass runs
-//! first (into a uint8 buffer), then the vertical pass; a pass whose size does not change is
-//! skipped, as torch does.
+//! Separable: per axis, the filter (Keys cubic with a = −0.5, or the triangle) stretched by the
+//! downscale factor, normalised, rounded to int16 fixed point with a per-axis precision; the
+//! horizontal pass runs first (into a uint8 buffer), then the vertical pass; a pass whose size
+//! does not change is skipped, as torch does.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -12,11 +14,43 @@
 
 use super::{Frame, ImageError};
 
-/// Bicubic support (`interp_size`) before antialias stretching.
-const INTERP_SIZE: f64 = 4.0;
+/// The interpolation filter of torch's antialiased kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Filter {
+    /// Keys cubic, support (`interp_size`) 4.
+    Bicubic,
+    /// Triangle, support 2.
+    Bilinear,
+}
+
+impl Filter {
+    /// `interp_size` before antialias stretching.
+    fn interp_size(self) -> f64 {
+        match self {
+            Filter::Bicubic => 4.0,
+            Filter::Bilinear => 2.0,
+        }
+    }
+
+    fn weight(self, x: f64) -> f64 {
+        match self {
+            Filter::Bicubic => cubic(x),
+            Filter::Bilinear => triangle(x),
+        }
+    }
+}
 
 /// Resizes to `dst_w`×`dst_h` with torch's uint8 antialiased bicubic kernel.
 pub fn resize_bicubic_aa(src: &Frame, dst_w: usize, dst_h: usize) -> Result<Frame, ImageError> {
+    resize_aa(src, dst_w, dst_h, Filter::Bicubic)
+}
+
+/// Resizes to `dst_w`×`dst_h` with torch's uint8 antialiased bilinear kernel.
+pub fn resize_bilinear_aa(src: &Frame, dst_w: usize, dst_h: usize) -> Result<Frame, ImageError> {
+    resize_aa(src, dst_w, dst_h, Filter::Bilinear)
+}
+
+fn resize_aa(src: &Frame, dst_w: usize, dst_h: usize, filter: Filter) -> Result<Frame, ImageError> {
     src.check()?;
     if dst_w == 0 || dst_h == 0 {
         return Err(ImageError::Geometry(format!(
@@ -25,12 +59,12 @@ pub fn resize_bicubic_aa(src: &Frame, dst_w: usize, dst_h: usize) -> Result<Fram
         )));
     }
     let mut cur = if dst_w != src.width {
-        horizontal(src, &AxisWeights::new(src.width, dst_w))
+        horizontal(src, &AxisWeights::new(src.width, dst_w, filter))
     } else {
         src.clone()
     };
     if dst_h != src.height {
-        cur = vertical(&cur, &AxisWeights::new(src.height, dst_h));
+        cur = vertical(&cur, &AxisWeights::new(src.height, dst_h, filter));
     }
     Ok(cur)
 }
@@ -60,13 +94,23 @@ fn cubic(x: f64) -> f64 {
     }
 }
 
+/// torch's antialias bilinear filter.
+fn triangle(x: f64) -> f64 {
+    let x = x.abs();
+    if x < 1.0 {
+        1.0 - x
+    } else {
+        0.0
+    }
+}
+
 impl AxisWeights {
-    fn new(input: usize, output: usize) -> AxisWeights {
+    fn new(input: usize, output: usize, filter: Filter) -> AxisWeights {
         let scale = input as f64 / output as f64;
         let support = if scale >= 1.0 {
-            INTERP_SIZE * 0.5 * scale
+            filter.interp_size() * 0.5 * scale
         } else {
-            INTERP_SIZE * 0.5
+            filter.interp_size() * 0.5
         };
         // torch: `(int)ceilf(support) * 2 + 1` (the ceil is taken in f32).
         let ksize = (support as f32).ceil() as usize * 2 + 1;
@@ -83,7 +127,7 @@ impl AxisWeights {
             let w = &mut wf[i * ksize..(i + 1) * ksize];
             let mut total = 0f64;
             for (j, wj) in w.iter_mut().enumerate().take(xsize) {
-                *wj = cubic(((j as i64 + xmin) as f64 - center + 0.5) * invscale);
+                *wj = filter.weight(((j as i64 + xmin) as f64 - center + 0.5) * invscale);
                 total += *wj;
             }
             if total != 0.0 {
@@ -197,7 +241,7 @@ mod tests {
 
     #[test]
     fn precision_and_support_for_455_to_448() {
-        let ax = AxisWeights::new(455, 448);
+        let ax = AxisWeights::new(455, 448, Filter::Bicubic);
         assert_eq!(ax.precision, 15);
         assert_eq!(ax.ksize, 7);
     }
@@ -214,6 +258,8 @@ mod tests {
         for (w, h) in [(17, 30), (40, 11), (64, 50), (23, 47)] {
             let r = resize_bicubic_aa(&f, w, h).unwrap();
             assert!(r.data.iter().all(|&v| v == 77), "{w}x{h}");
+            let r = resize_bilinear_aa(&f, w, h).unwrap();
+            assert!(r.data.iter().all(|&v| v == 77), "bilinear {w}x{h}");
         }
     }
 }

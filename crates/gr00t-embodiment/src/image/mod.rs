@@ -1,7 +1,9 @@
-//! Image pipeline: decode → albumentations eval transform → Qwen smart resize → patch rows.
+//! Image pipeline: decode → eval transform (albumentations or torchvision, optional letterbox)
+//! → Qwen smart resize → patch rows.
 //!
-//! Every stage reproduces the reference (OpenCV 4.11 `INTER_AREA`, torch 2.7 uint8 antialiased
-//! bicubic, the Qwen2-VL fast image processor) bit for bit; see the module of each stage.
+//! Every stage reproduces the reference (OpenCV 4.11 `INTER_AREA`, torch uint8 antialiased
+//! bicubic and bilinear, the Qwen2-VL fast image processor) bit for bit; see the module of each
+//! stage.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -15,7 +17,7 @@ mod error;
 pub mod pipeline;
 pub mod qwen;
 
-pub use augment::{AugStages, EvalTransform};
+pub use augment::{AugGeometry, AugStages, CropRect, EvalTransform, ResizeKind, TvSize};
 pub use decode::{
     decode_base64, decode_base64_frame, decode_frame_bytes, EncodedFrame, MAX_DECODE_DIMENSION,
 };
@@ -25,6 +27,29 @@ pub use pipeline::{
     DROID_GRID_THW,
 };
 pub use qwen::{smart_resize, QwenImageProcessor};
+
+/// Black borders around a frame, in pixels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Padding {
+    /// Columns added on the left.
+    pub left: usize,
+    /// Rows added on top.
+    pub top: usize,
+    /// Columns added on the right.
+    pub right: usize,
+    /// Rows added at the bottom.
+    pub bottom: usize,
+}
+
+impl Padding {
+    /// The size of a `width`×`height` frame once padded.
+    pub fn apply(&self, (width, height): (usize, usize)) -> (usize, usize) {
+        (
+            width.saturating_add(self.left).saturating_add(self.right),
+            height.saturating_add(self.top).saturating_add(self.bottom),
+        )
+    }
+}
 
 /// An RGB8 frame, row-major HWC.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +110,39 @@ impl Frame {
             out[2 * plane + i] = px[2];
         }
         out
+    }
+
+    /// The frame with `p`'s black (zero) borders added.
+    pub fn pad(&self, p: Padding) -> Result<Frame, ImageError> {
+        self.check()?;
+        if p == Padding::default() {
+            return Ok(self.clone());
+        }
+        let width = self
+            .width
+            .checked_add(p.left)
+            .and_then(|w| w.checked_add(p.right));
+        let height = self
+            .height
+            .checked_add(p.top)
+            .and_then(|h| h.checked_add(p.bottom));
+        let (Some(width), Some(height)) = (width, height) else {
+            return Err(ImageError::Geometry(format!(
+                "padding {p:?} overflows a {}x{} frame",
+                self.width, self.height
+            )));
+        };
+        let mut data = vec![0u8; width * height * 3];
+        let row = self.width * 3;
+        for (y, src) in self.data.chunks_exact(row).enumerate() {
+            let start = ((y + p.top) * width + p.left) * 3;
+            data[start..start + row].copy_from_slice(src);
+        }
+        Ok(Frame {
+            width,
+            height,
+            data,
+        })
     }
 
     /// A `width`×`height` sub-image starting at (`x0`, `y0`); errors when it does not fit.

@@ -6,7 +6,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::augment::{AugStages, CropRect, EvalTransform};
+use super::augment::{AugGeometry, AugStages, EvalTransform};
 use super::qwen::QwenImageProcessor;
 use super::{Frame, ImageError};
 use gr00t_model::checkpoint::ProcessorConfig;
@@ -43,12 +43,8 @@ pub fn check_frame_geometry(width: usize, height: usize) -> Result<(), ImageErro
 pub struct FrameGeometry {
     /// Input (width, height).
     pub input: (usize, usize),
-    /// After the first `SmallestMaxSize`.
-    pub aug_resized: (usize, usize),
-    /// The centre crop taken from `aug_resized`.
-    pub crop: CropRect,
-    /// After the second `SmallestMaxSize` (what the Qwen processor receives).
-    pub aug_output: (usize, usize),
+    /// The eval transform's stages; `aug.output` is what the Qwen processor receives.
+    pub aug: AugGeometry,
     /// smart_resize target.
     pub qwen_size: (usize, usize),
     /// `image_grid_thw` row.
@@ -89,7 +85,7 @@ impl ProcessedImages {
 /// Eval transform + Qwen image processor, configured from a checkpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImagePipeline {
-    /// albumentations eval transform.
+    /// Eval transform (albumentations or torchvision).
     pub eval: EvalTransform,
     /// Qwen image processor.
     pub qwen: QwenImageProcessor,
@@ -113,28 +109,13 @@ impl ImagePipeline {
     }
 
     /// Stage sizes for a `width`×`height` input; errors where the chain cannot run (empty
-    /// crop, aspect ratio beyond smart_resize's 200).
+    /// frame, aspect ratio beyond smart_resize's 200).
     pub fn geometry(&self, width: usize, height: usize) -> Result<FrameGeometry, ImageError> {
-        if width == 0 || height == 0 {
-            return Err(ImageError::Geometry(format!(
-                "empty frame ({width}x{height})"
-            )));
-        }
-        let aug_resized = self.eval.smallest_max_size_dims(width, height);
-        let crop = self.eval.crop_rect(aug_resized.0, aug_resized.1);
-        if crop.width == 0 || crop.height == 0 {
-            return Err(ImageError::Geometry(format!(
-                "centre crop of {}x{} is empty",
-                aug_resized.0, aug_resized.1
-            )));
-        }
-        let aug_output = self.eval.smallest_max_size_dims(crop.width, crop.height);
-        let qwen_size = self.qwen.target_size(aug_output.0, aug_output.1)?;
+        let aug = self.eval.geometry(width, height)?;
+        let qwen_size = self.qwen.target_size(aug.output.0, aug.output.1)?;
         Ok(FrameGeometry {
             input: (width, height),
-            aug_resized,
-            crop,
-            aug_output,
+            aug,
             qwen_size,
             grid_thw: self.qwen.grid_thw(qwen_size.0, qwen_size.1),
         })

@@ -1,0 +1,113 @@
+//! `gr00t predict` and `gr00t serve` (HTTP) on the image-pipeline cases of
+//! `tests/fixtures/gr00t_n17_tiny_extra` (`letter_box_transform: true`; the torchvision path),
+//! each on its checkpoint variant: NVIDIA's actions within the DROID gate.
+
+#[path = "../src/doors/http/test_client.rs"]
+mod test_client;
+#[path = "support/test_server.rs"]
+mod test_server;
+
+use gr00t_fixtures::{
+    extra_case_checkpoint, extra_dir, max_abs_diff, MultiCase, EXTRA_IMAGE_CASES,
+};
+use std::process::Command;
+use test_client::post_json;
+use test_server::Server;
+
+/// Every action key of a response against the case's `action.<key>` (≤ 1e-5·max(1, max|ref|)).
+fn assert_actions(name: &str, case: &MultiCase, resp: &serde_json::Value) {
+    assert_eq!(resp["embodiment"], case.tag.as_str(), "{name}");
+    let actions = resp["actions"].as_object().unwrap();
+    assert_eq!(actions.len(), 7, "{name}");
+    for (key, rows) in actions {
+        let ours: Vec<f32> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.as_array().unwrap().iter())
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let want = case.outputs.f32s(&format!("action.{key}"));
+        assert_eq!(ours.len(), want.len(), "{name} {key}");
+        let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+        let d = max_abs_diff(&ours, &want);
+        eprintln!("{name} {key:<8} max|Δ| {d:.2e}");
+        assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d:e}");
+    }
+}
+
+#[test]
+fn http_serves_the_letterbox_and_torchvision_cases() {
+    for name in EXTRA_IMAGE_CASES {
+        let case = MultiCase::load_extra(name);
+        let server = Server::start_in(&extra_case_checkpoint(name), 0, &[]);
+        let body = std::fs::read(extra_dir().join(name).join("request.json")).unwrap();
+        let r = post_json(&server.http, "/predict", &body).expect("POST");
+        assert_eq!(r.status, 200, "{name}");
+        assert_actions(name, &case, &r.json());
+    }
+}
+
+#[test]
+fn predict_runs_the_letterbox_and_torchvision_cases() {
+    for name in EXTRA_IMAGE_CASES {
+        let case = MultiCase::load_extra(name);
+        let ckpt = extra_case_checkpoint(name).display().to_string();
+        let request = extra_dir().join(name).join("request.json");
+        let out = Command::new(env!("CARGO_BIN_EXE_gr00t"))
+            .args(["predict", "--checkpoint", &ckpt, "--request"])
+            .arg(&request)
+            .output()
+            .expect("run gr00t");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_actions(name, &case, &resp);
+    }
+}
+
+/// A torchvision config without `image_target_size` (upstream's `Resize(size=None)` raises) is
+/// refused at start-up, naming the file and the key.
+#[test]
+fn torchvision_without_target_size_is_refused_at_startup() {
+    let src = extra_case_checkpoint("case_torchvision_1");
+    let dir = std::env::temp_dir().join(format!("gr00t-tv-no-target-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in [
+        "config.json",
+        "model.safetensors",
+        "statistics.json",
+        "embodiment_id.json",
+    ] {
+        std::fs::copy(src.join(name), dir.join(name)).unwrap();
+    }
+    std::fs::create_dir_all(dir.join("backbone")).unwrap();
+    for e in std::fs::read_dir(src.join("backbone")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join("backbone").join(p.file_name().unwrap())).unwrap();
+    }
+    let text = std::fs::read_to_string(src.join("processor_config.json")).unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(&text).unwrap();
+    cfg["processor_kwargs"]["image_target_size"] = serde_json::Value::Null;
+    std::fs::write(dir.join("processor_config.json"), cfg.to_string()).unwrap();
+    let request = extra_dir().join("case_torchvision_1/request.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_gr00t"))
+        .args(["predict", "--checkpoint"])
+        .arg(&dir)
+        .arg("--request")
+        .arg(&request)
+        .output()
+        .expect("run gr00t");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("processor_config.json: processor_kwargs.image_target_size"),
+        "{stderr}"
+    );
+}
