@@ -49,7 +49,7 @@ pub struct AnyRequest {
 /// One observation: DROID's fixed layout, or another embodiment's.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Item {
-    /// The DROID layout with decoded frames (the binary doors' DROID dialects).
+    /// The DROID layout with decoded frames (the websocket door's openpi/RoboArena dialects).
     Droid(RawRequest),
     /// Any other served embodiment.
     Any(AnyRequest),
