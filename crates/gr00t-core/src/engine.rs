@@ -1,20 +1,19 @@
 //! The inference engine: one loaded model plus the processors of the embodiments it serves,
-//! turning a typed [`Request`] into a response. DROID requests take the DROID processor (the
-//! contract's fixed layout); any other embodiment takes its generic processor. Synchronous; the
-//! queue's thread runs it off the async runtime.
+//! turning a typed [`Request`] into a response. Every embodiment, DROID included, takes its
+//! generic [`EmbodimentProcessor`]; DROID's request shapes are only turned into its
+//! observation here. Synchronous; the queue's thread runs it off the async runtime.
 
 use crate::device::DeviceOptions;
 use crate::error::InferError;
 use crate::request::{Item, Request};
 use crate::response::{ActionGroups, PredictResponse, TimingMs};
 use candle_core::DType;
-use gr00t_embodiment::embodiment::{EmbodimentProcessor, EmbodimentSpec};
+use gr00t_embodiment::embodiment::{EmbodimentProcessor, EmbodimentSpec, EncodedRequest};
 use gr00t_embodiment::embodiment_request::EmbodimentRequest;
 use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::image::ImagePipeline;
-use gr00t_embodiment::processor::{DroidProcessor, EncodedRequest};
 use gr00t_embodiment::prompt::PromptEncoder;
-use gr00t_embodiment::request::{NoiseSource, PredictRequest, RequestError};
+use gr00t_embodiment::request::{NoiseSource, RequestError};
 use gr00t_embodiment::EMBODIMENT_TAG;
 use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::checkpoint::ModalityConfigs;
@@ -48,7 +47,7 @@ pub struct Layouts {
     pub specs: Vec<EmbodimentSpec>,
     /// Each served layout's modality config, in `specs` order.
     pub modalities: Vec<ModalityConfigs>,
-    /// Whether DROID is served (with its own processor).
+    /// Whether DROID is served (the doors' DROID dialects need it).
     pub droid: bool,
     /// Rows the model generates (40).
     pub horizon: usize,
@@ -222,8 +221,6 @@ pub const BUNDLED_TOKENIZER: &[u8] =
 /// One loaded model and the processors of the embodiments it serves.
 pub struct Engine {
     model: Gr00tModel,
-    /// The DROID layout's processor, when DROID is served.
-    droid: Option<DroidProcessor>,
     /// Every served embodiment, the default first.
     embodiments: Vec<EmbodimentProcessor>,
     horizon: usize,
@@ -254,11 +251,6 @@ impl Engine {
             .iter()
             .filter_map(|t| ckpt.processor.modality_configs.get(t).cloned())
             .collect();
-        let droid = if tags.iter().any(|t| t == EMBODIMENT_TAG) {
-            Some(DroidProcessor::new(&ckpt, prompt.clone())?)
-        } else {
-            None
-        };
         let embodiments = tags
             .iter()
             .map(|t| EmbodimentProcessor::new(&ckpt, prompt.clone(), t))
@@ -318,7 +310,6 @@ impl Engine {
         }
         Ok(Engine {
             model,
-            droid,
             embodiments,
             horizon: ckpt.config.action_horizon,
             action_dim: ckpt.config.max_action_dim,
@@ -333,34 +324,36 @@ impl Engine {
         let t0 = Instant::now();
         let pre_ms = request.decode_ms;
         let rtc = request.rtc;
-        match request.item {
-            Item::DroidBody(req) => self.predict_encoded(t0, pre_ms, &req, rtc, |p| p.encode(&req)),
-            Item::Droid(raw) => {
-                let req = PredictRequest {
-                    // Not read: the frames below replace the base64 images.
-                    images: Default::default(),
-                    state: raw.state,
-                    instruction: raw.instruction,
-                    noise: raw.noise,
-                    return_normalized: request.return_normalized,
-                };
-                let frames = raw.frames;
-                self.predict_encoded(t0, pre_ms, &req, rtc, |p| p.encode_frames(frames, &req))
+        let served = |tag: &str| {
+            self.embodiment(tag).ok_or_else(|| {
+                InferError::Invalid(RequestError::new(
+                    "embodiment",
+                    format!("{tag:?} is not served here"),
+                ))
+            })
+        };
+        let (processor, observation, return_normalized) = match request.item {
+            Item::DroidBody(body) => {
+                let processor = served(EMBODIMENT_TAG)?;
+                // Frames are decoded here, on the inference thread, each size checked from
+                // its header first.
+                let obs = body
+                    .to_observation(processor)
+                    .map_err(InferError::Invalid)?;
+                (processor, obs, body.return_normalized)
             }
-            Item::Any(a) => {
-                let processor = self.embodiment(&a.tag).ok_or_else(|| {
-                    InferError::Invalid(RequestError::new(
-                        "embodiment",
-                        format!("{:?} is not served here", a.tag),
-                    ))
-                })?;
-                let req = EmbodimentRequest {
-                    observation: a.observation,
-                    return_normalized: request.return_normalized,
-                };
-                self.predict_generic(t0, pre_ms, processor, &req, rtc)
-            }
-        }
+            Item::Droid(raw) => (
+                served(EMBODIMENT_TAG)?,
+                raw.into_observation(),
+                request.return_normalized,
+            ),
+            Item::Any(a) => (served(&a.tag)?, a.observation, request.return_normalized),
+        };
+        let req = EmbodimentRequest {
+            observation,
+            return_normalized,
+        };
+        self.predict_generic(t0, pre_ms, processor, &req, rtc)
     }
 
     /// The served layouts and the noise shape, for the doors' request decoding.
@@ -368,7 +361,7 @@ impl Engine {
         Layouts {
             specs: self.embodiments.iter().map(|p| p.spec().clone()).collect(),
             modalities: self.modalities.clone(),
-            droid: self.droid.is_some(),
+            droid: self.serves_droid(),
             horizon: self.horizon,
             action_dim: self.action_dim,
         }
@@ -381,7 +374,7 @@ impl Engine {
 
     /// Whether the DROID layout is served (the demo request and the ZMQ/websocket doors need it).
     pub fn serves_droid(&self) -> bool {
-        self.droid.is_some()
+        self.embodiment(EMBODIMENT_TAG).is_some()
     }
 
     /// Runs one blank observation of the default embodiment (mid-grey 256×256 frames, zero
@@ -440,30 +433,6 @@ impl Engine {
             req.return_normalized,
         );
         self.forward(t0, pre_ms, enc, rtc, decode, meta)
-    }
-
-    /// A DROID request once it is parsed (from `t0`): `encode` builds the model inputs from
-    /// base64 images or from frames the door decoded.
-    fn predict_encoded(
-        &self,
-        t0: Instant,
-        pre_ms: f64,
-        req: &PredictRequest,
-        rtc: Option<Rtc>,
-        encode: impl FnOnce(&DroidProcessor) -> Result<EncodedRequest, RequestError>,
-    ) -> Result<PredictResponse, InferError> {
-        let droid = self.droid.as_ref().ok_or_else(|| {
-            InferError::Invalid(RequestError::new(
-                "embodiment",
-                format!("{EMBODIMENT_TAG} is not served here"),
-            ))
-        })?;
-        let decode = |pred: &[f32]| {
-            let chunk = droid.decode(pred, req)?;
-            Ok((chunk.actions, chunk.normalized, droid.horizon()))
-        };
-        let meta = (EMBODIMENT_TAG, &req.noise, req.return_normalized);
-        self.forward(t0, pre_ms, encode(droid), rtc, decode, meta)
     }
 
     /// The network on encoded inputs (with the request's RTC options), then `decode` (physical

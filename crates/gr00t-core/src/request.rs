@@ -4,7 +4,9 @@
 
 use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::image::Frame;
-use gr00t_embodiment::request::{NoiseSource, PredictRequest, RawState, FRAMES_PER_CAMERA};
+use gr00t_embodiment::request::{
+    NoiseSource, PredictRequest, RawState, CAMERAS, FRAMES_PER_CAMERA,
+};
 use gr00t_model::Rtc;
 
 /// One DROID observation with its frames already decoded.
@@ -20,6 +22,22 @@ pub struct RawRequest {
     pub noise: NoiseSource,
 }
 
+impl RawRequest {
+    /// The DROID layout's generic observation (views in `CAMERAS` order, state in model order).
+    pub fn into_observation(self) -> Observation {
+        Observation {
+            images: CAMERAS
+                .iter()
+                .zip(self.frames)
+                .map(|(cam, frames)| (cam.to_string(), frames.to_vec()))
+                .collect(),
+            state: self.state.to_pairs(),
+            instruction: self.instruction,
+            noise: self.noise,
+        }
+    }
+}
+
 /// One observation of another served embodiment (the generic layout, any views and keys).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AnyRequest {
@@ -32,13 +50,12 @@ pub struct AnyRequest {
 /// One observation: DROID's fixed layout, or another embodiment's.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Item {
-    /// The DROID layout with decoded frames (its own processor, bit-identical to HTTP's DROID
-    /// path).
+    /// The DROID layout with decoded frames (the websocket door's openpi/RoboArena dialects).
     Droid(RawRequest),
     /// Any other served embodiment.
     Any(AnyRequest),
-    /// A DROID `/predict` body, validated, its frames still base64: the DROID processor checks
-    /// each frame's size from its header before decoding it, on the inference thread.
+    /// A DROID `/predict` body, validated, its frames still base64: the engine checks each
+    /// frame's size from its header before decoding it, on the inference thread.
     DroidBody(PredictRequest),
 }
 

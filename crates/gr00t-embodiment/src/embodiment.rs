@@ -9,8 +9,8 @@
 )]
 
 use crate::actions::{ActionDecoder, DecodedActions};
-use crate::image::{Frame, ImagePipeline, ProcessedImages};
-use crate::processor::EncodedRequest;
+use crate::frame_policy::{frame_policy, BoundFramePolicy};
+use crate::image::{decode_base64, EncodedFrame, Frame, ImagePipeline, ProcessedImages};
 use crate::prompt::{EncodedPrompt, PromptEncoder, PromptError};
 use crate::request::{NoiseSource, RequestError};
 use crate::state::{StateError, StateNormalizer};
@@ -152,11 +152,24 @@ impl Observation {
     }
 }
 
+/// A request turned into model inputs, with the time each half took.
+#[derive(Debug, Clone)]
+pub struct EncodedRequest {
+    /// What the network consumes.
+    pub inputs: ModelInputs,
+    /// Base64 + PNG/JPEG decode time, ms (0 when the frames arrived decoded).
+    pub decode_ms: f64,
+    /// Resize, patchify, tokenise, state normalisation and noise, ms.
+    pub encode_ms: f64,
+}
+
 /// Pre- and post-processing of one embodiment for one checkpoint.
 #[derive(Debug)]
 pub struct EmbodimentProcessor {
     spec: EmbodimentSpec,
     images: ImagePipeline,
+    /// The tag's frame policy ([`frame_policy`]), bound to this checkpoint's grid.
+    frames: Option<BoundFramePolicy>,
     prompt: PromptEncoder,
     /// Rows the model generates (`config.action_horizon`, 40).
     model_horizon: usize,
@@ -172,9 +185,14 @@ impl EmbodimentProcessor {
     ) -> Result<EmbodimentProcessor, String> {
         let spec = EmbodimentSpec::new(ckpt, tag)?;
         let images = ImagePipeline::from_checkpoint(ckpt).map_err(|e| e.to_string())?;
+        let frames = frame_policy(tag)
+            .map(|p| p.bind(&images))
+            .transpose()
+            .map_err(|e| e.to_string())?;
         Ok(EmbodimentProcessor {
             spec,
             images,
+            frames,
             prompt: prompt.with_formalize(ckpt.processor.formalize_language),
             model_horizon: ckpt.config.action_horizon,
             action_dim: ckpt.config.max_action_dim,
@@ -184,6 +202,51 @@ impl EmbodimentProcessor {
     /// The layout served.
     pub fn spec(&self) -> &EmbodimentSpec {
         &self.spec
+    }
+
+    /// Checks one frame's size against the tag's frame policy, if it has one; `field` names it.
+    pub fn check_frame_size(
+        &self,
+        field: &str,
+        width: usize,
+        height: usize,
+    ) -> Result<(), RequestError> {
+        match &self.frames {
+            Some(policy) => policy
+                .check_size(&self.images, width, height)
+                .map_err(|m| RequestError::new(field, m)),
+            None => Ok(()),
+        }
+    }
+
+    /// Decodes base64 frames per view (`(view, [frame per offset])`, in the layout's views):
+    /// time-major, each frame's size checked from its header before its pixels are decoded
+    /// (image bombs). Views and counts are checked first.
+    pub fn decode_base64_views(
+        &self,
+        views: &[(String, Vec<String>)],
+    ) -> Result<Vec<(String, Vec<Frame>)>, RequestError> {
+        self.spec
+            .check_views(views.iter().map(|(v, f)| (v.as_str(), f.len())))?;
+        let mut out: Vec<(String, Vec<Frame>)> = views
+            .iter()
+            .map(|(v, f)| (v.clone(), Vec::with_capacity(f.len())))
+            .collect();
+        for t in 0..self.spec.frame_deltas.len() {
+            for ((view, encoded), (_, frames)) in views.iter().zip(out.iter_mut()) {
+                let field = format!("images.{view}[{t}]");
+                let image_err =
+                    |e: crate::image::ImageError| RequestError::new(&field, e.to_string());
+                let s = encoded
+                    .get(t)
+                    .ok_or_else(|| RequestError::new(&field, "missing"))?;
+                let bytes = decode_base64(s).map_err(image_err)?;
+                let header = EncodedFrame::read_header(&bytes).map_err(image_err)?;
+                self.check_frame_size(&field, header.width(), header.height())?;
+                frames.push(header.decode().map_err(image_err)?);
+            }
+        }
+        Ok(out)
     }
 
     /// Turns an observation into model inputs.
@@ -254,6 +317,7 @@ impl EmbodimentProcessor {
                 frame
                     .check()
                     .map_err(|e| RequestError::new(&field, e.to_string()))?;
+                self.check_frame_size(&field, frame.width, frame.height)?;
                 let size = self
                     .images
                     .geometry(frame.width, frame.height)

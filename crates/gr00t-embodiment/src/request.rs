@@ -103,6 +103,14 @@ pub struct RawState {
 }
 
 impl RawState {
+    /// The groups as owned `(key, values)` pairs, in model order (an observation's state).
+    pub fn to_pairs(&self) -> Vec<(String, Vec<f32>)> {
+        self.groups()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_vec()))
+            .collect()
+    }
+
     /// The groups by key, in model order.
     pub fn groups(&self) -> [(&'static str, &[f32]); 3] {
         [
@@ -129,6 +137,25 @@ pub struct PredictRequest {
 }
 
 impl PredictRequest {
+    /// The body as the generic [`Observation`] of `processor`'s layout: the frames decoded
+    /// time-major, each size checked from its header before its pixels are decoded.
+    pub fn to_observation(
+        &self,
+        processor: &crate::embodiment::EmbodimentProcessor,
+    ) -> Result<crate::embodiment::Observation, RequestError> {
+        let views: Vec<(String, Vec<String>)> = CAMERAS
+            .iter()
+            .zip(&self.images)
+            .map(|(cam, frames)| (cam.to_string(), frames.to_vec()))
+            .collect();
+        Ok(crate::embodiment::Observation {
+            images: processor.decode_base64_views(&views)?,
+            state: self.state.to_pairs(),
+            instruction: self.instruction.clone(),
+            noise: self.noise.clone(),
+        })
+    }
+
     /// Parses and validates a JSON body; `horizon`/`action_dim` fix the noise shape (40 × 132).
     pub fn from_json(
         body: &[u8],

@@ -5,15 +5,29 @@
 //! so the same gates check a GPU build.
 
 use candle_core::DType;
-use gr00t_embodiment::processor::DroidProcessor;
+use gr00t_embodiment::embodiment::{EmbodimentProcessor, EncodedRequest};
 use gr00t_embodiment::prompt::PromptEncoder;
+use gr00t_embodiment::request::PredictRequest;
 use gr00t_embodiment::response::ActionGroups;
 use gr00t_fixtures::{max_abs_diff, pearson, Taps};
 use gr00t_model::taps::Recorder;
 use gr00t_model::{Checkpoint, Gr00tModel};
 
+/// The DROID body through the generic processor, as the engine runs it.
+fn encode(
+    p: &EmbodimentProcessor,
+    req: &PredictRequest,
+) -> Result<EncodedRequest, gr00t_embodiment::request::RequestError> {
+    p.encode(&req.to_observation(p)?)
+}
+
+/// The generic processor of the DROID tag.
+fn droid_processor(ck: &Checkpoint, prompt: PromptEncoder) -> EmbodimentProcessor {
+    EmbodimentProcessor::new(ck, prompt, gr00t_embodiment::EMBODIMENT_TAG).unwrap()
+}
+
 struct Pipeline {
-    processor: DroidProcessor,
+    processor: EmbodimentProcessor,
     model: Gr00tModel,
 }
 
@@ -28,20 +42,25 @@ impl Pipeline {
         let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
         let device = gr00t_fixtures::test_device();
         Pipeline {
-            processor: DroidProcessor::new(&ck, prompt).unwrap(),
+            processor: droid_processor(&ck, prompt),
             model: Gr00tModel::load_with(&ck, &device, dtype, None).unwrap(),
         }
     }
 
     fn run(&self, body: &[u8]) -> (ActionGroups, ActionGroups, Vec<f32>) {
-        let req = self.processor.parse(body).unwrap();
-        let enc = self.processor.encode(&req).unwrap();
+        let req = PredictRequest::from_json(body, 40, 132).unwrap();
+        let obs = req.to_observation(&self.processor).unwrap();
+        let enc = self.processor.encode(&obs).unwrap();
         let out = self
             .model
             .forward(&enc.inputs, &Recorder::disabled())
             .unwrap();
-        let chunk = self.processor.decode(&out.action_pred, &req).unwrap();
-        (chunk.actions, chunk.normalized, out.action_pred)
+        let d = self.processor.decode(&out.action_pred, &obs).unwrap();
+        (
+            ActionGroups::from_decoded(&d, false),
+            ActionGroups::from_decoded(&d, true),
+            out.action_pred,
+        )
     }
 }
 
@@ -179,16 +198,12 @@ fn seeded_request_uses_torch_noise() {
     // must reproduce the same inputs exactly.
     let mut v: serde_json::Value =
         serde_json::from_str(&gr00t_fixtures::request_json("case1")).unwrap();
-    let explicit = p
-        .processor
-        .encode(&p.processor.parse(v.to_string().as_bytes()).unwrap())
-        .unwrap();
+    let parse =
+        |v: &serde_json::Value| PredictRequest::from_json(v.to_string().as_bytes(), 40, 132);
+    let explicit = encode(&p.processor, &parse(&v).unwrap()).unwrap();
     v.as_object_mut().unwrap().remove("noise");
     v["seed"] = serde_json::json!(42);
-    let seeded = p
-        .processor
-        .encode(&p.processor.parse(v.to_string().as_bytes()).unwrap())
-        .unwrap();
+    let seeded = encode(&p.processor, &parse(&v).unwrap()).unwrap();
     assert_eq!(explicit.inputs, seeded.inputs);
 }
 
@@ -198,8 +213,8 @@ fn image_and_instruction_refusals_name_the_field() {
     let base: serde_json::Value =
         serde_json::from_str(&gr00t_fixtures::request_json("case0")).unwrap();
     let refuse = |v: &serde_json::Value| {
-        let req = p.processor.parse(v.to_string().as_bytes()).unwrap();
-        p.processor.encode(&req).unwrap_err()
+        let req = PredictRequest::from_json(v.to_string().as_bytes(), 40, 132).unwrap();
+        encode(&p.processor, &req).unwrap_err()
     };
     let mut v = base.clone();
     v["images"]["wrist_image_left"][1] = serde_json::json!("!!!not base64!!!");
@@ -237,9 +252,9 @@ fn droid_processor_follows_letterbox_and_torchvision_configs() {
             ck.processor.use_albumentations = false;
         }
         let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
-        let processor = DroidProcessor::new(&ck, prompt).unwrap();
-        let req = processor.parse(body.as_bytes()).unwrap();
-        let enc = processor.encode(&req).unwrap();
+        let processor = droid_processor(&ck, prompt);
+        let req = PredictRequest::from_json(body.as_bytes(), 40, 132).unwrap();
+        let enc = encode(&processor, &req).unwrap();
         assert_eq!(
             enc.inputs.image_grid_thw,
             vec![[1, 16, 16]; 4],

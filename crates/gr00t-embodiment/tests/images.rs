@@ -2,14 +2,15 @@
 //! grids), plus unit checks of decoding, the resize paths and smart_resize.
 
 use base64::Engine;
+use gr00t_embodiment::embodiment::{EmbodimentProcessor, EncodedRequest};
 use gr00t_embodiment::image::area::resize_area;
 use gr00t_embodiment::image::pipeline::{MAX_FRAME_ASPECT, MIN_FRAME_ASPECT};
 use gr00t_embodiment::image::{
     check_frame_geometry, decode_base64_frame, decode_frame_bytes, smart_resize, EncodedFrame,
     EvalTransform, Frame, ImageError, ImagePipeline, ResizeKind, TvSize, DROID_GRID_THW,
 };
-use gr00t_embodiment::processor::DroidProcessor;
 use gr00t_embodiment::prompt::PromptEncoder;
+use gr00t_embodiment::request::PredictRequest;
 use gr00t_fixtures::{case_dir, request_json, tiny_checkpoint, tokenizer_path, Taps, CASES};
 use gr00t_model::checkpoint::ProcessorConfig;
 use gr00t_model::Checkpoint;
@@ -643,7 +644,7 @@ fn frame_sizes_are_refused_from_the_header_before_any_pixel_is_decoded() {
 
     let ckpt = Checkpoint::open(tiny_checkpoint()).unwrap();
     let prompt = PromptEncoder::load(tokenizer_path()).unwrap();
-    let processor = DroidProcessor::new(&ckpt, prompt).unwrap();
+    let processor = droid_processor(&ckpt, prompt);
     let field = "images.exterior_image_1_left[0]";
     // Wrong aspect: the geometry 400. Decoding it would have failed with `cannot decode`
     // (its IDAT is not zlib), so this error shows that no decode was attempted.
@@ -652,8 +653,8 @@ fn frame_sizes_are_refused_from_the_header_before_any_pixel_is_decoded() {
         png_declaring(8192, 2048),
         jpeg_declaring(8000, 4000),
     ] {
-        let req = processor.parse(&case0_with_exterior_frame(&file)).unwrap();
-        let err = processor.encode(&req).unwrap_err();
+        let req = PredictRequest::from_json(&case0_with_exterior_frame(&file), 40, 132).unwrap();
+        let err = encode(&processor, &req).unwrap_err();
         assert_eq!(err.field, field);
         assert!(
             err.message.starts_with("bad image geometry: frame "),
@@ -662,10 +663,13 @@ fn frame_sizes_are_refused_from_the_header_before_any_pixel_is_decoded() {
         );
     }
     // Over the decoder limit with a 16:9 shape: refused from the header too.
-    let req = processor
-        .parse(&case0_with_exterior_frame(&png_declaring(16384, 9216)))
-        .unwrap();
-    let err = processor.encode(&req).unwrap_err();
+    let req = PredictRequest::from_json(
+        &case0_with_exterior_frame(&png_declaring(16384, 9216)),
+        40,
+        132,
+    )
+    .unwrap();
+    let err = encode(&processor, &req).unwrap_err();
     assert_eq!(err.field, field);
     assert!(
         err.message.starts_with("image too large"),
@@ -673,10 +677,13 @@ fn frame_sizes_are_refused_from_the_header_before_any_pixel_is_decoded() {
         err.message
     );
     // A 16:9 frame the contract accepts goes on to the pixel decode (which fails here).
-    let req = processor
-        .parse(&case0_with_exterior_frame(&png_declaring(320, 180)))
-        .unwrap();
-    let err = processor.encode(&req).unwrap_err();
+    let req = PredictRequest::from_json(
+        &case0_with_exterior_frame(&png_declaring(320, 180)),
+        40,
+        132,
+    )
+    .unwrap();
+    let err = encode(&processor, &req).unwrap_err();
     assert_eq!(err.field, field);
     assert!(
         err.message.starts_with("cannot decode image"),
@@ -711,4 +718,17 @@ fn malformed_frames_are_errors_not_panics() {
     assert!(resize_area(&frame_from(2, 2, |_, _, _| 0), 0, 3).is_err());
     // 8192x1 would blow up to 2M×256 after SmallestMaxSize; refused from the geometry.
     assert!(pipe.geometry(8192, 1).is_err());
+}
+
+/// The DROID body through the generic processor, as the engine runs it.
+fn encode(
+    p: &EmbodimentProcessor,
+    req: &PredictRequest,
+) -> Result<EncodedRequest, gr00t_embodiment::request::RequestError> {
+    p.encode(&req.to_observation(p)?)
+}
+
+/// The generic processor of the DROID tag.
+fn droid_processor(ck: &Checkpoint, prompt: PromptEncoder) -> EmbodimentProcessor {
+    EmbodimentProcessor::new(ck, prompt, gr00t_embodiment::EMBODIMENT_TAG).unwrap()
 }

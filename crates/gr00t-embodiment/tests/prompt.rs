@@ -329,16 +329,32 @@ fn bounded_formalisation_is_formalisation_up_to_the_bound() {
 fn both_processor_paths_refuse_an_8_mb_instruction_by_its_bytes() {
     use gr00t_embodiment::image::Frame;
     let ck = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
-    let p = gr00t_embodiment::processor::DroidProcessor::new(&ck, encoder()).unwrap();
+    let p = gr00t_embodiment::embodiment::EmbodimentProcessor::new(
+        &ck,
+        encoder(),
+        gr00t_embodiment::EMBODIMENT_TAG,
+    )
+    .unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&request_json("case0")).unwrap();
     v["instruction"] = "pick up the block ".repeat(450_000).into();
-    let req = p.parse(v.to_string().as_bytes()).unwrap();
+    let req =
+        gr00t_embodiment::request::PredictRequest::from_json(v.to_string().as_bytes(), 40, 132)
+            .unwrap();
     // HTTP: base64 frames; ZMQ and websocket: decoded frames.
     let frame = || Frame::new(320, 180, vec![90; 320 * 180 * 3]).unwrap();
     let errors = [
-        p.encode(&req).unwrap_err(),
-        p.encode_frames([[frame(), frame()], [frame(), frame()]], &req)
+        req.to_observation(&p)
+            .and_then(|obs| p.encode(&obs))
             .unwrap_err(),
+        p.encode(&gr00t_embodiment::embodiment::Observation {
+            images: ["exterior_image_1_left", "wrist_image_left"]
+                .map(|v| (v.to_string(), vec![frame(), frame()]))
+                .to_vec(),
+            state: req.state.to_pairs(),
+            instruction: req.instruction.clone(),
+            noise: req.noise.clone(),
+        })
+        .unwrap_err(),
     ];
     for e in errors {
         assert_eq!(e.field, "instruction");

@@ -13,29 +13,18 @@ use gr00t_model::checkpoint::ProcessorConfig;
 use gr00t_model::config::ImageProcessorConfig;
 use gr00t_model::Checkpoint;
 
-/// Smallest accepted width/height ratio of a DROID frame (serving contract).
-pub const MIN_FRAME_ASPECT: f64 = 1.686;
-/// Largest accepted width/height ratio of a DROID frame (serving contract).
-pub const MAX_FRAME_ASPECT: f64 = 1.814;
-/// The patch grid every DROID frame must land on (112 LLM tokens per frame).
+/// Smallest accepted width/height ratio of a DROID frame (its [`FramePolicy`](crate::frame_policy::FramePolicy)).
+pub const MIN_FRAME_ASPECT: f64 = crate::frame_policy::DROID_FRAMES.aspect.0;
+/// Largest accepted width/height ratio of a DROID frame (its [`FramePolicy`](crate::frame_policy::FramePolicy)).
+pub const MAX_FRAME_ASPECT: f64 = crate::frame_policy::DROID_FRAMES.aspect.1;
+/// The patch grid every DROID frame lands on under the released checkpoint (112 LLM tokens per
+/// frame); the check itself uses the grid of the checkpoint at hand.
 pub const DROID_GRID_THW: [usize; 3] = [1, 16, 28];
 
-/// The serving contract's cheap frame check: landscape with width/height in
-/// [`MIN_FRAME_ASPECT`, `MAX_FRAME_ASPECT`] (16:9-like), so the frame lands on the 16×28 grid.
+/// DROID's cheap frame check ([`DROID_FRAMES`](crate::frame_policy::DROID_FRAMES)`.check_aspect`):
+/// landscape with width/height in [`MIN_FRAME_ASPECT`, `MAX_FRAME_ASPECT`] (16:9-like).
 pub fn check_frame_geometry(width: usize, height: usize) -> Result<(), ImageError> {
-    if width == 0 || height == 0 {
-        return Err(ImageError::Geometry(format!(
-            "empty frame ({width}x{height})"
-        )));
-    }
-    let ratio = width as f64 / height as f64;
-    if !(MIN_FRAME_ASPECT..=MAX_FRAME_ASPECT).contains(&ratio) {
-        return Err(ImageError::Geometry(format!(
-            "frame {width}x{height} has width/height {ratio:.4}; expected a landscape frame with \
-             width/height in [{MIN_FRAME_ASPECT}, {MAX_FRAME_ASPECT}] (16:9, e.g. 320x180)"
-        )));
-    }
-    Ok(())
+    crate::frame_policy::DROID_FRAMES.check_aspect(width, height)
 }
 
 /// Sizes of every stage for one input size, computed without touching pixels.

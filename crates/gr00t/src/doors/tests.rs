@@ -6,21 +6,23 @@ use super::wire::ndarray::{DType, Kind, NdArray};
 use super::wire::npy;
 use super::wire::observation::{self, Schema};
 use super::ws::droid_obs::{self, eef_9d_from_cartesian, CameraInput, FrameHistory};
-use gr00t_core::request::{Item, RawRequest};
+use gr00t_core::request::Item;
+use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::request::{NoiseSource, RawState};
 use rmpv::Value;
 
-/// The DROID request of an item (these tests decode the DROID layout).
+/// The observation of an item (these tests decode the DROID layout).
 trait DroidItem {
-    fn droid(&self) -> &RawRequest;
+    fn droid(&self) -> Observation;
 }
 
 impl DroidItem for Item {
-    fn droid(&self) -> &RawRequest {
+    fn droid(&self) -> Observation {
         match self {
-            Item::Droid(r) => r,
-            other => panic!("not a DROID item: {other:?}"),
+            Item::Droid(r) => r.clone().into_observation(),
+            Item::Any(a) => a.observation.clone(),
+            other => panic!("not a decoded item: {other:?}"),
         }
     }
 }
@@ -519,9 +521,12 @@ fn gr00t_observation_nested_and_flat() {
         assert_eq!(parsed.form, mp::ArrayForm::Npy);
         let items = parsed.items;
         assert_eq!(items.len(), 2);
-        assert_eq!(items[1].droid().frames[0][1].data[0], 1);
-        assert_eq!(items[1].droid().frames[1][0].data[0], 2);
-        assert_eq!(items[0].droid().state.joint_position, [0.5; 7]);
+        assert_eq!(items[1].droid().images[0].1[1].data[0], 1);
+        assert_eq!(items[1].droid().images[1].1[0].data[0], 2);
+        assert_eq!(
+            items[0].droid().state[2],
+            ("joint_position".into(), vec![0.5; 7])
+        );
         assert_eq!(items[0].droid().instruction, "pick it");
         assert_eq!(items[0].droid().noise, NoiseSource::Seed(42));
     }

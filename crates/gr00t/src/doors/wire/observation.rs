@@ -19,14 +19,14 @@
 use super::msgpack_numpy::{decode_array, encode_array, get, scalar, str_map, type_name, uint};
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
-use gr00t_core::request::{AnyRequest, Item, RawRequest};
+use gr00t_core::request::{AnyRequest, Item};
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions};
 use gr00t_embodiment::embodiment::{EmbodimentSpec, Observation};
 use gr00t_embodiment::embodiment_tags;
-use gr00t_embodiment::image::{check_frame_geometry, Frame};
-use gr00t_embodiment::request::{NoiseSource, RawState, DEFAULT_SEED};
-use gr00t_embodiment::EMBODIMENT_TAG;
+use gr00t_embodiment::frame_policy::{frame_policy, FramePolicy};
+use gr00t_embodiment::image::Frame;
+use gr00t_embodiment::request::{NoiseSource, DEFAULT_SEED};
 use gr00t_model::checkpoint::ModalityConfigs;
 use gr00t_model::Rtc;
 use rmpv::Value;
@@ -190,13 +190,13 @@ fn array(
 /// One camera's frames `[B][T]`.
 type CameraFrames = Vec<Vec<Frame>>;
 
-/// Checks a video array like `check_observation` and cuts it into frames; `droid` adds the
-/// DROID contract's 16:9 check (other embodiments take any size their processor accepts).
+/// Checks a video array like `check_observation` and cuts it into frames; `policy` (the tag's
+/// frame policy, DROID's 16:9 bounds) refuses a wrong aspect before the frames are copied.
 fn video(
     a: &NdArray,
     key: &str,
     t: usize,
-    droid: bool,
+    policy: Option<&FramePolicy>,
     door: Door,
 ) -> Result<CameraFrames, String> {
     if a.dtype != DType::U8 {
@@ -218,8 +218,10 @@ fn video(
     if c != 3 {
         return Err(format!("Video key '{key}'s channel 'C' must be 3. Got {c}"));
     }
-    if droid {
-        check_frame_geometry(w, h).map_err(|e| format!("Video key '{key}': {e}"))?;
+    if let Some(policy) = policy {
+        policy
+            .check_aspect(w, h)
+            .map_err(|e| format!("Video key '{key}': {e}"))?;
     }
     let frame_len = h * w * 3;
     let mut chunks = a.data.chunks_exact(frame_len.max(1));
@@ -520,7 +522,7 @@ fn parse_for(
             key.to_string()
         }
     };
-    let droid = schema.tag == EMBODIMENT_TAG;
+    let policy = frame_policy(&schema.tag);
     for cam in &schema.views {
         let key = prefix("video", cam);
         let a = door.batched(array(get(videos, &key), "Video", &key, &mut forms)?, 5);
@@ -530,7 +532,7 @@ fn parse_for(
             "Video",
             &key,
         )?;
-        cams.push(video(&a, &key, schema.video_t, droid, door)?);
+        cams.push(video(&a, &key, schema.video_t, policy, door)?);
     }
     for (name, dim) in &schema.state_keys {
         let key = prefix("state", name);
@@ -553,67 +555,27 @@ fn parse_for(
         _ => None,
     };
     let mut out = Vec::with_capacity(b);
-    if !droid {
-        for (i, (instruction, noise)) in lang.into_iter().zip(noises).enumerate() {
-            let images = schema
-                .views
-                .iter()
-                .zip(&cams)
-                .map(|(view, c)| (view.clone(), c[i].clone()))
-                .collect();
-            let state = schema
-                .state_keys
-                .iter()
-                .zip(&state_rows)
-                .map(|((key, _), rows)| (key.clone(), rows[i].clone()))
-                .collect();
-            out.push(Item::Any(AnyRequest {
-                tag: schema.tag.clone(),
-                observation: Observation {
-                    images,
-                    state,
-                    instruction,
-                    noise,
-                },
-            }));
-        }
-        return Ok(Parsed {
-            items: out,
-            form: forms.reply_form(),
-            rtc,
-        });
-    }
-    if schema.video_t != 2 || cams.len() != 2 || state_rows.len() != 3 {
-        return Err(format!(
-            "the DROID layout takes 2 cameras × 2 frames and 3 state keys; the modality config \
-             says {} × {} and {}",
-            cams.len(),
-            schema.video_t,
-            state_rows.len()
-        ));
-    }
     for (i, (instruction, noise)) in lang.into_iter().zip(noises).enumerate() {
-        let mut frames = cams.iter().map(|c| {
-            let f = &c[i];
-            [f[0].clone(), f[1].clone()]
-        });
-        let (ext, wrist) = match (frames.next(), frames.next()) {
-            (Some(e), Some(w)) => (e, w),
-            _ => return Err("internal: camera count".into()),
-        };
-        let mut state = RawState {
-            eef_9d: [0.0; 9],
-            gripper_position: [0.0; 1],
-            joint_position: [0.0; 7],
-        };
-        state.eef_9d.copy_from_slice(&state_rows[0][i]);
-        state.gripper_position.copy_from_slice(&state_rows[1][i]);
-        state.joint_position.copy_from_slice(&state_rows[2][i]);
-        out.push(Item::Droid(RawRequest {
-            frames: [ext, wrist],
-            state,
-            instruction,
-            noise,
+        let images = schema
+            .views
+            .iter()
+            .zip(&cams)
+            .map(|(view, c)| (view.clone(), c[i].clone()))
+            .collect();
+        let state = schema
+            .state_keys
+            .iter()
+            .zip(&state_rows)
+            .map(|((key, _), rows)| (key.clone(), rows[i].clone()))
+            .collect();
+        out.push(Item::Any(AnyRequest {
+            tag: schema.tag.clone(),
+            observation: Observation {
+                images,
+                state,
+                instruction,
+                noise,
+            },
         }));
     }
     Ok(Parsed {

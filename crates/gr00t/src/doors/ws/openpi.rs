@@ -26,6 +26,22 @@ use gr00t_model::Rtc;
 use rmpv::Value;
 use std::time::Instant;
 
+/// The openpi `actions` columns of the DROID dialect, in order (each absolute, `[horizon, dim]`).
+const ACTION_KEYS: [(&str, usize); 2] = [("joint_position", 7), ("gripper_position", 1)];
+
+/// The metadata text of the `actions` array, from [`ACTION_KEYS`].
+fn actions_text() -> String {
+    let width: usize = ACTION_KEYS.iter().map(|(_, d)| d).sum();
+    let keys: Vec<String> = ACTION_KEYS
+        .iter()
+        .map(|(k, d)| format!("{k} ({d})"))
+        .collect();
+    format!(
+        "float32 [horizon, {width}]: {}, absolute",
+        keys.join(" then ")
+    )
+}
+
 /// The metadata frame: what openpi clients may want to know about the policy, plus the
 /// `PolicyServerConfig` fields RoboArena's evaluation client reads (`roboarena::config`).
 pub fn metadata(info: &EngineInfo) -> Vec<u8> {
@@ -34,12 +50,7 @@ pub fn metadata(info: &EngineInfo) -> Vec<u8> {
         ("revision", Value::from(info.revision.as_str())),
         ("embodiment", Value::from(info.embodiment.as_str())),
         ("action_horizon", Value::from(info.action_horizon as u64)),
-        (
-            "actions",
-            Value::from(
-                "float32 [horizon, 8]: joint_position (7) then gripper_position (1), absolute",
-            ),
-        ),
+        ("actions", Value::from(actions_text())),
         ("frame_history_steps", Value::from(HISTORY_STEPS as u64)),
         (
             "image_size",
@@ -187,7 +198,7 @@ async fn run(
     Ok((resp, t0.elapsed().as_secs_f64() * 1e3))
 }
 
-/// `actions` `[H, 8]` (joint_position then gripper_position), the three groups by name, and
+/// `actions` `[H, 8]` ([`ACTION_KEYS`] side by side), the three groups by name, and
 /// `policy_timing` (the model's own time, as openpi policies report it).
 fn reply_map(r: &PredictResponse) -> Vec<(Value, Value)> {
     let a = &r.actions;
@@ -198,10 +209,13 @@ fn reply_map(r: &PredictResponse) -> Vec<(Value, Value)> {
         let flat: Vec<f32> = rows.iter().flatten().copied().collect();
         openpi_array(&NdArray::from_f32(vec![rows.len(), d], &flat))
     };
-    let combined: Vec<f32> = joints
-        .iter()
-        .zip(gripper)
-        .flat_map(|(j, g)| j.iter().chain(g).copied())
+    let columns: Vec<&[Vec<f32>]> = ACTION_KEYS.iter().map(|(k, _)| a.rows(k)).collect();
+    let combined: Vec<f32> = (0..h)
+        .flat_map(|t| {
+            columns
+                .iter()
+                .flat_map(move |c| c.get(t).into_iter().flatten().copied())
+        })
         .collect();
     let width = combined.len() / h.max(1);
     vec![
