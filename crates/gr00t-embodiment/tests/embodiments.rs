@@ -337,3 +337,92 @@ fn extra_refusals_match_upstream() {
         .is_err());
     dec.check_references(&case.raw_state()).unwrap();
 }
+
+/// The multi checkpoint with `edit` applied to its `processor_config.json` and
+/// `statistics.json`, in a fresh temp folder (the other files linked).
+fn edited_checkpoint(
+    name: &str,
+    edit: impl Fn(&mut serde_json::Value, &mut serde_json::Value),
+) -> std::path::PathBuf {
+    let src = multi_checkpoint();
+    let dst = std::env::temp_dir().join(format!("gr00t-edited-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(&dst).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let entry = entry.unwrap();
+        let file = entry.file_name();
+        if file != "processor_config.json" && file != "statistics.json" {
+            std::os::unix::fs::symlink(entry.path(), dst.join(&file)).unwrap();
+        }
+    }
+    let read = |f: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(src.join(f)).unwrap()).unwrap()
+    };
+    let (mut proc, mut stats) = (read("processor_config.json"), read("statistics.json"));
+    edit(&mut proc, &mut stats);
+    std::fs::write(dst.join("processor_config.json"), proc.to_string()).unwrap();
+    std::fs::write(dst.join("statistics.json"), stats.to_string()).unwrap();
+    dst
+}
+
+/// Layouts upstream cannot serve are refused at start-up with the file and the key: a horizon
+/// over the model's 40, a state history, an unknown enum name, statistics missing for a key.
+#[test]
+fn unservable_layouts_are_refused_naming_file_and_key() {
+    use gr00t_embodiment::embodiment::EmbodimentSpec;
+    let tag = "new_embodiment";
+    type Edit = fn(&mut serde_json::Value, &mut serde_json::Value);
+    let cases: [(&str, Edit, &[&str]); 4] = [
+        (
+            "horizon",
+            |p, _| {
+                p["processor_kwargs"]["modality_configs"]["new_embodiment"]["action"]
+                    ["delta_indices"] = (0..41).collect::<Vec<i64>>().into();
+            },
+            &["processor_config.json", "41", "40"],
+        ),
+        (
+            "history",
+            |p, _| {
+                p["processor_kwargs"]["modality_configs"]["new_embodiment"]["state"]
+                    ["delta_indices"] = serde_json::json!([-1, 0]);
+            },
+            &["processor_config.json", "state history"],
+        ),
+        (
+            "enum",
+            |p, _| {
+                p["processor_kwargs"]["modality_configs"]["new_embodiment"]["action"]
+                    ["action_configs"][0]["rep"] = "SIDEWAYS".into();
+            },
+            &["SIDEWAYS"],
+        ),
+        (
+            "stats",
+            |_, s| {
+                s["new_embodiment"]["state"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("single_arm");
+            },
+            &["single_arm"],
+        ),
+    ];
+    for (name, edit, needles) in cases {
+        let dir = edited_checkpoint(name, edit);
+        let err = match Checkpoint::open(&dir) {
+            Err(e) => e.to_string(),
+            Ok(ckpt) => match EmbodimentSpec::new(&ckpt, tag) {
+                Err(e) => e,
+                Ok(_) => panic!("{name}: the edited layout was accepted"),
+            },
+        };
+        for needle in needles {
+            assert!(err.contains(needle), "{name}: {needle:?} not in {err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    // The unedited layout opens: the edits are what is refused.
+    let ckpt = checkpoint();
+    assert!(EmbodimentSpec::new(&ckpt, tag).is_ok());
+}
