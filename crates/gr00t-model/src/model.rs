@@ -229,7 +229,7 @@ impl Gr00tModel {
         let vl_embeds = self.head.encode_vl(&bb.features, rec)?;
         sync(dev)?;
         let t3 = Instant::now();
-        let actions = self.head.denoise_with_rtc(
+        let actions = self.head.denoise(
             &vl_embeds,
             &bb.image_mask,
             &bb.attention_mask,

@@ -199,7 +199,7 @@ impl ActionHead {
         self.check_noise(noise)?;
         self.check_rtc(rtc)?;
         let vl_embeds = self.encode_vl(features, rec)?;
-        self.denoise_with_rtc(
+        self.denoise(
             &vl_embeds,
             image_mask,
             attention_mask,
@@ -233,34 +233,10 @@ impl ActionHead {
 
     /// The flow-matching part of [`ActionHead::get_action`], from the VL adapter's output
     /// `vl_embeds` (see [`ActionHead::encode_vl`]) to `action_pred` `[1, H, A]`, by the
-    /// selected [`DenoiseBackend`].
+    /// selected [`DenoiseBackend`], with optional real-time chunking (both backends share the
+    /// RTC start and update of the sampler; `None` is exactly the plain loop).
     #[allow(clippy::too_many_arguments)]
     pub fn denoise(
-        &self,
-        vl_embeds: &Tensor,
-        image_mask: &[bool],
-        attention_mask: &[bool],
-        state: &Tensor,
-        embodiment_id: usize,
-        noise: &Tensor,
-        rec: &Recorder,
-    ) -> Result<Tensor> {
-        self.denoise_with_rtc(
-            vl_embeds,
-            image_mask,
-            attention_mask,
-            state,
-            embodiment_id,
-            noise,
-            None,
-            rec,
-        )
-    }
-
-    /// [`ActionHead::denoise`] with optional real-time chunking, on either backend (both share
-    /// the RTC start and update of the sampler); `None` is exactly the plain loop.
-    #[allow(clippy::too_many_arguments)]
-    pub fn denoise_with_rtc(
         &self,
         vl_embeds: &Tensor,
         image_mask: &[bool],
