@@ -11,24 +11,19 @@ use crate::embodiment::{EmbodimentSpec, Observation};
 use crate::image::decode_base64_frame;
 use crate::request::RequestError;
 use crate::request::{kind, object_with_fields, parse_floats, parse_instruction};
-use crate::request::{parse_noise_options, required, RTC_FIELDS};
+use crate::request::{parse_noise_options, required, TOP_LEVEL_FIELDS};
 use serde_json::{Map, Value};
 
-/// Top-level fields of the generic body.
-const FIELDS: [&str; 12] = [
-    "embodiment",
-    "images",
-    "state",
-    "instruction",
-    "seed",
-    "noise",
-    "return_normalized",
-    RTC_FIELDS[0],
-    RTC_FIELDS[1],
-    RTC_FIELDS[2],
-    RTC_FIELDS[3],
-    RTC_FIELDS[4],
-];
+/// Top-level fields of the generic body: `embodiment` plus the DROID body's.
+const FIELDS: [&str; TOP_LEVEL_FIELDS.len() + 1] = {
+    let mut fields = ["embodiment"; TOP_LEVEL_FIELDS.len() + 1];
+    let mut i = 0;
+    while i < TOP_LEVEL_FIELDS.len() {
+        fields[i + 1] = TOP_LEVEL_FIELDS[i];
+        i += 1;
+    }
+    fields
+};
 
 /// A validated generic request.
 #[derive(Debug, Clone, PartialEq)]

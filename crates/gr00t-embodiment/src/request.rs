@@ -37,7 +37,8 @@ pub const RTC_FIELDS: [&str; 5] = [
     "rtc_ramp_rate",
 ];
 
-const TOP_LEVEL_FIELDS: [&str; 11] = [
+/// Top-level fields of the DROID body.
+pub(crate) const TOP_LEVEL_FIELDS: [&str; 11] = [
     "images",
     "state",
     "instruction",
