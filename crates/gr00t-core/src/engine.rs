@@ -496,6 +496,7 @@ impl Engine {
                 adapter: Some(out.timings.adapter_ms),
                 denoise: Some(out.timings.denoise_ms),
             },
+            chunk: out.action_pred,
         })
     }
 

@@ -266,6 +266,7 @@ mod tests {
             seed: Some(42),
             actions_normalized: None,
             timing_ms: TimingMs::default(),
+            chunk: Vec::new(),
         }
     }
 

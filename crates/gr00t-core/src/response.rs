@@ -51,4 +51,8 @@ pub struct PredictResponse {
     pub actions_normalized: Option<ActionGroups>,
     /// Stage timings.
     pub timing_ms: TimingMs,
+    /// The model's whole normalised chunk, `horizon × action_dim` row-major and padded like
+    /// upstream's `action_pred` (what RTC reads as the previous chunk); not sent.
+    #[serde(skip)]
+    pub chunk: Vec<f32>,
 }

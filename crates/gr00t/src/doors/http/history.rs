@@ -350,6 +350,7 @@ mod tests {
             seed: Some(7),
             actions_normalized: None,
             timing_ms: TimingMs::default(),
+            chunk: Vec::new(),
         })
     }
 

@@ -383,6 +383,7 @@ mod tests {
                 adapter: None,
                 denoise: Some(60.0),
             },
+            chunk: Vec::new(),
         }
     }
 

@@ -130,6 +130,7 @@ fn ok_response(seq_len: usize) -> PredictResponse {
         seed: Some(42),
         actions_normalized: None,
         timing_ms: TimingMs::default(),
+        chunk: Vec::new(),
     }
 }
 
