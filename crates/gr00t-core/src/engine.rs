@@ -7,10 +7,12 @@ use crate::device::DeviceOptions;
 use crate::error::InferError;
 use crate::request::{Item, Request};
 use crate::response::{ActionGroups, PredictResponse, TimingMs};
+use crate::rtc::RtcPlan;
 use candle_core::DType;
 use gr00t_embodiment::embodiment::{EmbodimentProcessor, EmbodimentSpec, EncodedRequest};
 use gr00t_embodiment::embodiment_request::EmbodimentRequest;
 use gr00t_embodiment::embodiment_tags;
+use gr00t_embodiment::frame_history::FrameHistory;
 use gr00t_embodiment::image::ImagePipeline;
 use gr00t_embodiment::prompt::PromptEncoder;
 use gr00t_embodiment::request::{NoiseSource, RequestError};
@@ -321,9 +323,19 @@ impl Engine {
 
     /// Runs one request of any door. Errors say whether the client is at fault.
     pub fn run(&self, request: Request) -> Result<PredictResponse, InferError> {
+        self.run_with(request, None)
+    }
+
+    /// [`Self::run`] in a session whose `history` supplies the older frames of views sent
+    /// with their current frame only, and records this observation's once it is answered.
+    pub fn run_with(
+        &self,
+        request: Request,
+        history: Option<&mut FrameHistory>,
+    ) -> Result<PredictResponse, InferError> {
         let t0 = Instant::now();
         let pre_ms = request.decode_ms;
-        let rtc = request.rtc;
+        let plan = request.rtc;
         let served = |tag: &str| {
             self.embodiment(tag).ok_or_else(|| {
                 InferError::Invalid(RequestError::new(
@@ -349,11 +361,59 @@ impl Engine {
             ),
             Item::Any(a) => (served(&a.tag)?, a.observation, request.return_normalized),
         };
+        let (rtc, rtc_source) = self.rtc_of(plan, &processor.spec().tag)?;
+        let mut observation = observation;
+        let deltas = &processor.spec().frame_deltas;
+        let currents = match &history {
+            Some(h) => Some(
+                h.fill(&mut observation.images, deltas)
+                    .map_err(InferError::Invalid)?,
+            ),
+            None => None,
+        };
         let req = EmbodimentRequest {
             observation,
             return_normalized,
         };
-        self.predict_generic(t0, pre_ms, processor, &req, rtc)
+        let mut response = self.predict_generic(t0, pre_ms, processor, &req, rtc)?;
+        response.rtc_source = rtc_source;
+        if let (Some(h), Some(c)) = (history, currents) {
+            h.record(c, deltas);
+        }
+        Ok(response)
+    }
+
+    /// The model's RTC options of a request for embodiment `tag`, and which previous chunk
+    /// they use.
+    fn rtc_of(
+        &self,
+        plan: Option<RtcPlan>,
+        tag: &str,
+    ) -> Result<(Option<Rtc>, Option<&'static str>), InferError> {
+        match plan {
+            None => Ok((None, None)),
+            Some(RtcPlan::Chunk(rtc)) => Ok((Some(rtc), Some("request"))),
+            Some(RtcPlan::SessionChunk { last: None, .. }) => Ok((None, Some("none"))),
+            Some(RtcPlan::SessionChunk {
+                steps,
+                last: Some(last),
+            }) => {
+                if last.tag != tag {
+                    return Err(InferError::Invalid(RequestError::new(
+                        "session_id",
+                        format!(
+                            "the session's last chunk is of embodiment {:?}, this observation of \
+                             {tag:?}: reset the session or send previous_chunk",
+                            last.tag
+                        ),
+                    )));
+                }
+                let rtc = steps
+                    .against(last.values, last.rows, self.horizon, self.action_dim)
+                    .map_err(InferError::Invalid)?;
+                Ok((Some(rtc), Some("session")))
+            }
+        }
     }
 
     /// The served layouts and the noise shape, for the doors' request decoding.
@@ -496,6 +556,10 @@ impl Engine {
                 adapter: Some(out.timings.adapter_ms),
                 denoise: Some(out.timings.denoise_ms),
             },
+            queue_ms: 0.0,
+            observation_age_ms: 0.0,
+            rtc_source: None,
+            session: None,
             chunk: out.action_pred,
         })
     }

@@ -19,6 +19,8 @@ pub enum InferError {
         /// Seconds until a retry is likely to be queued.
         retry_after_s: u64,
     },
+    /// A newer observation of the same session replaced this one while it waited (HTTP 409).
+    Superseded,
     /// The inference thread is gone (HTTP 500).
     Stopped,
     /// Something failed inside the server (HTTP 500).
@@ -37,6 +39,7 @@ impl fmt::Display for InferError {
                 "server busy: {capacity} requests already wait for the model; retry in \
                  {retry_after_s} s"
             ),
+            InferError::Superseded => write!(f, "superseded by a newer observation"),
             InferError::Stopped => write!(f, "internal error: the inference worker has stopped"),
             InferError::Internal(m) => write!(f, "internal error: {m}"),
         }

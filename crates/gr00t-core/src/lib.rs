@@ -12,6 +12,7 @@ pub mod queue;
 pub mod request;
 pub mod response;
 pub mod rtc;
+pub mod session;
 
 pub use engine::{Engine, EngineInfo, EngineOptions};
 pub use error::InferError;

@@ -1,50 +1,83 @@
 //! The inference queue: one thread owns the model and answers typed requests in arrival order
 //! from a bounded queue, so the async runtime never runs model code and a full queue is refused
-//! early. Every door holds a cheap [`Queue`] handle.
+//! early. Within one session the newest observation wins: one that arrives while an older one
+//! of its session still waits takes the older one's place, and the older one is answered
+//! [`InferError::Superseded`] at once. Every door holds a cheap [`Queue`] handle.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
 use crate::engine::Engine;
-use crate::error::{FieldError, InferError};
+use crate::error::InferError;
 use crate::request::Request;
-use crate::response::PredictResponse;
+use crate::response::{PredictResponse, SessionReply};
+use crate::rtc::RtcPlan;
+use crate::session::{LastChunk, SessionStats, Sessions};
+use gr00t_embodiment::frame_history::FrameHistory;
 use serde::Serialize;
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// What one prediction gives.
 pub type Outcome = Result<PredictResponse, InferError>;
-/// The model call the worker runs for each request ([`Engine::run`], or a stand-in in tests).
-pub type PredictFn = Box<dyn FnMut(Request) -> Outcome + Send>;
-/// A door's decoding of its request, run on the inference thread just before the request.
-pub type DecodeFn = Box<dyn FnOnce() -> Result<Request, FieldError> + Send>;
-
-/// What a job holds: a typed request, or the door's step that decodes one (the HTTP door
-/// hands over its body this way: decoding stays serialised on the inference thread, and a
-/// refused body counts as a computed request, as it always has).
-enum Work {
-    Ready(Box<Request>),
-    Decode(DecodeFn),
-}
-
+/// The model call the worker runs for each request, with its session's frame history
+/// ([`Engine::run_with`], or a stand-in in tests).
+pub type PredictFn = Box<dyn FnMut(Request, Option<&mut FrameHistory>) -> Outcome + Send>;
 struct Job {
-    work: Work,
+    request: Box<Request>,
     reply: oneshot::Sender<Outcome>,
+    /// The session whose newest observation this is.
+    session: Option<String>,
+    /// When the door queued it.
+    queued: Instant,
 }
 
 #[derive(Default)]
 struct Stats {
-    waiting: AtomicUsize,
     busy: AtomicBool,
     served: AtomicU64,
+    superseded: AtomicU64,
     last_ms: AtomicU64,
+}
+
+#[derive(Default)]
+struct Jobs {
+    waiting: VecDeque<Job>,
+    /// Every handle is gone: the worker finishes what waits, then ends.
+    closed: bool,
+    /// The worker has ended.
+    stopped: bool,
+}
+
+/// What the worker and the handles share.
+struct Shared {
+    jobs: Mutex<Jobs>,
+    ready: Condvar,
+    stats: Stats,
+    sessions: Arc<Sessions>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Jobs> {
+        // Plain data, consistent after any panic.
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Closes the queue when the last [`Queue`] handle is dropped.
+struct Open(Arc<Shared>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.lock().closed = true;
+        self.0.ready.notify_all();
+    }
 }
 
 /// The live state of the queue, as `/info` reports it.
@@ -58,6 +91,8 @@ pub struct QueueState {
     pub busy: bool,
     /// Requests computed since start-up.
     pub served: u64,
+    /// Requests answered 409 because a newer observation of their session replaced them.
+    pub superseded: u64,
     /// Duration of the last computed request.
     pub last_ms: u64,
 }
@@ -70,58 +105,100 @@ pub struct Worker {
 /// Cheap, cloneable access to the queue.
 #[derive(Clone)]
 pub struct Queue {
-    tx: SyncSender<Job>,
-    stats: Arc<Stats>,
+    shared: Arc<Shared>,
+    _open: Arc<Open>,
     capacity: usize,
 }
 
-/// Starts the worker thread owning `engine`, with room for `capacity` waiting requests.
+/// Starts the worker thread owning `engine`, with room for `capacity` waiting requests, and
+/// `sessions` for the requests that name one.
 pub fn start_engine(
-    engine: std::sync::Arc<Engine>,
+    engine: Arc<Engine>,
     capacity: usize,
+    sessions: Arc<Sessions>,
 ) -> std::io::Result<(Worker, Queue)> {
-    start(Box::new(move |request| engine.run(request)), capacity)
+    let predict =
+        move |request, history: Option<&mut FrameHistory>| engine.run_with(request, history);
+    start_with(Box::new(predict), capacity, sessions)
 }
 
-/// Starts the worker thread with room for `capacity` waiting requests.
+/// Starts the worker thread with room for `capacity` waiting requests (default sessions).
 pub fn start(predict: PredictFn, capacity: usize) -> std::io::Result<(Worker, Queue)> {
-    let (tx, rx) = sync_channel(capacity);
-    let stats = Arc::new(Stats::default());
+    start_with(predict, capacity, Arc::default())
+}
+
+/// Starts the worker thread with room for `capacity` waiting requests and `sessions`.
+pub fn start_with(
+    predict: PredictFn,
+    capacity: usize,
+    sessions: Arc<Sessions>,
+) -> std::io::Result<(Worker, Queue)> {
+    let shared = Arc::new(Shared {
+        jobs: Mutex::default(),
+        ready: Condvar::new(),
+        stats: Stats::default(),
+        sessions,
+    });
     let thread = std::thread::Builder::new()
         .name("gr00t-infer".into())
         .spawn({
-            let stats = stats.clone();
-            move || run(rx, predict, &stats)
+            let shared = shared.clone();
+            move || {
+                run(&shared, predict);
+                shared.lock().stopped = true;
+            }
         })?;
     Ok((
         Worker { thread },
         Queue {
-            tx,
-            stats,
+            _open: Arc::new(Open(shared.clone())),
+            shared,
             capacity,
         },
     ))
 }
 
-fn run(rx: Receiver<Job>, mut predict: PredictFn, stats: &Stats) {
-    while let Ok(job) = rx.recv() {
-        stats.waiting.fetch_sub(1, Ordering::SeqCst);
+/// The next job, or `None` once the queue is closed and empty.
+fn next_job(shared: &Shared) -> Option<Job> {
+    let mut jobs = shared.lock();
+    loop {
+        if let Some(job) = jobs.waiting.pop_front() {
+            return Some(job);
+        }
+        if jobs.closed {
+            return None;
+        }
+        jobs = shared.ready.wait(jobs).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+fn run(shared: &Shared, mut predict: PredictFn) {
+    let stats = &shared.stats;
+    while let Some(job) = next_job(shared) {
         // The client hung up while waiting: don't spend the model on it.
         if job.reply.is_closed() {
             continue;
         }
         stats.busy.store(true, Ordering::SeqCst);
         let t0 = Instant::now();
-        let work = job.work;
-        let outcome = catch_unwind(AssertUnwindSafe(|| match work {
-            Work::Ready(request) => predict(*request),
-            Work::Decode(decode) => predict(decode()?),
+        let (request, session) = (*job.request, job.session);
+        // The door decoded it before queueing.
+        let door_ms = request.decode_ms;
+        let outcome = catch_unwind(AssertUnwindSafe(|| match session.as_deref() {
+            Some(id) => in_session(&shared.sessions, id, request, t0, &mut predict),
+            None => predict(request, None),
         }))
         .unwrap_or_else(|payload| {
             Err(InferError::Internal(format!(
                 "inference panicked: {}",
                 panic_text(&*payload)
             )))
+        })
+        .map(|mut r| {
+            let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+            r.queue_ms = ms(job.queued, t0);
+            r.observation_age_ms = ms(job.queued, Instant::now()) + door_ms;
+            r
         });
         stats
             .last_ms
@@ -131,6 +208,33 @@ fn run(rx: Receiver<Job>, mut predict: PredictFn, stats: &Stats) {
         // A closed receiver only means the client left; nothing to do.
         let _ = job.reply.send(outcome);
     }
+}
+
+/// One request of session `id`: RTC gets the session's last chunk, and the answer becomes it.
+fn in_session(
+    sessions: &Sessions,
+    id: &str,
+    mut request: Request,
+    now: Instant,
+    predict: &mut PredictFn,
+) -> Outcome {
+    let mut view = sessions.begin(id, now);
+    if let Some(RtcPlan::SessionChunk { last, .. }) = request.rtc.as_mut() {
+        *last = view.last_chunk.take();
+    }
+    let outcome = predict(request, Some(&mut view.frames));
+    let chunk = outcome.as_ref().ok().map(|r| LastChunk {
+        tag: r.embodiment.clone(),
+        rows: r.action_horizon,
+        values: r.chunk.clone(),
+    });
+    let step = sessions.record(id, view.epoch, view.frames, chunk, Instant::now());
+    let mut response = outcome?;
+    response.session = Some(SessionReply {
+        step: step.unwrap_or(view.step + 1),
+        since_last_ms: view.since_last.map(|d| d.as_secs_f64() * 1e3),
+    });
+    Ok(response)
 }
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
@@ -153,35 +257,42 @@ impl Worker {
 }
 
 impl Queue {
-    /// Queues a request; the receiver yields the outcome. Never blocks.
+    /// Queues a request; the receiver yields the outcome. A request of a session replaces
+    /// that session's request still waiting, which is answered [`InferError::Superseded`].
+    /// Never blocks.
     pub fn submit(&self, request: Request) -> Result<oneshot::Receiver<Outcome>, InferError> {
-        self.submit_work(Work::Ready(Box::new(request)))
-    }
-
-    /// Queues a door's decoding step; the request it yields runs right after it on the
-    /// inference thread, and its refusal is the outcome. A full queue is refused before
-    /// anything is decoded. Never blocks.
-    pub fn submit_decode(
-        &self,
-        decode: DecodeFn,
-    ) -> Result<oneshot::Receiver<Outcome>, InferError> {
-        self.submit_work(Work::Decode(decode))
-    }
-
-    fn submit_work(&self, work: Work) -> Result<oneshot::Receiver<Outcome>, InferError> {
         let (reply, rx) = oneshot::channel();
-        // Count before sending so the worker's decrement can never run first.
-        self.stats.waiting.fetch_add(1, Ordering::SeqCst);
-        match self.tx.try_send(Job { work, reply }) {
-            Ok(()) => Ok(rx),
-            Err(e) => {
-                self.stats.waiting.fetch_sub(1, Ordering::SeqCst);
-                Err(match e {
-                    TrySendError::Full(_) => self.busy(),
-                    TrySendError::Disconnected(_) => InferError::Stopped,
-                })
-            }
+        let job = Job {
+            session: request.session.clone(),
+            request: Box::new(request),
+            reply,
+            queued: Instant::now(),
+        };
+        let mut jobs = self.shared.lock();
+        if jobs.stopped {
+            return Err(InferError::Stopped);
         }
+        let older = job.session.as_deref().and_then(|id| {
+            jobs.waiting
+                .iter()
+                .position(|j| j.session.as_deref() == Some(id))
+        });
+        if let Some(i) = older {
+            let old = std::mem::replace(&mut jobs.waiting[i], job);
+            drop(jobs);
+            self.shared.stats.superseded.fetch_add(1, Ordering::SeqCst);
+            // A closed receiver only means that client left too.
+            let _ = old.reply.send(Err(InferError::Superseded));
+            return Ok(rx);
+        }
+        if jobs.waiting.len() >= self.capacity {
+            drop(jobs);
+            return Err(self.busy());
+        }
+        jobs.waiting.push_back(job);
+        drop(jobs);
+        self.shared.ready.notify_one();
+        Ok(rx)
     }
 
     /// Queues a request behind whatever waits, and waits for its outcome.
@@ -204,13 +315,30 @@ impl Queue {
 
     /// The queue's live state.
     pub fn state(&self) -> QueueState {
+        let stats = &self.shared.stats;
         QueueState {
             capacity: self.capacity,
-            waiting: self.stats.waiting.load(Ordering::SeqCst),
-            busy: self.stats.busy.load(Ordering::SeqCst),
-            served: self.stats.served.load(Ordering::SeqCst),
-            last_ms: self.stats.last_ms.load(Ordering::SeqCst),
+            waiting: self.shared.lock().waiting.len(),
+            busy: stats.busy.load(Ordering::SeqCst),
+            served: stats.served.load(Ordering::SeqCst),
+            superseded: stats.superseded.load(Ordering::SeqCst),
+            last_ms: stats.last_ms.load(Ordering::SeqCst),
         }
+    }
+
+    /// The sessions' counts.
+    pub fn session_stats(&self) -> SessionStats {
+        self.shared.sessions.stats()
+    }
+
+    /// Clears session `id` (a request of it computing now keeps nothing); whether it existed.
+    pub fn reset_session(&self, id: &str) -> bool {
+        self.shared.sessions.reset(id)
+    }
+
+    /// Drops session `id`, whose connection ended.
+    pub fn close_session(&self, id: &str) {
+        self.shared.sessions.close(id);
     }
 
     /// Seconds a refused client should wait: the queue's expected drain time, at least 1.
@@ -266,6 +394,10 @@ mod tests {
             seed: Some(42),
             actions_normalized: None,
             timing_ms: TimingMs::default(),
+            queue_ms: 0.0,
+            observation_age_ms: 0.0,
+            rtc_source: None,
+            session: None,
             chunk: Vec::new(),
         }
     }
@@ -279,7 +411,7 @@ mod tests {
     ) {
         let (started_tx, started_rx) = channel();
         let (release_tx, release_rx) = channel::<()>();
-        let f: PredictFn = Box::new(move |request: Request| {
+        let f: PredictFn = Box::new(move |request: Request, _| {
             let body = [first_byte(&request)];
             if body[0] == block {
                 started_tx.send(()).unwrap();
@@ -315,12 +447,6 @@ mod tests {
             }
         );
         assert!(handle.retry_after_s() >= 1);
-        // A decoding step is refused the same way, before it runs.
-        let decode: DecodeFn = Box::new(|| unreachable!("a refused step never runs"));
-        assert!(matches!(
-            handle.submit_decode(decode),
-            Err(InferError::Busy { .. })
-        ));
         release.send(()).unwrap();
         assert_eq!(wait(first).unwrap().seq_len, b'b' as usize);
         assert_eq!(wait(second).unwrap().seq_len, b'1' as usize);
@@ -348,25 +474,6 @@ mod tests {
     }
 
     #[test]
-    fn decode_steps_run_on_the_worker_and_their_refusals_count() {
-        let (f, _started, _release) = blocking_on(0);
-        let (worker, handle) = start(f, 1).unwrap();
-        let ok: DecodeFn = Box::new(|| Ok(req(b"d")));
-        assert_eq!(
-            wait(handle.submit_decode(ok).unwrap()).unwrap().seq_len,
-            b'd' as usize
-        );
-        let bad: DecodeFn = Box::new(|| Err(FieldError::new("state", "is required")));
-        assert_eq!(
-            wait(handle.submit_decode(bad).unwrap()).unwrap_err(),
-            InferError::Invalid(FieldError::new("state", "is required"))
-        );
-        assert_eq!(handle.state().served, 2);
-        drop(handle);
-        worker.join();
-    }
-
-    #[test]
     fn abandoned_requests_are_skipped() {
         let (f, started, release) = blocking_on(b'b');
         let (worker, handle) = start(f, 2).unwrap();
@@ -378,6 +485,97 @@ mod tests {
         wait(first).unwrap();
         assert_eq!(wait(third).unwrap().seq_len, b'2' as usize);
         assert_eq!(handle.state().served, 2);
+        drop(handle);
+        worker.join();
+    }
+    fn in_session(tag: &[u8], id: &str) -> Request {
+        req(tag).in_session(Some(id.to_string()))
+    }
+
+    #[test]
+    fn a_newer_observation_of_a_session_replaces_the_waiting_one() {
+        let (started_tx, started) = channel();
+        let (release, release_rx) = channel::<()>();
+        let (computed_tx, computed) = channel();
+        let f: PredictFn = Box::new(move |r: Request, _| {
+            let b = first_byte(&r);
+            if b == b'b' {
+                started_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            }
+            computed_tx.send(b).unwrap();
+            Ok(response(b))
+        });
+        let (worker, handle) = start(f, 2).unwrap();
+        let first = handle.submit(in_session(b"b", "r1")).unwrap();
+        started.recv().unwrap(); // 'b' computes: only waiting requests can be replaced
+        let old = handle.submit(in_session(b"1", "r1")).unwrap();
+        let other = handle.submit(in_session(b"3", "r2")).unwrap();
+        let newer = handle.submit(in_session(b"2", "r1")).unwrap();
+        // Answered at once, while 'b' still computes; the newer one took its place.
+        assert_eq!(wait(old).unwrap_err(), InferError::Superseded);
+        assert_eq!(handle.state().waiting, 2);
+        assert_eq!(handle.state().superseded, 1);
+        // The queue is full: a third session is refused.
+        assert!(matches!(
+            handle.submit(in_session(b"4", "r3")),
+            Err(InferError::Busy { .. })
+        ));
+        release.send(()).unwrap();
+        assert_eq!(wait(first).unwrap().seq_len, b'b' as usize);
+        assert_eq!(wait(newer).unwrap().seq_len, b'2' as usize);
+        assert_eq!(wait(other).unwrap().seq_len, b'3' as usize);
+        // Computed: never the replaced one, and r1's slot before r2 (FIFO across sessions).
+        let order: Vec<u8> = computed.try_iter().collect();
+        assert_eq!(order, b"b23");
+        assert_eq!(handle.state().served, 3);
+        drop(handle);
+        worker.join();
+    }
+
+    #[test]
+    fn a_session_hands_its_last_chunk_to_the_next_rtc_request() {
+        use crate::rtc::{RtcPlan, RtcSteps};
+        // The stub answers a chunk of the first instruction byte and reports, in seq_len,
+        // the first value of the previous chunk it was given (0 without one).
+        let f: PredictFn = Box::new(|r: Request, _| {
+            let prev = match &r.rtc {
+                Some(RtcPlan::SessionChunk { last: Some(c), .. }) => c.values[0] as usize,
+                _ => 0,
+            };
+            let mut out = response(first_byte(&r));
+            out.seq_len = prev;
+            out.chunk = vec![first_byte(&r) as f32; 4];
+            Ok(out)
+        });
+        let (worker, handle) = start(f, 4).unwrap();
+        let steps = RtcSteps {
+            prefix: String::new(),
+            action_horizon: None,
+            overlap_steps: 2,
+            frozen_steps: 0,
+            ramp_rate: 6.0,
+        };
+        let rtc = |tag: &[u8], id: &str| {
+            in_session(tag, id).with_rtc_plan(Some(RtcPlan::SessionChunk {
+                steps: steps.clone(),
+                last: None,
+            }))
+        };
+        let a1 = wait(handle.submit(rtc(b"a", "A")).unwrap()).unwrap();
+        assert_eq!((a1.seq_len, a1.session.map(|s| s.step)), (0, Some(1)));
+        let b1 = wait(handle.submit(rtc(b"x", "B")).unwrap()).unwrap();
+        assert_eq!(b1.seq_len, 0, "session B saw A's chunk");
+        let a2 = wait(handle.submit(rtc(b"c", "A")).unwrap()).unwrap();
+        assert_eq!(a2.seq_len, b'a' as usize);
+        let a2s = a2.session.unwrap();
+        assert_eq!(a2s.step, 2);
+        assert!(a2s.since_last_ms.is_some());
+        assert!(handle.reset_session("A"));
+        let a3 = wait(handle.submit(rtc(b"d", "A")).unwrap()).unwrap();
+        assert_eq!((a3.seq_len, a3.session.map(|s| s.step)), (0, Some(1)));
+        let st = handle.session_stats();
+        assert_eq!((st.active, st.created, st.resets), (2, 3, 1));
         drop(handle);
         worker.join();
     }

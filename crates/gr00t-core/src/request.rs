@@ -2,6 +2,7 @@
 //! format (HTTP JSON, ZMQ and websocket msgpack) before it is queued; the queue never holds
 //! bytes.
 
+use crate::rtc::RtcPlan;
 use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::request::{
@@ -80,8 +81,11 @@ pub struct Request {
     /// Time the door spent decoding the request before queueing it, ms (counted in the
     /// response's `timing_ms.decode` and `total`).
     pub decode_ms: f64,
-    /// Real-time chunking options, validated by the door ([`crate::rtc::RtcOptions::resolve`]).
-    pub rtc: Option<Rtc>,
+    /// Real-time chunking, validated by the door ([`crate::rtc::RtcOptions::plan`]).
+    pub rtc: Option<RtcPlan>,
+    /// The client's session ([`crate::session`]): its last chunk serves RTC, and a newer
+    /// observation of it replaces this one while this one waits.
+    pub session: Option<String>,
 }
 
 impl Request {
@@ -92,12 +96,25 @@ impl Request {
             return_normalized: false,
             decode_ms: 0.0,
             rtc: None,
+            session: None,
         }
     }
 
-    /// The request with real-time chunking options.
+    /// The request with real-time chunking against a chunk of its own.
     pub fn with_rtc(mut self, rtc: Option<Rtc>) -> Request {
+        self.rtc = rtc.map(RtcPlan::Chunk);
+        self
+    }
+
+    /// The request with real-time chunking as planned by the door.
+    pub fn with_rtc_plan(mut self, rtc: Option<RtcPlan>) -> Request {
         self.rtc = rtc;
+        self
+    }
+
+    /// The request in the client's session.
+    pub fn in_session(mut self, session: Option<String>) -> Request {
+        self.session = session;
         self
     }
 }

@@ -31,6 +31,16 @@ pub struct TimingMs {
     pub denoise: Option<f64>,
 }
 
+/// Where a session stands after a request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionReply {
+    /// Observations answered in the session, this one included.
+    pub step: u64,
+    /// Time since the session's previous observation began computing, ms (none for its
+    /// first).
+    pub since_last_ms: Option<f64>,
+}
+
 /// The JSON body answered to a valid `/predict`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PredictResponse {
@@ -51,6 +61,17 @@ pub struct PredictResponse {
     pub actions_normalized: Option<ActionGroups>,
     /// Stage timings.
     pub timing_ms: TimingMs,
+    /// Time the request waited for the inference thread, ms.
+    pub queue_ms: f64,
+    /// Time from the server having the observation to its answer, ms (waiting included).
+    pub observation_age_ms: f64,
+    /// Which previous chunk RTC used: `request`, `session`, or `none` (a session's first
+    /// chunk); absent without RTC options.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtc_source: Option<&'static str>,
+    /// The request's session after it (absent outside a session).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionReply>,
     /// The model's whole normalised chunk, `horizon × action_dim` row-major and padded like
     /// upstream's `action_pred` (what RTC reads as the previous chunk); not sent.
     #[serde(skip)]

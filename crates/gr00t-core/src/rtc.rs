@@ -4,6 +4,7 @@
 //! value is refused before the queue, naming the field.
 
 use crate::error::FieldError;
+use crate::session::LastChunk;
 use gr00t_embodiment::embodiment::EmbodimentSpec;
 pub use gr00t_model::rtc::DEFAULT_RAMP_RATE;
 use gr00t_model::Rtc;
@@ -60,7 +61,7 @@ impl RtcOptions {
         valid_width: usize,
     ) -> Result<Option<Rtc>, FieldError> {
         let err = |key: &str, msg: String| FieldError::new(format!("{prefix}{key}"), msg);
-        let Some(chunk) = self.previous_chunk else {
+        let Some(chunk) = self.previous_chunk.as_ref() else {
             let given = [
                 (self.action_horizon.is_some(), "action_horizon"),
                 (self.overlap_steps.is_some(), "rtc_overlap_steps"),
@@ -113,35 +114,122 @@ impl RtcOptions {
                 ),
             ));
         }
-        let overlap = self.overlap_steps.ok_or_else(|| {
-            err(
-                "rtc_overlap_steps",
-                "is required with previous_chunk".into(),
-            )
-        })?;
-        let ah = self.action_horizon.unwrap_or(chunk.rows as u64);
-        if ah > chunk.rows as u64 {
-            return Err(err(
-                "action_horizon",
-                format!("{ah} exceeds the {} rows of previous_chunk", chunk.rows),
-            ));
-        }
         // Zero-padded like `action_pred`: the model reads only rows < action_horizon.
         let mut previous_chunk = vec![0.0f32; horizon * action_dim];
         for (r, row) in chunk.values.chunks_exact(chunk.width).enumerate() {
             previous_chunk[r * action_dim..r * action_dim + chunk.width].copy_from_slice(row);
         }
+        self.steps(prefix)?
+            .against(previous_chunk, chunk.rows, horizon, action_dim)
+            .map(Some)
+    }
+
+    /// What a request asks for: RTC against its own `previous_chunk`, or, in a session and
+    /// without one, against the session's last chunk (`None` without any RTC field). Checks
+    /// what can be checked before the chunk is known.
+    pub fn plan(
+        self,
+        prefix: &str,
+        horizon: usize,
+        action_dim: usize,
+        valid_width: usize,
+        in_session: bool,
+    ) -> Result<Option<RtcPlan>, FieldError> {
+        if !in_session || self.previous_chunk.is_some() || self.is_empty() {
+            return Ok(self
+                .resolve(prefix, horizon, action_dim, valid_width)?
+                .map(RtcPlan::Chunk));
+        }
+        let steps = self.steps(prefix)?;
+        // The session's chunk has at most `horizon` rows: what fails here fails with any.
+        steps.against(
+            vec![0.0; horizon * action_dim],
+            horizon,
+            horizon,
+            action_dim,
+        )?;
+        Ok(Some(RtcPlan::SessionChunk { steps, last: None }))
+    }
+
+    /// The step options (`rtc_overlap_steps` required).
+    fn steps(&self, prefix: &str) -> Result<RtcSteps, FieldError> {
+        let overlap_steps = self.overlap_steps.ok_or_else(|| {
+            let with = if self.previous_chunk.is_some() {
+                "is required with previous_chunk"
+            } else {
+                "is required with the RTC options"
+            };
+            FieldError::new(format!("{prefix}rtc_overlap_steps"), with)
+        })?;
+        Ok(RtcSteps {
+            prefix: prefix.to_string(),
+            action_horizon: self.action_horizon,
+            overlap_steps,
+            frozen_steps: self.frozen_steps.unwrap_or(0),
+            ramp_rate: self.ramp_rate.unwrap_or(DEFAULT_RAMP_RATE),
+        })
+    }
+}
+
+/// RTC as a request asks for it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RtcPlan {
+    /// Against the chunk the client sent.
+    Chunk(Rtc),
+    /// Against its session's last chunk, which the inference thread fills in (`None`: the
+    /// session has answered nothing yet, so the chunk is computed without RTC).
+    SessionChunk {
+        /// The step options.
+        steps: RtcSteps,
+        /// The session's last chunk.
+        last: Option<LastChunk>,
+    },
+}
+
+/// The step options of an RTC request, before its previous chunk is known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RtcSteps {
+    /// Prefix of the field names in refusals (`options.` on ZMQ).
+    pub prefix: String,
+    /// `action_horizon` (default: the previous chunk's rows).
+    pub action_horizon: Option<u64>,
+    /// `rtc_overlap_steps`.
+    pub overlap_steps: u64,
+    /// `rtc_frozen_steps`.
+    pub frozen_steps: u64,
+    /// `rtc_ramp_rate`.
+    pub ramp_rate: f64,
+}
+
+impl RtcSteps {
+    /// The model's options against `previous_chunk` (`horizon × action_dim`, padded) whose
+    /// first `rows` rows are valid; refusals name the field.
+    pub fn against(
+        &self,
+        previous_chunk: Vec<f32>,
+        rows: usize,
+        horizon: usize,
+        action_dim: usize,
+    ) -> Result<Rtc, FieldError> {
+        let err = |key: &str, msg: String| FieldError::new(format!("{}{key}", self.prefix), msg);
+        let ah = self.action_horizon.unwrap_or(rows as u64);
+        if ah > rows as u64 {
+            return Err(err(
+                "action_horizon",
+                format!("{ah} exceeds the {rows} rows of the previous chunk"),
+            ));
+        }
         let big = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         let rtc = Rtc {
             previous_chunk,
             action_horizon: big(ah),
-            overlap_steps: big(overlap),
-            frozen_steps: big(self.frozen_steps.unwrap_or(0)),
-            ramp_rate: self.ramp_rate.unwrap_or(DEFAULT_RAMP_RATE),
+            overlap_steps: big(self.overlap_steps),
+            frozen_steps: big(self.frozen_steps),
+            ramp_rate: self.ramp_rate,
         };
         rtc.validate(horizon, action_dim)
             .map_err(|e| err(e.field.name(), e.message))?;
-        Ok(Some(rtc))
+        Ok(rtc)
     }
 }
 

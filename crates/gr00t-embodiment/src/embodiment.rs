@@ -90,6 +90,16 @@ impl EmbodimentSpec {
         &self,
         given: impl Iterator<Item = (&'a str, usize)> + Clone,
     ) -> Result<(), RequestError> {
+        self.check_sent_views(given, false)
+    }
+
+    /// [`Self::check_views`], where `current_only` also allows one frame (t) per view: a
+    /// session's history supplies the older offsets.
+    pub fn check_sent_views<'a>(
+        &self,
+        given: impl Iterator<Item = (&'a str, usize)> + Clone,
+        current_only: bool,
+    ) -> Result<(), RequestError> {
         let t = self.frame_deltas.len();
         let expected = || {
             format!(
@@ -108,10 +118,11 @@ impl EmbodimentSpec {
             if given.clone().take(i).any(|(v, _)| v == view) {
                 return Err(RequestError::new(field, "given twice"));
             }
-            if count != t {
+            if count != t && !(current_only && count == 1) {
+                let or_one = if current_only { " (or 1: t)" } else { "" };
                 return Err(RequestError::new(
                     field,
-                    format!("expected {t} frames, got {count}; {}", expected()),
+                    format!("expected {t} frames{or_one}, got {count}; {}", expected()),
                 ));
             }
         }
@@ -225,21 +236,24 @@ impl EmbodimentProcessor {
     pub fn decode_base64_views(
         &self,
         views: &[(String, Vec<String>)],
+        current_only: bool,
     ) -> Result<Vec<(String, Vec<Frame>)>, RequestError> {
-        self.spec
-            .check_views(views.iter().map(|(v, f)| (v.as_str(), f.len())))?;
+        self.spec.check_sent_views(
+            views.iter().map(|(v, f)| (v.as_str(), f.len())),
+            current_only,
+        )?;
         let mut out: Vec<(String, Vec<Frame>)> = views
             .iter()
             .map(|(v, f)| (v.clone(), Vec::with_capacity(f.len())))
             .collect();
-        for t in 0..self.spec.frame_deltas.len() {
+        let steps = views.iter().map(|(_, f)| f.len()).max().unwrap_or(0);
+        for t in 0..steps {
             for ((view, encoded), (_, frames)) in views.iter().zip(out.iter_mut()) {
                 let field = format!("images.{view}[{t}]");
                 let image_err =
                     |e: crate::image::ImageError| RequestError::new(&field, e.to_string());
-                let s = encoded
-                    .get(t)
-                    .ok_or_else(|| RequestError::new(&field, "missing"))?;
+                // A view sent with its current frame only has no more.
+                let Some(s) = encoded.get(t) else { continue };
                 let bytes = decode_base64(s).map_err(image_err)?;
                 let header = EncodedFrame::read_header(&bytes).map_err(image_err)?;
                 self.check_frame_size(&field, header.width(), header.height())?;

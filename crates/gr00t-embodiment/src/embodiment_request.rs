@@ -43,8 +43,19 @@ impl EmbodimentRequest {
         horizon: usize,
         action_dim: usize,
     ) -> Result<EmbodimentRequest, RequestError> {
+        Self::from_value_in(value, spec, horizon, action_dim, false)
+    }
+
+    /// [`Self::from_value`]; `in_session` also allows the frame at t alone per view.
+    pub fn from_value_in(
+        value: &Value,
+        spec: &EmbodimentSpec,
+        horizon: usize,
+        action_dim: usize,
+        in_session: bool,
+    ) -> Result<EmbodimentRequest, RequestError> {
         let obj = object_with_fields(value, &FIELDS)?;
-        let images = parse_images(required(obj, "images")?, spec)?;
+        let images = parse_images(required(obj, "images")?, spec, in_session)?;
         let state = parse_state(required(obj, "state")?, spec)?;
         let instruction = parse_instruction(obj)?;
         let (noise, return_normalized) = parse_noise_options(obj, horizon, action_dim)?;
@@ -64,6 +75,7 @@ impl EmbodimentRequest {
 fn parse_images(
     v: &Value,
     spec: &EmbodimentSpec,
+    current_only: bool,
 ) -> Result<Vec<(String, Vec<crate::image::Frame>)>, RequestError> {
     let expected = || {
         format!(
@@ -95,7 +107,7 @@ fn parse_images(
         })?;
         lists.push((view.as_str(), list));
     }
-    spec.check_views(lists.iter().map(|(v, l)| (*v, l.len())))?;
+    spec.check_sent_views(lists.iter().map(|(v, l)| (*v, l.len())), current_only)?;
     lists
         .into_iter()
         .map(|(view, list)| {

@@ -11,6 +11,7 @@ pub mod actions;
 pub mod embodiment;
 pub mod embodiment_request;
 pub mod embodiment_tags;
+pub mod frame_history;
 pub mod frame_policy;
 pub mod image;
 pub mod pose;

@@ -37,8 +37,8 @@ pub const RTC_FIELDS: [&str; 5] = [
     "rtc_ramp_rate",
 ];
 
-/// Top-level fields of the DROID body.
-pub(crate) const TOP_LEVEL_FIELDS: [&str; 11] = [
+/// Top-level fields of the DROID body (`session_id` is read by the HTTP door).
+pub(crate) const TOP_LEVEL_FIELDS: [&str; 12] = [
     "images",
     "state",
     "instruction",
@@ -50,6 +50,7 @@ pub(crate) const TOP_LEVEL_FIELDS: [&str; 11] = [
     RTC_FIELDS[2],
     RTC_FIELDS[3],
     RTC_FIELDS[4],
+    "session_id",
 ];
 
 /// A refused request: the field at fault and what is wrong with it.
@@ -125,8 +126,9 @@ impl RawState {
 /// A structurally valid `/predict` request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PredictRequest {
-    /// Base64 frames per camera in [`CAMERAS`] order, each `[t−15, t]`.
-    pub images: [[String; FRAMES_PER_CAMERA]; 2],
+    /// Base64 frames per camera in [`CAMERAS`] order, each `[t−15, t]` (or `[t]` in a
+    /// session, whose history supplies t−15).
+    pub images: [Vec<String>; 2],
     /// Raw state.
     pub state: RawState,
     /// The instruction as sent.
@@ -150,7 +152,8 @@ impl PredictRequest {
             .map(|(cam, frames)| (cam.to_string(), frames.to_vec()))
             .collect();
         Ok(crate::embodiment::Observation {
-            images: processor.decode_base64_views(&views)?,
+            // The counts were checked when the body was parsed.
+            images: processor.decode_base64_views(&views, true)?,
             state: self.state.to_pairs(),
             instruction: self.instruction.clone(),
             noise: self.noise.clone(),
@@ -172,8 +175,18 @@ impl PredictRequest {
         horizon: usize,
         action_dim: usize,
     ) -> Result<PredictRequest, RequestError> {
+        Self::from_value_in(value, horizon, action_dim, false)
+    }
+
+    /// [`Self::from_value`]; `in_session` also allows the frame at t alone per camera.
+    pub fn from_value_in(
+        value: &Value,
+        horizon: usize,
+        action_dim: usize,
+        in_session: bool,
+    ) -> Result<PredictRequest, RequestError> {
         let obj = object_with_fields(value, &TOP_LEVEL_FIELDS)?;
-        let images = parse_images(required(obj, "images")?)?;
+        let images = parse_images(required(obj, "images")?, in_session)?;
         let state = parse_state(required(obj, "state")?)?;
         let instruction = parse_instruction(obj)?;
         let (noise, return_normalized) = parse_noise_options(obj, horizon, action_dim)?;
@@ -368,7 +381,7 @@ pub(crate) fn describe(v: &Value) -> String {
     }
 }
 
-fn parse_images(v: &Value) -> Result<[[String; FRAMES_PER_CAMERA]; 2], RequestError> {
+fn parse_images(v: &Value, current_only: bool) -> Result<[Vec<String>; 2], RequestError> {
     let obj = v.as_object().ok_or_else(|| {
         RequestError::new("images", format!("expected an object, got {}", kind(v)))
     })?;
@@ -383,7 +396,7 @@ fn parse_images(v: &Value) -> Result<[[String; FRAMES_PER_CAMERA]; 2], RequestEr
             ));
         }
     }
-    let mut out: [[String; FRAMES_PER_CAMERA]; 2] = Default::default();
+    let mut out: [Vec<String>; 2] = Default::default();
     for (slot, cam) in out.iter_mut().zip(CAMERAS) {
         let field = format!("images.{cam}");
         let frames = obj
@@ -393,18 +406,23 @@ fn parse_images(v: &Value) -> Result<[[String; FRAMES_PER_CAMERA]; 2], RequestEr
             .ok_or_else(|| {
                 RequestError::new(&field, "expected an array of two base64 strings [t-15, t]")
             })?;
-        if frames.len() != FRAMES_PER_CAMERA {
+        if frames.len() != FRAMES_PER_CAMERA && !(current_only && frames.len() == 1) {
+            let or_one = if current_only {
+                " (or 1, [t]: the session keeps t-15)"
+            } else {
+                ""
+            };
             return Err(RequestError::new(
                 &field,
                 format!(
-                    "expected exactly {FRAMES_PER_CAMERA} frames [t-15, t], got {}",
+                    "expected exactly {FRAMES_PER_CAMERA} frames [t-15, t]{or_one}, got {}",
                     frames.len()
                 ),
             ));
         }
         for (i, f) in frames.iter().enumerate() {
             match f {
-                Value::String(s) if !s.is_empty() => slot[i] = s.clone(),
+                Value::String(s) if !s.is_empty() => slot.push(s.clone()),
                 _ => {
                     return Err(RequestError::new(
                         format!("{field}[{i}]"),

@@ -43,6 +43,14 @@ enum Command {
         /// Requests that may wait behind the one being computed; more get 503.
         #[arg(long, default_value_t = 8)]
         queue: usize,
+        /// Seconds a session (`session_id`) lives after its last observation.
+        #[arg(long, default_value_t = gr00t_core::session::DEFAULT_TTL_S,
+              value_parser = clap::value_parser!(u64).range(1..))]
+        session_ttl_s: u64,
+        /// Sessions kept at most; the least recently used is dropped first.
+        #[arg(long, default_value_t = gr00t_core::session::DEFAULT_MAX_SESSIONS as u32,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        max_sessions: u32,
         /// Largest /predict body in MiB; larger ones get 413.
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
         max_body_mb: u32,
@@ -161,6 +169,8 @@ pub fn run(cli: Cli) -> i32 {
             host,
             port,
             queue,
+            session_ttl_s,
+            max_sessions,
             max_body_mb,
             no_ui,
             history,
@@ -176,6 +186,10 @@ pub fn run(cli: Cli) -> i32 {
             host,
             port,
             queue,
+            sessions: gr00t_core::session::SessionLimits {
+                ttl: std::time::Duration::from_secs(session_ttl_s),
+                max: max_sessions as usize,
+            },
             max_body_mb: max_body_mb as usize,
             history: if no_ui { 0 } else { history as usize },
             protocols,

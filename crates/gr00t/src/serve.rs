@@ -7,6 +7,7 @@ use crate::doors::{ProtocolOptions, Stop};
 use crate::shutdown;
 use gr00t_core::engine::{Engine, EngineInfo, EngineOptions, Layouts};
 use gr00t_core::queue::{self, Queue};
+use gr00t_core::session::{SessionLimits, Sessions};
 use gr00t_model::hub;
 use observe::{ObserveOptions, Observer};
 use routes::{AppState, Limits};
@@ -37,6 +38,8 @@ pub struct ServeOptions {
     pub port: u16,
     /// Requests that may wait behind the one in flight.
     pub queue: usize,
+    /// `--session-ttl-s`, `--max-sessions`.
+    pub sessions: SessionLimits,
     /// Largest `/predict` body in MiB.
     pub max_body_mb: usize,
     /// Requests the status page at `/` keeps; 0 turns the page off (`--no-ui`).
@@ -115,10 +118,11 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
     let layouts = engine.layouts();
     let decode: routes::Decoder = {
         let layouts = layouts.clone();
-        std::sync::Arc::new(move |b: &[u8]| body::request_from_body(b, &layouts))
+        std::sync::Arc::new(move |b: &[u8], session| body::request_from_body(b, &layouts, session))
     };
 
-    let (worker, handle) = queue::start_engine(engine, opts.queue)?;
+    let sessions = std::sync::Arc::new(Sessions::new(opts.sessions));
+    let (worker, handle) = queue::start_engine(engine, opts.queue, sessions)?;
     let limits = Limits {
         queue: opts.queue,
         max_body_bytes: opts.max_body_mb.saturating_mul(1024 * 1024),

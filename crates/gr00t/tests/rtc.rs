@@ -581,10 +581,18 @@ fn rtc_options_on_every_door() {
             e.starts_with(&format!("options.{field}:")),
             "ZMQ {field}: {e}"
         );
-        // Websocket, both forms: the key itself.
+        // Websocket, both forms: the key itself. Without previous_chunk the options refer to
+        // the connection's session, whose first chunk is computed without RTC.
         for form in [ws_droid_keys(), ws_nested()] {
             let mut m = form;
             m.extend(msg(&|e| edit(e, openpi_array), openpi_array));
+            if *field == "action_horizon" {
+                assert_eq!(
+                    ws_groups(&ws_send(&ws_addr, m).unwrap()),
+                    http_groups(&plain)
+                );
+                continue;
+            }
             let e = ws_send(&ws_addr, m).unwrap_err();
             assert!(
                 e.starts_with(&format!("{field}:")),
@@ -594,4 +602,170 @@ fn rtc_options_on_every_door() {
     }
     // The server still answers after every refusal.
     assert_eq!(predict(&s, &body(json!({})))["actions"], plain["actions"]);
+}
+
+/// The RTC keys of a setting without a chunk (the session's last one serves).
+fn steps_entries(s: &Setting) -> Entries {
+    vec![
+        (Value::from("action_horizon"), Value::from(s.ah as u64)),
+        (
+            Value::from("rtc_overlap_steps"),
+            Value::from(s.overlap as u64),
+        ),
+        (
+            Value::from("rtc_frozen_steps"),
+            Value::from(s.frozen as u64),
+        ),
+        (Value::from("rtc_ramp_rate"), Value::F64(s.rate)),
+    ]
+}
+
+/// A msgpack map's `key`, as a u64.
+fn uint_at(m: &Value, key: &str) -> u64 {
+    let got = m.as_map().and_then(|m| get(m, key));
+    got.and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{key} in {m}"))
+}
+
+#[test]
+fn a_session_keeps_the_whole_chunk_on_every_door() {
+    let (taps, settings) = goldens();
+    let s = Server::start(&["--zmq-port", "0", "--ws-port", "0"]);
+    let (zmq_addr, ws_addr) = (s.zmq.clone().unwrap(), s.ws.clone().unwrap());
+    let plain = predict(&s, &body(json!({})));
+    let mut zmq = Zmq::connect(&zmq_addr);
+    for (i, set) in settings.iter().enumerate() {
+        // The previous chunk of the goldens is case0 with seed 42: let the session answer it.
+        let id = format!("robot-{i}");
+        let first = predict(&s, &body(json!({"seed": 42, "session_id": id})));
+        assert_eq!(first["session"]["step"], json!(1));
+        assert!(first.get("rtc_source").is_none());
+        let mut fields = rtc_fields(&[], set, 0, 0);
+        let o = fields.as_object_mut().unwrap();
+        o.remove("previous_chunk");
+        o.insert("session_id".into(), json!(id));
+        let resp = predict(&s, &body(fields.clone()));
+        assert_eq!(resp["rtc_source"], json!("session"));
+        assert_eq!(resp["session"]["step"], json!(2));
+        assert!(resp["session"]["since_last_ms"].as_f64().unwrap() > 0.0);
+        // The whole 132-wide chunk was kept: as close to upstream as sending it.
+        let ours = chunk_of(&resp, "actions_normalized");
+        let golden = valid(&taps.f32s(&format!("action_pred.{}", set.name)));
+        let r = pearson(&ours, &golden);
+        let d = max_abs_diff(&ours, &golden);
+        println!("{} from the session: r {r:.7}, max|Δ| {d:.3e}", set.name);
+        assert!(
+            r >= MIN_R && d <= 1e-5 * max_abs(&golden),
+            "{}: r {r} Δ {d}",
+            set.name
+        );
+        let http = http_groups(&resp);
+
+        // ZMQ: `options.session_id`; the reply's info counts the session's steps.
+        let with = |seed: u64, extra: Entries| {
+            let mut o = vec![
+                (Value::from("session_id"), Value::from(format!("z-{i}"))),
+                (Value::from("seed"), Value::from(seed)),
+            ];
+            o.extend(extra);
+            Value::Map(o)
+        };
+        let info = |reply: &Value| reply.as_array().unwrap()[1].clone();
+        let z1 = zmq.get_action(with(42, vec![]));
+        assert_eq!(uint_at(&info(&z1), "session_step"), 1);
+        let z2 = zmq.get_action(with(0, steps_entries(set)));
+        assert_eq!(zmq_groups(&z2), http, "{}: ZMQ", set.name);
+        assert_eq!(uint_at(&info(&z2), "session_step"), 2);
+
+        // Websocket: the connection is the session.
+        let mut ws = ws_connect(&ws_addr);
+        let mut send = |m: Entries| -> Value {
+            ws.send(Message::Binary(pack(&Value::Map(m)).into()))
+                .unwrap();
+            match ws.read().unwrap() {
+                Message::Binary(b) => unpack(&b).unwrap(),
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        let mut m = ws_droid_keys();
+        m.retain(|(k, _)| k.as_str() != Some("__noise_seed__"));
+        m.push((Value::from("__noise_seed__"), Value::from(42)));
+        send(m);
+        let mut m = ws_droid_keys();
+        m.extend(steps_entries(set));
+        let reply = send(m.clone());
+        assert_eq!(ws_groups(&reply), http, "{}: websocket", set.name);
+        let timing = get(reply.as_map().unwrap(), "server_timing")
+            .unwrap()
+            .clone();
+        assert_eq!(uint_at(&timing, "session_step"), 2);
+
+        if i == 0 {
+            // Reset on every door: the next chunk of each has nothing to join.
+            let r = test_client::post_json(
+                &s.http,
+                "/reset",
+                &serde_json::to_vec(&json!({"session_id": id})).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(r.json(), json!({"session_id": id, "reset": true}));
+            let again = predict(&s, &body(fields.clone()));
+            assert_eq!(again["rtc_source"], json!("none"));
+            assert_eq!(again["session"]["step"], json!(1));
+            assert_eq!(again["actions"], plain["actions"]);
+
+            let reset = str_map([
+                ("endpoint", Value::from("reset")),
+                (
+                    "data",
+                    str_map([("options", str_map([("session_id", Value::from("z-0"))]))]),
+                ),
+            ]);
+            let socket = &mut zmq.socket;
+            let bytes = zmq.rt.block_on(async {
+                socket.send(ZmqMessage::from(pack(&reset))).await.unwrap();
+                socket.recv().await.unwrap()
+            });
+            let reply = unpack(bytes.get(0).unwrap()).unwrap();
+            let rm = reply.as_map().unwrap();
+            assert_eq!(get(rm, "reset"), Some(&Value::Boolean(true)), "{reply}");
+            let z3 = zmq.get_action(with(0, steps_entries(set)));
+            assert_eq!(zmq_groups(&z3), http_groups(&plain), "ZMQ after reset");
+            assert_eq!(uint_at(&info(&z3), "session_step"), 1);
+
+            ws.send(Message::Binary(
+                pack(&str_map([("endpoint", Value::from("reset"))])).into(),
+            ))
+            .unwrap();
+            assert!(
+                matches!(ws.read().unwrap(), Message::Text(t) if t.as_str() == "reset successful")
+            );
+            let reply = {
+                ws.send(Message::Binary(pack(&Value::Map(m)).into()))
+                    .unwrap();
+                match ws.read().unwrap() {
+                    Message::Binary(b) => unpack(&b).unwrap(),
+                    other => panic!("unexpected {other:?}"),
+                }
+            };
+            assert_eq!(
+                ws_groups(&reply),
+                http_groups(&plain),
+                "websocket after reset"
+            );
+        }
+    }
+    // /info and /metrics count them: 3 HTTP + 3 ZMQ + the websocket connections' own, the
+    // closed connections' sessions dropped.
+    let info = test_client::get(&s.http, "/info").unwrap().json();
+    let sessions = &info["sessions"];
+    assert_eq!(sessions["resets"], json!(3), "{sessions}");
+    assert_eq!(sessions["max"], json!(256));
+    assert_eq!(sessions["ttl_s"], json!(300));
+    assert!(sessions["active"].as_u64().unwrap() >= 6, "{sessions}");
+    let metrics = test_client::get(&s.http, "/metrics").unwrap().text();
+    assert!(
+        metrics.contains("gr00t_sessions_reset_total 3"),
+        "{metrics}"
+    );
 }

@@ -144,7 +144,13 @@ fn actions(reply: &Value) -> Vec<(String, NdArray)> {
         panic!("reply is not [actions, info]: {reply}")
     };
     assert_eq!(pair.len(), 2, "{reply}");
-    assert_eq!(pair[1], Value::Map(vec![]), "info");
+    // info: the wait and the observation's age, ms.
+    let info = pair[1].as_map().expect("info is a dict");
+    let keys: Vec<&str> = info.iter().filter_map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["queue_ms", "observation_age_ms"], "{reply}");
+    assert!(info
+        .iter()
+        .all(|(_, v)| v.as_f64().is_some_and(|x| x >= 0.0)));
     let Value::Map(m) = &pair[0] else {
         panic!("actions is not a dict")
     };

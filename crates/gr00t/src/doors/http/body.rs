@@ -10,6 +10,7 @@ use gr00t_core::engine::Layouts;
 use gr00t_core::request::{AnyRequest, Item, Request};
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions};
+use gr00t_core::session::check_session_id;
 use gr00t_core::{Engine, InferError};
 use gr00t_embodiment::embodiment_request::EmbodimentRequest;
 use gr00t_embodiment::request::{self, PredictRequest, RequestError};
@@ -17,9 +18,14 @@ use gr00t_embodiment::EMBODIMENT_TAG;
 use serde_json::{Map, Value};
 use std::time::Instant;
 
-/// Parses and validates one body against the served layouts; the time it took is the
-/// request's `decode_ms`.
-pub fn request_from_body(body: &[u8], layouts: &Layouts) -> Result<Request, RequestError> {
+/// Parses and validates one body against the served layouts, in the session the body or the
+/// `X-Session-Id` header (`header_session`) names; the time it took is the request's
+/// `decode_ms`.
+pub fn request_from_body(
+    body: &[u8],
+    layouts: &Layouts,
+    header_session: Option<String>,
+) -> Result<Request, RequestError> {
     let t0 = Instant::now();
     let (horizon, action_dim) = (layouts.horizon, layouts.action_dim);
     let mut value = request::parse_body(body, horizon, action_dim)?;
@@ -44,21 +50,38 @@ pub fn request_from_body(body: &[u8], layouts: &Layouts) -> Result<Request, Requ
             )
         })?,
     };
-    let rtc = match value.as_object() {
-        Some(obj) => {
-            rtc_options(obj)?.resolve("", horizon, action_dim, valid_action_width(spec))?
+    let session = match (
+        value.as_object().map(session_id).transpose()?.flatten(),
+        header_session,
+    ) {
+        (Some(b), Some(h)) if b != h => {
+            return Err(RequestError::new(
+                "session_id",
+                format!("{b:?} differs from the X-Session-Id header {h:?}"),
+            ))
         }
+        (b, h) => b.or(h),
+    };
+    let rtc = match value.as_object() {
+        Some(obj) => rtc_options(obj)?.plan(
+            "",
+            horizon,
+            action_dim,
+            valid_action_width(spec),
+            session.is_some(),
+        )?,
         None => None,
     };
     let (item, return_normalized) = if layouts.droid && spec.tag == EMBODIMENT_TAG {
         if let Some(obj) = value.as_object_mut() {
             obj.remove("embodiment");
         }
-        let req = PredictRequest::from_value(&value, horizon, action_dim)?;
+        let req = PredictRequest::from_value_in(&value, horizon, action_dim, session.is_some())?;
         let normalized = req.return_normalized;
         (Item::DroidBody(req), normalized)
     } else {
-        let req = EmbodimentRequest::from_value(&value, spec, horizon, action_dim)?;
+        let req =
+            EmbodimentRequest::from_value_in(&value, spec, horizon, action_dim, session.is_some())?;
         drop(value);
         let item = Item::Any(AnyRequest {
             tag: spec.tag.clone(),
@@ -71,7 +94,23 @@ pub fn request_from_body(body: &[u8], layouts: &Layouts) -> Result<Request, Requ
         return_normalized,
         decode_ms: t0.elapsed().as_secs_f64() * 1e3,
         rtc,
+        session,
     })
+}
+
+/// The body's `session_id` (null counts as absent).
+fn session_id(obj: &Map<String, Value>) -> Result<Option<String>, RequestError> {
+    match obj.get("session_id") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => {
+            check_session_id(s).map_err(|m| RequestError::new("session_id", m))?;
+            Ok(Some(s.clone()))
+        }
+        Some(v) => Err(RequestError::new(
+            "session_id",
+            format!("expected a string, got {v}"),
+        )),
+    }
 }
 
 /// The body's RTC fields (`previous_chunk` rows of numbers, the integer steps, the rate);
@@ -140,6 +179,6 @@ fn chunk(v: &Value) -> Result<Chunk, RequestError> {
 /// One body straight through the engine, without the queue (`gr00t predict`, the bench, the
 /// warm-up).
 pub fn predict_body(engine: &Engine, body: &[u8]) -> Result<PredictResponse, InferError> {
-    let request = request_from_body(body, &engine.layouts())?;
+    let request = request_from_body(body, &engine.layouts(), None)?;
     engine.run(request)
 }

@@ -2,6 +2,7 @@
 //! the Prometheus text exposition format (version 0.0.4) by hand.
 
 use gr00t_core::response::TimingMs;
+use gr00t_core::session::SessionStats;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -15,7 +16,7 @@ pub const BUCKETS_S: [f64; 18] = [
 
 /// Request fields a 400 may name; anything else is counted as `other` (clients choose unknown
 /// field names, and a label must not grow without bound).
-const KNOWN_FIELDS: [&str; 14] = [
+const KNOWN_FIELDS: [&str; 16] = [
     "body",
     "content-type",
     "images",
@@ -30,6 +31,8 @@ const KNOWN_FIELDS: [&str; 14] = [
     "noise",
     "return_normalized",
     "tokenizer",
+    "session_id",
+    "x-session-id",
 ];
 
 /// The timed stages of a prediction, as the `stage` label.
@@ -223,6 +226,10 @@ pub struct Gauges {
     pub vision_cache: CacheCounts,
     /// Entries held by the page's history (0 with `--no-ui`).
     pub history_entries: usize,
+    /// Requests answered 409 (a newer observation of their session replaced them).
+    pub superseded: u64,
+    /// Session counts.
+    pub sessions: SessionStats,
 }
 
 #[derive(Default, Clone)]
@@ -358,7 +365,7 @@ impl Metrics {
             );
         }
 
-        let gauges: [(&str, &str, &str, f64); 8] = [
+        let gauges: [(&str, &str, &str, f64); 13] = [
             (
                 "gr00t_queue_depth",
                 "gauge",
@@ -406,6 +413,36 @@ impl Metrics {
                 "gauge",
                 "Requests held for the status page.",
                 g.history_entries as f64,
+            ),
+            (
+                "gr00t_superseded_requests_total",
+                "counter",
+                "Requests answered 409: a newer observation of their session replaced them.",
+                g.superseded as f64,
+            ),
+            (
+                "gr00t_sessions_active",
+                "gauge",
+                "Sessions alive (bounded by --max-sessions).",
+                g.sessions.active as f64,
+            ),
+            (
+                "gr00t_sessions_created_total",
+                "counter",
+                "Sessions created since start-up.",
+                g.sessions.created as f64,
+            ),
+            (
+                "gr00t_sessions_dropped_total",
+                "counter",
+                "Sessions dropped after --session-ttl-s or evicted by --max-sessions.",
+                (g.sessions.expired + g.sessions.evicted) as f64,
+            ),
+            (
+                "gr00t_sessions_reset_total",
+                "counter",
+                "Sessions cleared by a client's reset.",
+                g.sessions.resets as f64,
             ),
         ];
         for (name, kind, help, value) in gauges {
@@ -692,6 +729,15 @@ mod tests {
             rss_bytes: Some(123 * 4096),
             vision_cache: CacheCounts { hits: 5, misses: 2 },
             history_entries: 4,
+            superseded: 6,
+            sessions: SessionStats {
+                active: 2,
+                created: 9,
+                expired: 3,
+                evicted: 1,
+                resets: 4,
+                ..Default::default()
+            },
         };
         let text = m.render(&g);
         let s = parse(&text);
@@ -700,6 +746,11 @@ mod tests {
         assert_eq!(v("gr00t_queue_capacity"), 8.0);
         assert_eq!(v("gr00t_inference_busy"), 1.0);
         assert_eq!(v("gr00t_computed_requests_total"), 11.0);
+        assert_eq!(v("gr00t_superseded_requests_total"), 6.0);
+        assert_eq!(v("gr00t_sessions_active"), 2.0);
+        assert_eq!(v("gr00t_sessions_created_total"), 9.0);
+        assert_eq!(v("gr00t_sessions_dropped_total"), 4.0);
+        assert_eq!(v("gr00t_sessions_reset_total"), 4.0);
         assert_eq!(v("gr00t_vision_cache_hits_total"), 5.0);
         assert_eq!(v("gr00t_vision_cache_misses_total"), 2.0);
         assert_eq!(v("gr00t_model_load_seconds"), 1.25);

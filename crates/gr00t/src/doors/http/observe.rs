@@ -6,6 +6,7 @@ use super::metrics::{process_rss_bytes, CacheCounts, Gauges, Metrics, Outcome};
 use axum::body::Bytes;
 use gr00t_core::queue::QueueState;
 use gr00t_core::response::PredictResponse;
+use gr00t_core::session::SessionStats;
 use gr00t_embodiment::image::ImagePipeline;
 use std::sync::Arc;
 
@@ -143,8 +144,10 @@ impl Observer {
     }
 
     /// The scrape-time values for `/metrics`.
-    pub fn gauges(&self, queue: &QueueState) -> Gauges {
+    pub fn gauges(&self, queue: &QueueState, sessions: SessionStats) -> Gauges {
         Gauges {
+            superseded: queue.superseded,
+            sessions,
             queue_waiting: queue.waiting,
             queue_capacity: queue.capacity,
             busy: queue.busy,

@@ -18,11 +18,11 @@ use axum::routing::{get, post};
 use axum::Router;
 use gr00t_core::queue::{Queue, QueueState};
 use gr00t_core::request::Request as InferRequest;
+use gr00t_core::session::check_session_id;
 use gr00t_core::{EngineInfo, InferError};
 use gr00t_embodiment::request::RequestError;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Request limits, reported by `/info`.
 #[derive(Debug, Clone, Copy)]
@@ -33,8 +33,26 @@ pub struct Limits {
     pub max_body_bytes: usize,
 }
 
-/// Turns a `/predict` body into a typed request (run on the inference thread).
-pub type Decoder = Arc<dyn Fn(&[u8]) -> Result<InferRequest, RequestError> + Send + Sync>;
+/// Turns a `/predict` body and the [`SESSION_HEADER`]'s session into a typed request (run on
+/// the blocking pool).
+pub type Decoder =
+    Arc<dyn Fn(&[u8], Option<String>) -> Result<InferRequest, RequestError> + Send + Sync>;
+
+/// Request header naming the client's session (what the balancer hashes on); the body's
+/// `session_id` may name it instead.
+pub const SESSION_HEADER: &str = "x-session-id";
+
+/// The [`SESSION_HEADER`]'s session, checked.
+fn session_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(SESSION_HEADER) else {
+        return Ok(None);
+    };
+    let id = v
+        .to_str()
+        .map_err(|_| ApiError::bad_field(SESSION_HEADER, "expected printable ASCII"))?;
+    check_session_id(id).map_err(|m| ApiError::bad_field(SESSION_HEADER, m))?;
+    Ok(Some(id.to_string()))
+}
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -94,6 +112,11 @@ impl AppState {
     pub fn queue_state(&self) -> QueueState {
         self.0.worker.state()
     }
+
+    /// The sessions' counts.
+    pub fn session_stats(&self) -> gr00t_core::session::SessionStats {
+        self.0.worker.session_stats()
+    }
 }
 
 /// Response header naming the replica that answered (`--replica-id`), so that a client behind a
@@ -143,6 +166,7 @@ pub fn router_with(
             "/predict",
             post(predict).layer(DefaultBodyLimit::max(limit)),
         )
+        .route("/reset", post(reset))
         .route("/health", get(health))
         .route("/info", get(info))
         .route("/demo", get(demo))
@@ -186,6 +210,7 @@ async fn compute(
     req: Request,
 ) -> Result<(Bytes, gr00t_core::response::PredictResponse, f64), ApiError> {
     check_content_type(req.headers())?;
+    let session = session_header(req.headers())?;
     let limit = app.0.limits.max_body_bytes;
     // Refuse a declared oversize body before reading any of it.
     if content_length(req.headers()).is_some_and(|n| n > limit as u64) {
@@ -203,22 +228,19 @@ async fn compute(
             ))
         }
     };
-    let queued = Instant::now();
     let decode = app.0.decode.clone();
     let raw = body.clone();
-    // Decoded on the inference thread, off the two runtime threads; a full queue is refused
-    // before anything is decoded.
-    let reply = app
-        .0
-        .worker
-        .submit_decode(Box::new(move || decode(&raw)))
-        .map_err(api_error)?;
+    // Parsed off the two runtime threads; the session must be known before queueing, for
+    // latest-wins.
+    let request = tokio::task::spawn_blocking(move || decode(&raw, session))
+        .await
+        .map_err(|e| ApiError::internal(format!("the body decoder failed: {e}")))?
+        .map_err(|e| ApiError::bad_field(&e.field, e.message))?;
+    let reply = app.0.worker.submit(request).map_err(api_error)?;
     match reply.await {
         Ok(Ok(response)) => {
-            // Waiting = time to the answer minus the request's own measured time (decoding
-            // included).
-            let queue_ms =
-                (queued.elapsed().as_secs_f64() * 1e3 - response.timing_ms.total).max(0.0);
+            // The body's parse counts as decoding (`timing_ms.decode`), not waiting.
+            let queue_ms = response.queue_ms;
             Ok((body, response, queue_ms))
         }
         Ok(Err(e)) => Err(api_error(e)),
@@ -236,6 +258,10 @@ fn api_error(e: InferError) -> ApiError {
             capacity,
             retry_after_s,
         } => ApiError::busy(capacity, retry_after_s),
+        InferError::Superseded => ApiError::new(
+            StatusCode::CONFLICT,
+            "superseded by a newer observation of this session (it was never computed)",
+        ),
         InferError::Stopped => ApiError::internal("the inference worker has stopped"),
         InferError::Internal(m) => ApiError::internal(format!("internal error: {m}")),
     }
@@ -273,6 +299,56 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
+/// `POST /reset`: clears the session the body's `session_id` or the [`SESSION_HEADER`] names.
+async fn reset(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    match reset_session(&app, &headers, &body) {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn reset_session(app: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Response, ApiError> {
+    let header = session_header(headers)?;
+    let named = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let v: serde_json::Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_field("body", format!("invalid JSON: {e}")))?;
+        match v.get("session_id") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => {
+                check_session_id(s).map_err(|m| ApiError::bad_field("session_id", m))?;
+                Some(s.clone())
+            }
+            Some(v) => {
+                return Err(ApiError::bad_field(
+                    "session_id",
+                    format!("expected a string, got {v}"),
+                ))
+            }
+        }
+    };
+    let id = match (named, header) {
+        (Some(b), Some(h)) if b != h => {
+            return Err(ApiError::bad_field(
+                "session_id",
+                format!("{b:?} differs from the {SESSION_HEADER} header {h:?}"),
+            ))
+        }
+        (b, h) => b.or(h).ok_or_else(|| {
+            ApiError::bad_field(
+                "session_id",
+                format!("is required (in the body or the {SESSION_HEADER} header)"),
+            )
+        })?,
+    };
+    let existed = app.0.worker.reset_session(&id);
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "session_id": id, "reset": existed }),
+    ))
+}
+
 async fn health() -> Response {
     json_response(StatusCode::OK, &json!({ "status": "ok" }))
 }
@@ -286,6 +362,7 @@ async fn info(State(app): State<AppState>) -> Response {
         "max_body_mb": limits.max_body_bytes / (1024 * 1024),
     });
     body["queue"] = serde_json::to_value(app.0.worker.state()).unwrap_or_default();
+    body["sessions"] = serde_json::to_value(app.0.worker.session_stats()).unwrap_or_default();
     body["replica_id"] = json!(app.0.replica.as_ref().and_then(|v| v.to_str().ok()));
     json_response(StatusCode::OK, &body)
 }
@@ -323,7 +400,7 @@ async fn not_found(method: Method, uri: Uri) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         format!(
-            "no route {method} {} (see /info; POST /predict, GET /health /info /demo /v1/models)",
+            "no route {method} {} (see /info; POST /predict /reset, GET /health /info /demo /v1/models)",
             uri.path()
         ),
     )

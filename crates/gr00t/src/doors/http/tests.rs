@@ -93,9 +93,10 @@ fn start_named(
     }
 }
 
-/// The stand-in decoder: the body becomes the instruction of a generic request.
+/// The stand-in decoder: the body becomes the instruction of a generic request, in the
+/// header's session.
 fn body_as_instruction() -> Decoder {
-    std::sync::Arc::new(|body: &[u8]| {
+    std::sync::Arc::new(|body: &[u8], session| {
         Ok(Request::new(Item::Any(AnyRequest {
             tag: "test".into(),
             observation: Observation {
@@ -104,7 +105,8 @@ fn body_as_instruction() -> Decoder {
                 instruction: String::from_utf8_lossy(body).into_owned(),
                 noise: NoiseSource::Seed(0),
             },
-        })))
+        }))
+        .in_session(session))
     })
 }
 
@@ -130,6 +132,10 @@ fn ok_response(seq_len: usize) -> PredictResponse {
         seed: Some(42),
         actions_normalized: None,
         timing_ms: TimingMs::default(),
+        queue_ms: 0.0,
+        observation_age_ms: 0.0,
+        rtc_source: None,
+        session: None,
         chunk: Vec::new(),
     }
 }
@@ -138,7 +144,7 @@ fn ok_response(seq_len: usize) -> PredictResponse {
 /// `block` → waits for a release, anything else → 200 with `seq_len` = body length.
 fn scripted(started: Sender<()>, release: Receiver<()>) -> PredictFn {
     let release = Mutex::new(release);
-    Box::new(move |request: Request| match body_of(&request) {
+    Box::new(move |request: Request, _| match body_of(&request) {
         b"bad" => Err(InferError::Invalid(RequestError::new(
             "state.eef_9d",
             "expected 9 numbers, got 8",

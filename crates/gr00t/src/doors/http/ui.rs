@@ -111,7 +111,7 @@ async fn metrics(State(app): State<AppState>) -> Response {
     let observer = app.observer();
     let body = observer
         .metrics()
-        .render(&observer.gauges(&app.queue_state()));
+        .render(&observer.gauges(&app.queue_state(), app.session_stats()));
     (
         [
             (

@@ -21,14 +21,14 @@ use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
 use gr00t_core::request::{AnyRequest, Item};
 use gr00t_core::response::PredictResponse;
-use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions};
+use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions, RtcPlan};
+use gr00t_core::session::check_session_id;
 use gr00t_embodiment::embodiment::{EmbodimentSpec, Observation};
 use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::frame_policy::{frame_policy, FramePolicy};
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::request::{NoiseSource, DEFAULT_SEED};
 use gr00t_model::checkpoint::ModalityConfigs;
-use gr00t_model::Rtc;
 use rmpv::Value;
 
 /// The observation layout the server expects, from the checkpoint's modality config.
@@ -198,6 +198,7 @@ fn video(
     t: usize,
     policy: Option<&FramePolicy>,
     door: Door,
+    current_only: bool,
 ) -> Result<CameraFrames, String> {
     if a.dtype != DType::U8 {
         return Err(format!(
@@ -212,8 +213,15 @@ fn video(
             a.shape_text()
         ));
     };
-    if tt != t {
-        return Err(format!("Video key '{key}'s horizon must be {t}. Got {tt}"));
+    if tt != t && !(current_only && tt == 1) {
+        let or_one = if current_only {
+            " (or 1: the session keeps the older frames)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "Video key '{key}'s horizon must be {t}{or_one}. Got {tt}"
+        ));
     }
     if c != 3 {
         return Err(format!("Video key '{key}'s channel 'C' must be 3. Got {c}"));
@@ -227,8 +235,8 @@ fn video(
     let mut chunks = a.data.chunks_exact(frame_len.max(1));
     let mut out = Vec::with_capacity(b);
     for _ in 0..b {
-        let mut frames = Vec::with_capacity(t);
-        for _ in 0..t {
+        let mut frames = Vec::with_capacity(tt);
+        for _ in 0..tt {
             let bytes = chunks.next().ok_or("video data is short")?.to_vec();
             frames.push(Frame::new(w, h, bytes).map_err(|e| format!("Video key '{key}': {e}"))?);
         }
@@ -430,8 +438,10 @@ pub struct Parsed {
     pub items: Vec<Item>,
     /// The form the message's arrays used (`FormsSeen::reply_form`).
     pub form: ArrayForm,
-    /// Real-time chunking options, one set for every batch item.
-    pub rtc: Option<Rtc>,
+    /// Real-time chunking, one plan for every batch item.
+    pub rtc: Option<RtcPlan>,
+    /// The session the message names (`options.session_id`; `session_id` on the openpi door).
+    pub session: Option<String>,
 }
 
 /// Which door a message came through: where its messages differ from upstream's `get_action`.
@@ -523,6 +533,13 @@ fn parse_for(
         }
     };
     let policy = frame_policy(&schema.tag);
+    // In a session (named, or the openpi door's connection) a camera may send its frame at t
+    // alone.
+    let named_session = match options {
+        Some(Value::Map(m)) => session_id(m, door.options_prefix())?,
+        _ => None,
+    };
+    let current_only = named_session.is_some() || door == Door::Openpi;
     for cam in &schema.views {
         let key = prefix("video", cam);
         let a = door.batched(array(get(videos, &key), "Video", &key, &mut forms)?, 5);
@@ -532,7 +549,7 @@ fn parse_for(
             "Video",
             &key,
         )?;
-        cams.push(video(&a, &key, schema.video_t, policy, door)?);
+        cams.push(video(&a, &key, schema.video_t, policy, door, current_only)?);
     }
     for (name, dim) in &schema.state_keys {
         let key = prefix("state", name);
@@ -550,9 +567,20 @@ fn parse_for(
     let b = bs.unwrap_or(0);
     check_batch(&mut bs, lang.len(), "Language", key)?;
     let noises = noise(options, schema, b, &mut forms, door)?;
-    let rtc = match options {
-        Some(Value::Map(m)) => rtc(m, schema, door.options_prefix())?,
-        _ => None,
+    let (rtc, session) = match options {
+        Some(Value::Map(m)) => {
+            let session = named_session;
+            if session.is_some() && b != 1 {
+                return Err(format!(
+                    "{}session_id: a session is one robot, so the batch must be 1. Got {b}",
+                    door.options_prefix()
+                ));
+            }
+            // The openpi door's connection is the session of a batch of one.
+            let in_session = session.is_some() || (door == Door::Openpi && b == 1);
+            (rtc(m, schema, door.options_prefix(), in_session)?, session)
+        }
+        _ => (None, None),
     };
     let mut out = Vec::with_capacity(b);
     for (i, (instruction, noise)) in lang.into_iter().zip(noises).enumerate() {
@@ -582,13 +610,40 @@ fn parse_for(
         items: out,
         form: forms.reply_form(),
         rtc,
+        session,
     })
+}
+
+/// `session_id` among a message's keys: a str or an int (null counts as absent); errors name
+/// `prefix` + key.
+pub fn session_id(m: &[(Value, Value)], prefix: &str) -> Result<Option<String>, String> {
+    let id = match get(m, "session_id") {
+        None | Some(Value::Nil) => return Ok(None),
+        Some(Value::String(s)) => s
+            .as_str()
+            .ok_or_else(|| format!("{prefix}session_id is not valid UTF-8"))?
+            .to_string(),
+        Some(Value::Integer(i)) => i.to_string(),
+        Some(v) => {
+            return Err(format!(
+                "{prefix}session_id must be a str or an int. Got {}",
+                type_name(v)
+            ))
+        }
+    };
+    check_session_id(&id).map_err(|e| format!("{prefix}session_id: {e}"))?;
+    Ok(Some(id))
 }
 
 /// The RTC options among a message's keys (`previous_chunk` a float array `[rows, width]` or
 /// `[1, rows, width]` in any form the door decodes, the steps non-negative ints, the rate a
 /// number), checked against the schema's model and embodiment; errors name `prefix` + key.
-pub fn rtc(m: &[(Value, Value)], schema: &Schema, prefix: &str) -> Result<Option<Rtc>, String> {
+pub fn rtc(
+    m: &[(Value, Value)],
+    schema: &Schema,
+    prefix: &str,
+    in_session: bool,
+) -> Result<Option<RtcPlan>, String> {
     let at = |k: &str| get(m, k).filter(|v| !v.is_nil());
     let steps = |k: &str| -> Result<Option<u64>, String> {
         at(k)
@@ -612,11 +667,12 @@ pub fn rtc(m: &[(Value, Value)], schema: &Schema, prefix: &str) -> Result<Option
         frozen_steps: steps("rtc_frozen_steps")?,
         ramp_rate,
     };
-    opts.resolve(
+    opts.plan(
         prefix,
         schema.horizon,
         schema.action_dim,
         schema.action_width,
+        in_session,
     )
     .map_err(|e| e.to_string())
 }
@@ -667,7 +723,24 @@ pub fn action_reply(
     form: ArrayForm,
 ) -> Result<Value, String> {
     let actions = action_dict(responses, schema, form)?;
-    Ok(Value::Array(vec![actions, Value::Map(vec![])]))
+    Ok(Value::Array(vec![actions, reply_info(responses)]))
+}
+
+/// The reply's info dict: the longest wait and the oldest observation's age over the batch,
+/// in ms, and the session's step after it (in a session).
+pub fn reply_info(responses: &[PredictResponse]) -> Value {
+    let max = |f: fn(&PredictResponse) -> f64| responses.iter().map(f).fold(0.0, f64::max);
+    let mut info = vec![
+        ("queue_ms", Value::F64(max(|r| r.queue_ms))),
+        (
+            "observation_age_ms",
+            Value::F64(max(|r| r.observation_age_ms)),
+        ),
+    ];
+    if let Some(s) = responses.last().and_then(|r| r.session.as_ref()) {
+        info.push(("session_step", Value::from(s.step)));
+    }
+    str_map(info)
 }
 
 /// `{key: float32 [B, horizon, D]}` per action key (flat: `action.<key>`), arrays in `form`.

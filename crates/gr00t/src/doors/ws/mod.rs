@@ -121,7 +121,7 @@ async fn upgrade(
     let dialect = if vllm_omni {
         Dialect::VllmOmni
     } else {
-        Dialect::Openpi(openpi::Connection::default())
+        Dialect::Openpi(openpi::Connection::new(&ctx.worker))
     };
     match ws {
         Ok(ws) => ws

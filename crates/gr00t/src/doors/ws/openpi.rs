@@ -16,14 +16,17 @@ use super::{Step, WsContext};
 use crate::doors::wire::msgpack_numpy::ArrayForm;
 use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
 use crate::doors::wire::ndarray::NdArray;
-use crate::doors::wire::observation::{action_dict, parse_openpi, pick_schema, rtc};
+use crate::doors::wire::observation::{action_dict, parse_openpi, pick_schema, reply_info, rtc};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
 use gr00t_core::request::{Item, RawRequest, Request};
 use gr00t_core::response::PredictResponse;
+use gr00t_core::rtc::RtcPlan;
+use gr00t_core::session::check_session_id;
+use gr00t_core::Queue;
 use gr00t_embodiment::EMBODIMENT_TAG;
-use gr00t_model::Rtc;
 use rmpv::Value;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// The openpi `actions` columns of the DROID dialect, in order (each absolute, `[horizon, dim]`).
@@ -62,15 +65,37 @@ pub fn metadata(info: &EngineInfo) -> Vec<u8> {
 }
 
 /// One openpi connection's state.
-#[derive(Default)]
 pub struct Connection {
     /// Frames of this connection (sessionless observations).
     history: FrameHistory,
     /// How long the previous message took, receive to reply sent.
     prev_total_ms: Option<f64>,
+    /// The connection's own session (its last chunk serves RTC), closed with it.
+    session: String,
+    /// To close the session when the connection ends.
+    worker: Queue,
+}
+
+/// Numbers the connections' sessions.
+static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.worker.close_session(&self.session);
+    }
 }
 
 impl Connection {
+    /// A new connection with its own session.
+    pub fn new(worker: &Queue) -> Connection {
+        Connection {
+            history: FrameHistory::default(),
+            prev_total_ms: None,
+            session: format!("ws-{}", CONNECTIONS.fetch_add(1, Ordering::Relaxed) + 1),
+            worker: worker.clone(),
+        }
+    }
+
     /// Answers one binary message.
     pub async fn handle(&mut self, ctx: &WsContext, bytes: &[u8]) -> Step {
         match self.answer(ctx, bytes).await {
@@ -94,24 +119,29 @@ impl Connection {
         };
         let nested = is_nested(m);
         // openpi's DROID keys: the RTC keys sit beside them, checked before the history moves.
-        let droid_rtc = |m: &[(Value, Value)]| -> Result<Option<Rtc>, String> {
+        let droid_rtc = |m: &[(Value, Value)]| -> Result<Option<RtcPlan>, String> {
             match ctx.schemas.iter().find(|s| s.tag == EMBODIMENT_TAG) {
-                Some(schema) => rtc(m, schema, ""),
+                Some(schema) => rtc(m, schema, "", true),
                 None => Err(format!("{EMBODIMENT_TAG} is not served here")),
             }
         };
-        let (req, rtc) = match get(m, "endpoint") {
+        let (req, rtc, session) = match get(m, "endpoint") {
             None if nested => return self.nested(ctx, &v, m).await,
             None => {
                 let obs = parse(m)?;
                 let rtc = droid_rtc(m)?;
-                (self.history.resolve(obs), rtc)
+                (self.history.resolve(obs), rtc, None)
             }
             Some(e) => {
                 let session = roboarena::session_key(get(m, "session_id"))?;
+                if let Some(id) = &session {
+                    check_session_id(id).map_err(|e| format!("session_id: {e}"))?;
+                }
                 match roboarena::endpoint(e)? {
                     Endpoint::Reset => {
                         roboarena::reset(ctx, &mut self.history, session.as_deref());
+                        ctx.worker
+                            .reset_session(session.as_deref().unwrap_or(&self.session));
                         return Ok(Message::Text(roboarena::RESET_REPLY.into()));
                     }
                     Endpoint::Infer if nested => return self.nested(ctx, &v, m).await,
@@ -120,14 +150,16 @@ impl Connection {
                         let rtc = droid_rtc(m)?;
                         let req =
                             roboarena::resolve(ctx, &mut self.history, session.as_deref(), obs);
-                        (req, rtc)
+                        (req, rtc, session)
                     }
                 }
             }
         };
-        let (resp, infer_ms) = run(ctx, &req, rtc).await?;
+        let session = session.unwrap_or_else(|| self.session.clone());
+        let (resp, infer_ms) = run(ctx, &req, rtc, session).await?;
         let mut map = reply_map(&resp);
-        map.push((Value::from("server_timing"), self.server_timing(infer_ms)));
+        let timing = self.server_timing(infer_ms, std::slice::from_ref(&resp));
+        map.push((Value::from("server_timing"), timing));
         Ok(Message::Binary(pack(&Value::Map(map)).into()))
     }
 
@@ -143,11 +175,17 @@ impl Connection {
         let schema = pick_schema(&ctx.schemas, get(m, "embodiment"))?;
         let parsed = parse_openpi(msg, schema)?;
         let (items, rtc) = (parsed.items, parsed.rtc);
+        // A batch is several robots: only a batch of one is the connection's robot.
+        let session = parsed
+            .session
+            .or_else(|| (items.len() == 1).then(|| self.session.clone()));
         let t0 = Instant::now();
         // One queue entry per batch item, in order, as on the ZMQ door.
         let mut responses = Vec::with_capacity(items.len());
         for item in &items {
-            let request = Request::from(item.clone()).with_rtc(rtc.clone());
+            let request = Request::from(item.clone())
+                .with_rtc_plan(rtc.clone())
+                .in_session(session.clone());
             responses.push(ctx.worker.infer(request).await.map_err(|e| e.to_string())?);
         }
         let infer_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -161,17 +199,22 @@ impl Connection {
             Value::from("policy_timing"),
             str_map([("infer_ms", Value::F64(policy_ms))]),
         ));
-        map.push((Value::from("server_timing"), self.server_timing(infer_ms)));
+        let timing = self.server_timing(infer_ms, &responses);
+        map.push((Value::from("server_timing"), timing));
         Ok(Message::Binary(pack(&Value::Map(map)).into()))
     }
 
-    /// `server_timing`: this message's inference time and the previous message's total.
-    fn server_timing(&self, infer_ms: f64) -> Value {
-        let mut timing = vec![("infer_ms", Value::F64(infer_ms))];
+    /// `server_timing`: this message's inference time, the previous message's total, and the
+    /// queue wait and observation age of [`reply_info`].
+    fn server_timing(&self, infer_ms: f64, responses: &[PredictResponse]) -> Value {
+        let mut timing = vec![(Value::from("infer_ms"), Value::F64(infer_ms))];
         if let Some(prev) = self.prev_total_ms {
-            timing.push(("prev_total_ms", Value::F64(prev)));
+            timing.push((Value::from("prev_total_ms"), Value::F64(prev)));
         }
-        str_map(timing)
+        if let Value::Map(info) = reply_info(responses) {
+            timing.extend(info);
+        }
+        Value::Map(timing)
     }
 }
 
@@ -187,14 +230,14 @@ fn is_nested(m: &[(Value, Value)]) -> bool {
 async fn run(
     ctx: &WsContext,
     req: &RawRequest,
-    rtc: Option<Rtc>,
+    rtc: Option<RtcPlan>,
+    session: String,
 ) -> Result<(PredictResponse, f64), String> {
     let t0 = Instant::now();
-    let resp = ctx
-        .worker
-        .infer(Request::from(Item::Droid(req.clone())).with_rtc(rtc))
-        .await
-        .map_err(|e| e.to_string())?;
+    let request = Request::from(Item::Droid(req.clone()))
+        .with_rtc_plan(rtc)
+        .in_session(Some(session));
+    let resp = ctx.worker.infer(request).await.map_err(|e| e.to_string())?;
     Ok((resp, t0.elapsed().as_secs_f64() * 1e3))
 }
 

@@ -11,7 +11,7 @@
 )]
 
 use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
-use super::wire::observation::{action_reply, parse, pick_schema, Schema};
+use super::wire::observation::{action_reply, parse, pick_schema, session_id, Schema};
 use super::Stop;
 use gr00t_core::auth::token_matches;
 use gr00t_core::request::{Item, Request};
@@ -163,8 +163,8 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
             error("kill is disabled on this server (start it with --allow-kill)"),
             false,
         ),
-        // The policy keeps no state between calls: `Gr00tPolicy.reset` answers `{}` too.
-        "reset" => (Value::Map(vec![]), false),
+        // `Gr00tPolicy.reset` answers `{}`; here `options.session_id` names a session to clear.
+        "reset" => (reset(ctx, data), false),
         "get_modality_config" => match ctx.schema(data.and_then(|d| get(d, "embodiment"))) {
             Ok(s) => (s.modality_config.clone(), false),
             Err(e) => (error(e), false),
@@ -180,6 +180,27 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
     }
 }
 
+/// `reset` with `{"options": {"session_id": ...}}` clears that session; without one there is
+/// nothing to clear (the policy keeps no other state), as upstream.
+fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
+    let options = match data.and_then(|d| get(d, "options")) {
+        None | Some(Value::Nil) => return Value::Map(vec![]),
+        Some(Value::Map(m)) => m.as_slice(),
+        Some(v) => return error(format!("options must be a dict. Got {}", type_name(v))),
+    };
+    match session_id(options, "options.") {
+        Ok(Some(id)) => {
+            let existed = ctx.worker.reset_session(&id);
+            str_map([
+                ("session_id", Value::from(id)),
+                ("reset", Value::Boolean(existed)),
+            ])
+        }
+        Ok(None) => Value::Map(vec![]),
+        Err(e) => error(e),
+    }
+}
+
 async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Value>) -> Value {
     let t0 = Instant::now();
     let named = match options {
@@ -190,8 +211,8 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
         Ok(s) => s,
         Err(e) => return error(e),
     };
-    let (items, form, rtc): (Vec<Item>, _, _) = match parse(obs, options, schema) {
-        Ok(p) => (p.items, p.form, p.rtc),
+    let (items, form, rtc, session): (Vec<Item>, _, _, _) = match parse(obs, options, schema) {
+        Ok(p) => (p.items, p.form, p.rtc, p.session),
         Err(e) => {
             tracing::info!("zmq get_action refused: {e}");
             return error(e);
@@ -200,7 +221,9 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
     // One queue entry per batch item, in order, so a batch never overflows the queue.
     let mut responses = Vec::with_capacity(items.len());
     for item in &items {
-        let request = Request::from(item.clone()).with_rtc(rtc.clone());
+        let request = Request::from(item.clone())
+            .with_rtc_plan(rtc.clone())
+            .in_session(session.clone());
         match ctx.worker.infer(request).await {
             Ok(r) => responses.push(r),
             Err(e) => {

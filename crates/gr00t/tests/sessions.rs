@@ -1,0 +1,241 @@
+//! Sessions and latest-wins over HTTP on the tiny fixture: two robots' interleaved streams
+//! (each step's RTC against its own session's last chunk) answer bit for bit what each
+//! stream answers alone; a robot posting faster than the server computes gets 409 for every
+//! observation a newer one replaced, and every answer it does get is its own observation's.
+
+#[path = "../src/doors/http/test_client.rs"]
+mod test_client;
+#[path = "support/test_server.rs"]
+mod test_server;
+
+use serde_json::{json, Value as Json};
+use std::sync::{Arc, Barrier};
+use test_server::{request, Server};
+
+/// A robot's observation `step` (case `case`, seed per step), in session `id`, with RTC
+/// against the session's last chunk after the first step.
+fn observation(case: &str, step: u64, id: Option<&str>) -> Json {
+    let mut b = request(case);
+    let o = b.as_object_mut().unwrap();
+    o.remove("noise");
+    o.insert("seed".into(), json!(100 + step));
+    o.insert("return_normalized".into(), json!(true));
+    if let Some(id) = id {
+        o.insert("session_id".into(), json!(id));
+        o.insert("rtc_overlap_steps".into(), json!(24));
+        o.insert("rtc_frozen_steps".into(), json!(4));
+        o.insert("action_horizon".into(), json!(32));
+    }
+    b
+}
+
+fn post(s: &Server, body: &Json) -> test_client::HttpResponse {
+    test_client::post_json(&s.http, "/predict", &serde_json::to_vec(body).unwrap()).unwrap()
+}
+
+fn predict(s: &Server, body: &Json) -> Json {
+    let r = post(s, body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+/// What an answer says about the robot's actions (timings and session counters aside).
+fn actions(r: &Json) -> (Json, Json) {
+    (r["actions"].clone(), r["actions_normalized"].clone())
+}
+
+#[test]
+fn interleaved_robots_answer_what_each_alone_answers() {
+    let s = Server::start(&[]);
+    let robots = [("case0", "arm-a"), ("case1", "arm-b")];
+    const STEPS: u64 = 3;
+    // Each robot alone, in its own session.
+    let alone: Vec<Vec<Json>> = robots
+        .iter()
+        .map(|(case, id)| {
+            (0..STEPS)
+                .map(|k| predict(&s, &observation(case, k, Some(id))))
+                .collect()
+        })
+        .collect();
+    // RTC joined each chunk to the previous one: the session's chunk was used.
+    for stream in &alone {
+        assert!(stream[0].get("rtc_source") == Some(&json!("none")));
+        for (k, r) in stream.iter().enumerate().skip(1) {
+            assert_eq!(r["rtc_source"], json!("session"), "{r}");
+            assert_eq!(r["session"]["step"], json!(k + 1));
+        }
+    }
+    // A step without RTC differs: the check above is not vacuous.
+    let no_rtc = predict(&s, &observation("case0", 1, None));
+    assert_ne!(actions(&no_rtc), actions(&alone[0][1]));
+
+    // Interleaved, in fresh sessions: a1 b1 a2 b2 a3 b3.
+    for k in 0..STEPS {
+        for (r, (case, id)) in robots.iter().enumerate() {
+            let fresh = format!("{id}-again");
+            let got = predict(&s, &observation(case, k, Some(&fresh)));
+            assert_eq!(
+                actions(&got),
+                actions(&alone[r][k as usize]),
+                "{id} step {k} interleaved"
+            );
+        }
+    }
+    // The X-Session-Id header names a session as the body does.
+    let head = |k: u64| {
+        let body = serde_json::to_vec(&observation("case0", k, None)).unwrap();
+        let mut b: Json = serde_json::from_slice(&body).unwrap();
+        let o = b.as_object_mut().unwrap();
+        o.insert("rtc_overlap_steps".into(), json!(24));
+        o.insert("rtc_frozen_steps".into(), json!(4));
+        o.insert("action_horizon".into(), json!(32));
+        let body = serde_json::to_vec(&b).unwrap();
+        let r = test_client::request(
+            &s.http,
+            "POST",
+            "/predict",
+            &[
+                ("content-type", "application/json"),
+                ("x-session-id", "arm-h"),
+            ],
+            &body,
+        )
+        .unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    for k in 0..STEPS {
+        assert_eq!(
+            actions(&head(k)),
+            actions(&alone[0][k as usize]),
+            "header step {k}"
+        );
+    }
+    let mut clash = observation("case0", 0, Some("arm-a"));
+    clash["session_id"] = json!("arm-x");
+    let body = serde_json::to_vec(&clash).unwrap();
+    let r = test_client::request(
+        &s.http,
+        "POST",
+        "/predict",
+        &[("x-session-id", "arm-a")],
+        &body,
+    )
+    .unwrap();
+    assert_eq!(
+        (r.status, r.json()["field"].clone()),
+        (400, json!("session_id"))
+    );
+    let info = test_client::get(&s.http, "/info").unwrap().json();
+    assert_eq!(info["sessions"]["active"], json!(5), "{}", info["sessions"]);
+}
+
+#[test]
+fn a_robot_posting_faster_than_the_server_gets_its_newest_answers_only() {
+    let s = Server::start(&[]);
+    const BURST: u64 = 8;
+    // Each observation's answer when computed on its own.
+    let solo: Vec<Json> = (0..BURST)
+        .map(|k| actions(&predict(&s, &observation("case0", k, None))))
+        .map(|(a, n)| json!([a, n]))
+        .collect();
+    // One robot (one session) posts 8 observations at once.
+    let barrier = Arc::new(Barrier::new(BURST as usize));
+    let threads: Vec<_> = (0..BURST)
+        .map(|k| {
+            let (http, barrier) = (s.http.clone(), barrier.clone());
+            let mut body = observation("case0", k, None);
+            body["session_id"] = json!("fast-robot");
+            std::thread::spawn(move || {
+                let bytes = serde_json::to_vec(&body).unwrap();
+                barrier.wait();
+                test_client::post_json(&http, "/predict", &bytes).unwrap()
+            })
+        })
+        .collect();
+    let answers: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut served = 0;
+    let mut superseded = 0;
+    for (k, r) in answers.iter().enumerate() {
+        match r.status {
+            200 => {
+                served += 1;
+                let (a, n) = actions(&r.json());
+                assert_eq!(
+                    json!([a, n]),
+                    solo[k],
+                    "observation {k} got another's answer"
+                );
+                assert!(r.json()["queue_ms"].as_f64().unwrap() >= 0.0);
+                let age = r.json()["observation_age_ms"].as_f64().unwrap();
+                assert!(age >= r.json()["timing_ms"]["device"].as_f64().unwrap());
+            }
+            409 => {
+                superseded += 1;
+                let e = r.json()["error"].as_str().unwrap().to_string();
+                assert!(e.starts_with("superseded by a newer observation"), "{e}");
+            }
+            other => panic!("observation {k}: {other} {}", r.text()),
+        }
+    }
+    println!("burst of {BURST}: {served} answered, {superseded} superseded");
+    // One computes while the rest arrive; of those only the newest waits.
+    assert!(
+        served >= 1 && superseded >= 1,
+        "{served} answered, {superseded} superseded"
+    );
+    let info = test_client::get(&s.http, "/info").unwrap().json();
+    assert_eq!(info["queue"]["waiting"], json!(0));
+    assert_eq!(info["queue"]["superseded"], json!(superseded));
+    // Warm-up aside, the solo runs and the answered ones are all that was computed.
+    assert_eq!(info["queue"]["served"], json!(BURST + served));
+    let metrics = test_client::get(&s.http, "/metrics").unwrap().text();
+    assert!(
+        metrics.contains(&format!("gr00t_superseded_requests_total {superseded}")),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_session_supplies_the_older_frames_of_a_robot_sending_only_t() {
+    let s = Server::start(&[]);
+    let case0 = request("case0");
+    // case0's own pair is [t−15, t]: send t−15 alone first, then t alone.
+    let only = |t: usize, id: Option<&str>| {
+        let mut b = case0.clone();
+        for cam in test_server::CAMERAS {
+            let f = b["images"][cam][t].clone();
+            b["images"][cam] = json!([f]);
+        }
+        if let Some(id) = id {
+            b["session_id"] = json!(id);
+        }
+        b
+    };
+    // The first observation of a session is paired with itself.
+    let first = predict(&s, &only(0, Some("cam-robot")));
+    let mut paired = case0.clone();
+    for cam in test_server::CAMERAS {
+        let f = paired["images"][cam][0].clone();
+        paired["images"][cam] = json!([f.clone(), f]);
+    }
+    assert_eq!(first["actions"], predict(&s, &paired)["actions"]);
+    // The second gets the first's frames as t−15: exactly case0 as sent whole.
+    let second = predict(&s, &only(1, Some("cam-robot")));
+    let whole = predict(&s, &case0);
+    assert_eq!(second["actions"], whole["actions"]);
+    assert_ne!(second["actions"], first["actions"]);
+    // A refused observation between two leaves the session as it was.
+    predict(&s, &only(0, Some("cam-robot-2")));
+    let mut bad = only(1, Some("cam-robot-2"));
+    bad["state"]["joint_position"] = json!([0.0]);
+    assert_eq!(post(&s, &bad).status, 400);
+    let again = predict(&s, &only(1, Some("cam-robot-2")));
+    assert_eq!(again["actions"], whole["actions"]);
+    assert_eq!(again["session"]["step"], json!(2));
+    // Without a session a lone frame is refused, naming the camera.
+    let r = post(&s, &only(1, None));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["field"], json!("images.exterior_image_1_left"));
+}
