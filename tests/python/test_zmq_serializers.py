@@ -91,7 +91,9 @@ def main():
             data = {"observation": zc.case0_observation(), "options": options()}
             raw = exchange(new, {"endpoint": "get_action", "data": data})
             actions, info = msgpack.unpackb(raw)
-            assert info == {}, info
+            # info: the wait and the observation's age in ms (no session named).
+            assert sorted(info) == ["observation_age_ms", "queue_ms"], info
+            assert all(isinstance(v, float) and v >= 0 for v in info.values()), info
             for g, v in actions.items():
                 assert v[b"nd"] is True and v[b"kind"] == b"" and v[b"type"] == "<f4", (g, v.keys())
             # Byte for byte what msgpack-numpy writes for the arrays it decodes from it.
