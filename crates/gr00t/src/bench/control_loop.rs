@@ -814,8 +814,8 @@ fn print_table(modes: &[ModeReport; 2], hz: f64) {
     let (a, b) = (&modes[0], &modes[1]);
     let rate = |m: &ModeReport| m.control_rate().map_or("-".into(), |r| format!("{r:.2}"));
     let tick = |m: &ModeReport| m.tick_rate.map_or("-".into(), |r| format!("{r:.2}"));
-    println!("{:<44}{:>18}{:>18}", "", "no RTC", "RTC");
-    let line = |name: &str, x: String, y: String| println!("{name:<44}{x:>18}{y:>18}");
+    println!("{:<46}{:>20}{:>20}", "", "no RTC", "RTC");
+    let line = |name: &str, x: String, y: String| println!("{name:<46}{x:>20}{y:>20}");
     line(&format!("control rate, Hz (target {hz})"), rate(a), rate(b));
     line("tick rate kept, Hz", tick(a), tick(b));
     let counts = |m: &ModeReport| {
@@ -843,7 +843,11 @@ fn print_table(modes: &[ModeReport; 2], hz: f64) {
     ];
     let (fa, fb) = (figures(a), figures(b));
     for (label, (x, y)) in labels.iter().zip(fa.iter().zip(&fb)) {
-        let digits = if label.contains("ms") { 1 } else { 4 };
+        let digits = if label.contains("ms") || label.contains("row") || label.contains("frozen") {
+            1
+        } else {
+            3
+        };
         let cell = |f: &(&str, f64, f64)| format!("{:.digits$} / {:.digits$}", f.1, f.2);
         line(label, cell(x), cell(y));
     }
