@@ -10,7 +10,8 @@
 //! ([`switch_row`], as openpi's action-chunk broker and the RTC paper skip the stale rows). If
 //! the current chunk runs out first, the robot holds (a missed tick), so the achieved control
 //! rate falls below R; an answer whose every row is already gone is dropped (stale) and the
-//! observation re-sent.
+//! observation re-sent. K counts rows, not ticks since the switch: while answers take fewer
+//! than K ticks the robot sends every K ticks; otherwise right after adopting an answer.
 //!
 //! RTC ([`rtc_for`]): a request sent when the next row of the executing chunk is `s` carries
 //! that chunk (the response's whole normalised `chunk`) as `previous_chunk` with
@@ -23,11 +24,12 @@
 //! `D − 1` < frozen: the first executed new action IS the old chunk's next action (the frozen
 //! rows are copied, bit for bit, in normalised space), and the ramp blends the rows after it.
 //!
-//! Reported per mode: achieved control rate (executed ticks over the tick rate actually
-//! kept), missed ticks, the chunk-boundary discontinuity (max |Δ| over every action value
-//! between the last executed action of the old chunk and the first executed one of the new,
-//! in physical units over all DROID groups and in normalised units over the valid dims),
-//! next to the same metric between consecutive rows of one chunk for scale; request latency
+//! Reported per mode: achieved control rate (the tick rate actually kept × the share of ticks
+//! that executed), missed ticks, the chunk-boundary discontinuity (max |Δ| over every action
+//! value between the last executed action of the old chunk and the first executed one of the
+//! new, in physical units over all DROID groups and in normalised units over the valid dims),
+//! the first new action's distance from the old chunk's next one (what RTC pins), the same
+//! max |Δ| between consecutive rows of one chunk for scale, the switch rows; request latency
 //! (submit → answer) and queue delay (submit → answer minus the response's `timing_ms.total`:
 //! the queue does not expose when compute starts, so this includes the hand-off).
 //!
