@@ -3,7 +3,9 @@
 //! - cold (default): the vision cache is emptied before every run, so every run encodes all
 //!   four frames, as a first request does;
 //! - `--loop`: a simulated control loop, where request k+1's t−15 frames are request k's t
-//!   frames (two of four images come from the vision cache) and the t frames are new.
+//!   frames (two of four images come from the vision cache) and the t frames are new;
+//! - `--loop --control-hz R`: a simulated robot at R Hz executing chunks while the next is
+//!   computed, with and without RTC ([`control_loop`]).
 //!
 //! Besides wall times it reports the CPU time the process's threads ran per request (summed
 //! over threads, from /proc): on a machine shared with other work it moves far less than the
@@ -21,6 +23,9 @@ use gr00t_model::Checkpoint;
 use serde_json::{json, Value};
 use std::error::Error;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+pub mod control_loop;
 
 /// The demo `/predict` body (fixture case0: DROID frames, state, instruction, noise).
 const DEMO_REQUEST: &str = include_str!("../../../assets/demo/request.json");
@@ -54,6 +59,8 @@ pub struct BenchOptions {
     pub control_loop: bool,
     /// Alternate cold requests with an f32 engine (see [`interleaved`]).
     pub interleave_f32: bool,
+    /// The real-time robot of [`control_loop`] instead of back-to-back requests.
+    pub realtime: Option<control_loop::LoopOptions>,
     /// `--device` / `--dtype`.
     pub device: crate::device::DeviceOptions,
 }
@@ -93,6 +100,9 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
     }
     if opts.interleave_f32 {
         return interleaved(&engine, opts);
+    }
+    if let Some(lo) = &opts.realtime {
+        return control_loop::run(Arc::new(engine), opts, lo);
     }
     let summary = if opts.control_loop {
         control_loop(&engine, opts)?

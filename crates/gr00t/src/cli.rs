@@ -126,6 +126,18 @@ enum Command {
         /// a shared machine; needs both models' memory).
         #[arg(long, conflicts_with = "control_loop")]
         interleave_f32: bool,
+        /// With --loop: a simulated robot at this control rate executing each chunk while the
+        /// next is computed (async, through the inference queue), run without and with RTC;
+        /// prints the achieved rate, chunk-boundary jumps and queue delays.
+        #[arg(long, value_name = "HZ", requires = "control_loop")]
+        control_hz: Option<f64>,
+        /// With --control-hz: actions of each chunk executed before the next observation is
+        /// sent.
+        #[arg(long, value_name = "K", default_value_t = 8, requires = "control_hz")]
+        execute: usize,
+        /// With --control-hz: answers collected per mode (without RTC, with RTC).
+        #[arg(long, value_name = "N", default_value_t = 20, requires = "control_hz")]
+        chunks: usize,
         /// Images whose vision features are kept for reuse (the loop needs at least 2)
         /// [default: 16, or $GR00T_VISION_CACHE].
         #[arg(long, value_name = "IMAGES")]
@@ -217,6 +229,9 @@ pub fn run(cli: Cli) -> i32 {
             json,
             control_loop,
             interleave_f32,
+            control_hz,
+            execute,
+            chunks,
             vision_cache: _,
             device,
         } => resolve_checkpoint(checkpoint).and_then(|checkpoint| {
@@ -227,6 +242,11 @@ pub fn run(cli: Cli) -> i32 {
                 json,
                 control_loop,
                 interleave_f32,
+                realtime: control_hz.map(|control_hz| crate::bench::control_loop::LoopOptions {
+                    control_hz,
+                    execute,
+                    chunks,
+                }),
                 device,
             })
         }),
