@@ -6,8 +6,11 @@ and one distinct observation each, every answer checked against its solo answer)
 1. Throughput and p50/p99 latency behind nginx with 1, 2 and 3 replicas; every session's
    answers must come from one replica (X-Session-Id hashing).
 2. Faults under load: one replica SIGKILLed and restarted, then another drained (SIGTERM, it
-   must exit 0) and restarted. No wrong or lost answer; clients see only retryable errors; the
-   killed replica's sessions are answered elsewhere until it is back.
+   must exit 0) and restarted. The robots run 4-step episodes in server-side sessions (RTC
+   against the session's last chunk, `POST /reset` between episodes and when the answering
+   replica changes). No wrong or lost answer (each answer equals the solo answer of the step
+   the server reports); clients see only retryable errors; the killed replica's sessions
+   start over elsewhere (step 1) until it is back.
 3. The websocket and ZMQ doors through nginx: answers bit-equal to HTTP, connections spread.
 
 Usage (repository root): bench/fleet/fleet.py [--quick] [--clients N] [--seconds S] [--out DIR]
@@ -159,6 +162,10 @@ def loadgen(binary, front, clients, seconds, answers_out=None):
         raise RuntimeError(f"loadgen failed ({r.returncode}): {r.stdout}\n{r.stderr}")
 
 
+# Steps per session episode in the fault run: each step RTC against the session's last chunk.
+EPISODE = 4
+
+
 def fault_run(args, lg, reps, base, out):
     """Load for args.fault_seconds on 3 replicas; kill one at 25 %, drain another at 55 %."""
     front = f"127.0.0.1:{base}"
@@ -166,7 +173,7 @@ def fault_run(args, lg, reps, base, out):
     lg_proc = subprocess.Popen(
         [str(lg), "--addr", front, "--fixtures", str(FIXTURES), "--clients", str(args.clients),
          "--requests", "1000000", "--max-seconds", str(args.fault_seconds),
-         "--answers-out", str(answers)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         "--answers-out", str(answers), "--episode", str(EPISODE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # The loadgen says "loading…" once its solo answers are in: the load starts then.
     line = lg_proc.stderr.readline()
     assert "loading" in line, line
@@ -221,6 +228,14 @@ def analyse_faults(summary, rows, events, drain_rc, drained, killed_id, reps, ng
     check("killed replica's sessions resumed on another replica",
           victims and resumed == set(victims),
           f"{len(resumed)}/{len(victims)} sessions ({', '.join(victims)})")
+    # Server-side state: a victim's first answer elsewhere is a fresh session's (step 1), and
+    # every answer is its session step's solo answer (the 0-wrong check above).
+    fresh = {s for s in victims
+             if next((r["step"] for r in rows if r["session"] == s and r["replica"] != killed_id
+                      and r["t_unix"] > events["killed"]), None) == 1}
+    check("killed replica's sessions started over elsewhere (step 1, RTC from nothing)",
+          victims and fresh == set(victims),
+          f"{len(fresh)}/{len(victims)}; {summary['session_resets']} resets sent")
     came_back = {s for s in victims
                  if any(r["session"] == s and r["replica"] == killed_id for r in rows
                         if r["t_unix"] > events["killed_back"])}
@@ -235,6 +250,8 @@ def analyse_faults(summary, rows, events, drain_rc, drained, killed_id, reps, ng
         "client_retried_503": summary["retried_503"],
         "client_retried_connection_errors": summary["retried_connection_errors"],
         "nginx_resent_to_another_replica": retried_in_nginx,
+        "session_resets": summary["session_resets"],
+        "stale_session_answers_resent": summary["stale_session_answers_resent"],
         "answers_ok": summary["answers_ok"],
         "latency_ms": summary["latency_ms"],
         "max_attempts": max((r["attempts"] for r in rows), default=0),
@@ -415,7 +432,10 @@ def main():
           f"on the killed replica, {f['came_back_after_restart']} back on it after its restart; "
           f"nginx re-sent {f['nginx_resent_to_another_replica']} requests to another replica; "
           f"clients retried {f['client_retried_503']} × 503 and "
-          f"{f['client_retried_connection_errors']} × connection errors; p50 "
+          f"{f['client_retried_connection_errors']} × connection errors; "
+          f"{EPISODE}-step RTC episodes: {f['session_resets']} session resets, "
+          f"{f['stale_session_answers_resent']} answers from a replica's stale session reset "
+          f"and re-sent; p50 "
           f"{f['latency_ms']['p50']:.0f} ms, p99 {f['latency_ms']['p99']:.0f} ms, max "
           f"{f['latency_ms']['max']:.0f} ms")
     print(f"({time.time() - t_start:.0f} s; load average {os.getloadavg()[0]:.1f} at the end)")

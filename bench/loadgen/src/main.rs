@@ -8,6 +8,14 @@
 //! as `X-Session-Id: robot-<k>`; refused or reset connections are retried like 503s (a replica
 //! going away is retryable); the replica that answered (`X-Gr00t-Replica`) is recorded per
 //! answer, and `--answers-out FILE` writes one JSON line per answer for the fault analysis.
+//!
+//! `--episode N`: each robot runs episodes of N steps in its server-side session, every step
+//! with RTC against the session's last chunk (no chunk sent), and `POST /reset` between
+//! episodes. The answer's `session.step` tells the robot where the server stands: its next
+//! step, or 1 when the session is new there (another replica, or a restarted one: a new
+//! episode starts), or anything else when it reached a replica that still holds an earlier
+//! visit's state: then it resets the session and sends again. An answer is right when it
+//! equals the solo answer of that step.
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -19,7 +27,7 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: gr00t-loadgen --addr HOST:PORT --fixtures DIR [--clients 16] \
 [--requests 200] [--token TOKEN] [--max-seconds S] [--solo-addr HOST:PORT] \
-[--answers-out FILE] [--max-attempts 50]";
+[--answers-out FILE] [--max-attempts 50] [--episode N]";
 
 struct Args {
     addr: String,
@@ -33,6 +41,8 @@ struct Args {
     answers_out: Option<String>,
     /// Attempts per request (503s and connection errors) before it counts as lost.
     max_attempts: usize,
+    /// Steps per session episode (0: plain requests, no RTC).
+    episode: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -46,6 +56,7 @@ fn args() -> Result<Args, String> {
         solo_addr: None,
         answers_out: None,
         max_attempts: 50,
+        episode: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -67,6 +78,7 @@ fn args() -> Result<Args, String> {
             "--max-attempts" => {
                 a.max_attempts = v()?.parse().map_err(|e| format!("--max-attempts: {e}"))?
             }
+            "--episode" => a.episode = v()?.parse().map_err(|e| format!("--episode: {e}"))?,
             _ => return Err(USAGE.into()),
         }
     }
@@ -136,8 +148,9 @@ fn http(
     })
 }
 
-/// Client `k`'s own request: fixture case k % 4, its own seed, instruction and state.
-fn client_request(fixtures: &str, k: usize) -> Result<Vec<u8>, String> {
+/// Client `k`'s own request: fixture case k % 4, its own seed, instruction and state; with
+/// `rtc`, the RTC steps that join onto the session's last chunk.
+fn client_request(fixtures: &str, k: usize, rtc: bool) -> Result<Vec<u8>, String> {
     let path = format!("{fixtures}/case{}/request.json", k % 4);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
     let mut v: Value = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
@@ -156,7 +169,44 @@ fn client_request(fixtures: &str, k: usize) -> Result<Vec<u8>, String> {
             }
         }
     }
+    if rtc {
+        o.insert("rtc_overlap_steps".into(), json!(24));
+        o.insert("rtc_frozen_steps".into(), json!(4));
+        o.insert("action_horizon".into(), json!(32));
+    }
     serde_json::to_vec(&v).map_err(|e| e.to_string())
+}
+
+/// `POST /reset` of `session`, retried like a request; whether it was answered.
+fn reset(addr: &str, token: Option<&str>, session: &str, max_attempts: usize) -> bool {
+    let body = json!({ "session_id": session }).to_string();
+    for _ in 0..max_attempts {
+        match http(
+            addr,
+            "POST",
+            "/reset",
+            body.as_bytes(),
+            token,
+            Some(session),
+        ) {
+            Ok(r) if r.status == 200 => return true,
+            Ok(r) if r.status == 503 => {
+                std::thread::sleep(Duration::from_secs(r.retry.unwrap_or(1)))
+            }
+            Ok(_) => return false,
+            Err(e) if retryable(&e) => std::thread::sleep(Duration::from_millis(200)),
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// The step an answer reports (`session.step`; 0 outside a session).
+fn step_of(body: &[u8]) -> usize {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v["session"]["step"].as_u64())
+        .unwrap_or(0) as usize
 }
 
 fn actions(body: &[u8]) -> Result<Value, String> {
@@ -182,6 +232,10 @@ struct Tally {
     latency_ms: Vec<f64>,
     /// Answers per replica.
     replicas: BTreeMap<String, usize>,
+    /// Session resets sent (episode ends and stale sessions).
+    resets: usize,
+    /// Answers from a stale session (an earlier visit's state on a replica), reset and resent.
+    stale: usize,
 }
 
 /// One answered request, for `--answers-out`.
@@ -192,6 +246,8 @@ struct Answer {
     attempts: usize,
     latency_ms: f64,
     ok: bool,
+    /// The session step the server reported (0 outside episodes).
+    step: usize,
 }
 
 /// The session id client `k` sends.
@@ -211,17 +267,35 @@ fn main() {
     // Solo answers, one request at a time.
     let solo_addr = a.solo_addr.clone().unwrap_or_else(|| a.addr.clone());
     let mut reqs = Vec::new();
-    let mut solo = Vec::new();
+    // Per client, the answer of each session step (one, step 0, without episodes).
+    let mut solo: Vec<Vec<Value>> = Vec::new();
+    let steps = a.episode.max(1);
     for k in 0..a.clients {
-        let body = client_request(&a.fixtures, k).unwrap_or_else(|e| panic!("{e}"));
-        let r = http(&solo_addr, "POST", "/predict", &body, token, None).expect("solo request");
-        let text = String::from_utf8_lossy(&r.body);
-        assert_eq!(r.status, 200, "solo request {k}: {text}");
-        solo.push(actions(&r.body).expect("solo answer"));
+        let body = client_request(&a.fixtures, k, a.episode > 0).unwrap_or_else(|e| panic!("{e}"));
+        let session = (a.episode > 0).then(|| format!("solo-{}", session_id(k)));
+        if let Some(id) = &session {
+            assert!(reset(&solo_addr, token, id, 1), "solo reset {id}");
+        }
+        let mut answers = Vec::new();
+        for _ in 0..steps {
+            let r = http(
+                &solo_addr,
+                "POST",
+                "/predict",
+                &body,
+                token,
+                session.as_deref(),
+            )
+            .expect("solo request");
+            let text = String::from_utf8_lossy(&r.body);
+            assert_eq!(r.status, 200, "solo request {k}: {text}");
+            answers.push(actions(&r.body).expect("solo answer"));
+        }
+        solo.push(answers);
         reqs.push(body);
     }
     let distinct = {
-        let mut s: Vec<String> = solo.iter().map(|v| v.to_string()).collect();
+        let mut s: Vec<String> = solo.iter().flatten().map(|v| v.to_string()).collect();
         s.sort();
         s.dedup();
         s.len()
@@ -265,13 +339,26 @@ fn main() {
             let (addr, body, want) = (a.addr.clone(), reqs[k].clone(), solo[k].clone());
             let (tally, token, n) = (tally.clone(), a.token.clone(), a.requests);
             let (answers, paths) = (answers.clone(), paths.clone());
-            let (max_s, max_attempts) = (a.max_seconds, a.max_attempts);
+            let (max_s, max_attempts, episode) = (a.max_seconds, a.max_attempts, a.episode);
             std::thread::spawn(move || {
                 let session = session_id(k);
                 let mut mine = Tally::default();
                 let mut log = Vec::new();
                 let mut path: Vec<String> = Vec::new();
+                // Steps answered in this episode.
+                let mut done_steps = 0;
+                if episode > 0 && !reset(&addr, token.as_deref(), &session, max_attempts) {
+                    mine.other.push(format!("{session}: reset not answered"));
+                }
                 for _ in 0..n {
+                    if episode > 0 && done_steps == episode {
+                        if reset(&addr, token.as_deref(), &session, max_attempts) {
+                            mine.resets += 1;
+                        } else {
+                            mine.other.push(format!("{session}: reset not answered"));
+                        }
+                        done_steps = 0;
+                    }
                     // A time budget stops every client early (reported as answers_ok < total).
                     if t0.elapsed().as_secs_f64() > max_s {
                         break;
@@ -295,9 +382,30 @@ fn main() {
                         );
                         match r {
                             Ok(r) if r.status == 200 => {
+                                let step = if episode > 0 { step_of(&r.body) } else { 0 };
+                                // Neither our next step nor a fresh session: the state of an
+                                // earlier visit to this replica. Reset it and send again.
+                                if episode > 0 && step != done_steps + 1 && step != 1 {
+                                    mine.stale += 1;
+                                    if reset(&addr, token.as_deref(), &session, max_attempts) {
+                                        mine.resets += 1;
+                                    } else {
+                                        mine.other.push(format!("{session}: reset not answered"));
+                                        break;
+                                    }
+                                    done_steps = 0;
+                                    continue;
+                                }
                                 let ms = start.elapsed().as_secs_f64() * 1e3;
                                 mine.latency_ms.push(ms);
-                                let good = matches!(actions(&r.body), Ok(got) if got == want);
+                                let expected = want.get(step.max(1) - 1);
+                                let good = matches!(
+                                    (actions(&r.body), expected),
+                                    (Ok(got), Some(w)) if got == *w
+                                );
+                                // Our next step, or 1: a fresh session there (a replica that
+                                // never had it, or restarted) starts a new episode.
+                                done_steps = step;
                                 if good {
                                     mine.ok += 1;
                                 } else {
@@ -315,6 +423,7 @@ fn main() {
                                     attempts,
                                     latency_ms: ms,
                                     ok: good,
+                                    step,
                                 });
                                 break;
                             }
@@ -345,6 +454,8 @@ fn main() {
                 t.wrong += mine.wrong;
                 t.busy_503 += mine.busy_503;
                 t.conn_errors += mine.conn_errors;
+                t.resets += mine.resets;
+                t.stale += mine.stale;
                 t.other.extend(mine.other);
                 t.latency_ms.extend(mine.latency_ms);
                 for (r, n) in mine.replicas {
@@ -389,7 +500,7 @@ fn main() {
             .iter()
             .map(|x| {
                 let v = json!({"t_s": x.t_s, "t_unix": t0_unix + x.t_s, "session": session_id(x.client), "replica": x.replica,
-                               "attempts": x.attempts, "latency_ms": x.latency_ms, "ok": x.ok});
+                               "attempts": x.attempts, "latency_ms": x.latency_ms, "ok": x.ok, "step": x.step});
                 format!("{v}\n")
             })
             .collect();
@@ -406,6 +517,9 @@ fn main() {
         "answers_wrong": t.wrong,
         "retried_503": t.busy_503,
         "retried_connection_errors": t.conn_errors,
+        "episode_steps": a.episode,
+        "session_resets": t.resets,
+        "stale_session_answers_resent": t.stale,
         "other_failures": t.other.len(),
         "other_failure_samples": t.other.iter().take(5).collect::<Vec<_>>(),
         "wall_s": wall,

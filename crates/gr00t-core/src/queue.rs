@@ -306,7 +306,7 @@ impl Queue {
     }
 
     /// The refusal of a full queue.
-    fn busy(&self) -> InferError {
+    pub fn busy(&self) -> InferError {
         InferError::Busy {
             capacity: self.capacity,
             retry_after_s: self.retry_after_s(),

@@ -67,7 +67,13 @@ struct Inner {
     started_unix: u64,
     demo: Bytes,
     observer: Observer,
+    /// Bodies parsed at once (one per core): a burst of large bodies queues here instead of
+    /// taking every blocking thread and its memory.
+    parsing: tokio::sync::Semaphore,
 }
+
+/// Bodies parsed at the same time.
+const PARSERS: usize = 2;
 
 impl AppState {
     /// State with default observation (metrics, and a status page without frames), for tests.
@@ -100,6 +106,7 @@ impl AppState {
             started_unix,
             demo: Bytes::from(demo_body()),
             observer,
+            parsing: tokio::sync::Semaphore::new(PARSERS),
         }))
     }
 
@@ -228,14 +235,27 @@ async fn compute(
             ))
         }
     };
+    // A full queue refuses a sessionless body before parsing it (a session's observation may
+    // still replace its waiting one).
+    let state = app.0.worker.state();
+    if session.is_none() && state.waiting >= state.capacity {
+        return Err(api_error(app.0.worker.busy()));
+    }
     let decode = app.0.decode.clone();
     let raw = body.clone();
-    // Parsed off the two runtime threads; the session must be known before queueing, for
-    // latest-wins.
+    // Parsed off the two runtime threads, a few at a time; the session must be known before
+    // queueing, for latest-wins.
+    let permit = app
+        .0
+        .parsing
+        .acquire()
+        .await
+        .map_err(|e| ApiError::internal(format!("the body parser is closed: {e}")))?;
     let request = tokio::task::spawn_blocking(move || decode(&raw, session))
         .await
         .map_err(|e| ApiError::internal(format!("the body decoder failed: {e}")))?
         .map_err(|e| ApiError::bad_field(&e.field, e.message))?;
+    drop(permit);
     let reply = app.0.worker.submit(request).map_err(api_error)?;
     match reply.await {
         Ok(Ok(response)) => {
