@@ -147,15 +147,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
     } else {
         "cold request (vision cache emptied before each run)"
     };
-    println!(
-        "gr00t bench: {}{}",
-        opts.checkpoint.display(),
-        if info.synthetic_weights {
-            " (synthetic weights)"
-        } else {
-            ""
-        }
-    );
+    print_title(&opts.checkpoint, info.synthetic_weights);
     println!(
         "scenario: {scenario}; {} timed runs after {} warm-up; seq_len {seq_len}",
         opts.runs, opts.warmup
@@ -492,6 +484,16 @@ fn peak_rss_mb() -> Result<f64, Box<dyn Error>> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .ok_or("no VmHWM line in /proc/self/status")?;
     Ok(kb / 1024.0)
+}
+
+/// The first line of a table: the checkpoint, and whether its weights are synthetic.
+pub(crate) fn print_title(checkpoint: &std::path::Path, synthetic: bool) {
+    let note = if synthetic {
+        " (synthetic weights)"
+    } else {
+        ""
+    };
+    println!("gr00t bench: {}{note}", checkpoint.display());
 }
 
 #[cfg(test)]

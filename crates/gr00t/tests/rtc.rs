@@ -249,22 +249,12 @@ fn rtc_entries(
     enc: fn(&NdArray) -> Value,
 ) -> Entries {
     let flat = cut(prev, rows, width).concat();
-    vec![
-        (
-            Value::from("previous_chunk"),
-            enc(&NdArray::from_f32(vec![1, rows, width], &flat)),
-        ),
-        (Value::from("action_horizon"), Value::from(s.ah as u64)),
-        (
-            Value::from("rtc_overlap_steps"),
-            Value::from(s.overlap as u64),
-        ),
-        (
-            Value::from("rtc_frozen_steps"),
-            Value::from(s.frozen as u64),
-        ),
-        (Value::from("rtc_ramp_rate"), Value::F64(s.rate)),
-    ]
+    let mut entries = vec![(
+        Value::from("previous_chunk"),
+        enc(&NdArray::from_f32(vec![1, rows, width], &flat)),
+    )];
+    entries.extend(steps_entries(s));
+    entries
 }
 
 fn zmq_groups(reply: &Value) -> Vec<Vec<f32>> {

@@ -731,15 +731,7 @@ pub fn run(
         println!("{out}");
         return Ok(0);
     }
-    println!(
-        "gr00t bench: {}{}",
-        opts.checkpoint.display(),
-        if info.synthetic_weights {
-            " (synthetic weights)"
-        } else {
-            ""
-        }
-    );
+    super::print_title(&opts.checkpoint, info.synthetic_weights);
     println!(
         "scenario: robot at {} Hz executing {} rows of each {horizon}-row chunk before sending the \
          next observation (async, core queue); {} answers per mode after {} warm-up",
