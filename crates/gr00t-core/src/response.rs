@@ -42,7 +42,7 @@ pub struct SessionReply {
 }
 
 /// The JSON body answered to a valid `/predict`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PredictResponse {
     /// Physical action chunk.
     pub actions: ActionGroups,

@@ -975,11 +975,8 @@ mod tests {
             seed: Some(0),
             actions_normalized: None,
             timing_ms: TimingMs::default(),
-            queue_ms: 0.0,
-            observation_age_ms: 0.0,
-            rtc_source: None,
-            session: None,
             chunk: (0..12).map(|v| v as f32).collect(),
+            ..Default::default()
         };
         let c = Chunk::from_response(&resp, 4, 3).unwrap();
         assert_eq!(c.normalized, vec![vec![0.0, 1.0, 2.0], vec![4.0, 5.0, 6.0]]);

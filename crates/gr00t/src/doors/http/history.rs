@@ -350,11 +350,7 @@ mod tests {
             seed: Some(7),
             actions_normalized: None,
             timing_ms: TimingMs::default(),
-            queue_ms: 0.0,
-            observation_age_ms: 0.0,
-            rtc_source: None,
-            session: None,
-            chunk: Vec::new(),
+            ..Default::default()
         })
     }
 

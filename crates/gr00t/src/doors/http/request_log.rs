@@ -383,11 +383,7 @@ mod tests {
                 adapter: None,
                 denoise: Some(60.0),
             },
-            queue_ms: 0.0,
-            observation_age_ms: 0.0,
-            rtc_source: None,
-            session: None,
-            chunk: Vec::new(),
+            ..Default::default()
         }
     }
 

@@ -132,11 +132,7 @@ fn ok_response(seq_len: usize) -> PredictResponse {
         seed: Some(42),
         actions_normalized: None,
         timing_ms: TimingMs::default(),
-        queue_ms: 0.0,
-        observation_age_ms: 0.0,
-        rtc_source: None,
-        session: None,
-        chunk: Vec::new(),
+        ..Default::default()
     }
 }
 
