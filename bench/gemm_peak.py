@@ -7,7 +7,12 @@ where "blas" is threadpoolctl's view of the loaded BLAS (library, version, the k
 picked: "architecture"). Run it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, or OpenBLAS
 uses the kernel those name instead of the best one for the CPU.
 
+With `--torch-bf16 --model-shapes` it times torch.nn.functional.linear (bf16 activations and
+weights, the way PyTorch eager runs the model's linears) on the model's linear shapes, the
+list of `crates/gr00t-model/examples/gemm_shapes.rs`, to set beside that example's figures.
+
 Usage: python3 gemm_peak.py [--threads N] [--sizes 1024,2048,3072,4096] [--reps 3] [--torch-bf16]
+                            [--model-shapes]
 """
 import argparse
 import json
@@ -22,6 +27,8 @@ def main():
     ap.add_argument("--sizes", default="1024,2048,3072,4096")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--torch-bf16", action="store_true", help="torch.matmul in bf16 instead of numpy fp32")
+    ap.add_argument("--model-shapes", action="store_true",
+                    help="with --torch-bf16: the model's linear shapes instead of squares")
     args = ap.parse_args()
     if args.torch_bf16:
         return torch_bf16(args)
@@ -69,6 +76,8 @@ def torch_bf16(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.model_shapes:
+        return torch_bf16_shapes(args, torch)
     by_size = {}
     for n in (int(s) for s in args.sizes.split(",")):
         a = torch.randn(n, n).to(torch.bfloat16)
@@ -83,6 +92,40 @@ def torch_bf16(args):
     print(json.dumps({
         "best_gflops": max(by_size.values()),
         "by_size": by_size,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }))
+
+
+# (stage, rows M, in K, out N): the list of crates/gr00t-model/examples/gemm_shapes.rs.
+MODEL_SHAPES = [
+    ("vision qkv", 1792, 1024, 3072), ("vision proj", 1792, 1024, 1024),
+    ("vision fc1", 1792, 1024, 4096), ("vision fc2", 1792, 4096, 1024),
+    ("llm q/o", 469, 2048, 2048), ("llm k/v", 469, 2048, 1024),
+    ("llm up/gate", 469, 2048, 6144), ("llm down", 469, 6144, 2048),
+    ("adapter", 469, 2048, 1536), ("dit attn", 41, 1536, 1536), ("dit ff1", 41, 1536, 6144),
+    ("dit 2x", 41, 1536, 3072), ("dit ff2", 41, 6144, 1536),
+]
+
+
+def torch_bf16_shapes(args, torch):
+    """torch.nn.functional.linear in bf16 on each model shape: best of `reps` GFLOP/s."""
+    import torch.nn.functional as F
+
+    by_shape = {}
+    for name, m, k, n in MODEL_SHAPES:
+        x = torch.randn(m, k).to(torch.bfloat16)
+        w = torch.randn(n, k).to(torch.bfloat16)
+        F.linear(x, w)
+        best = float("inf")
+        for _ in range(max(args.reps, 5)):
+            t0 = time.perf_counter()
+            F.linear(x, w)
+            best = min(best, time.perf_counter() - t0)
+        by_shape[name] = {"m": m, "k": k, "n": n, "gflops": 2.0 * m * k * n / best / 1e9}
+    print(json.dumps({
+        "by_shape": by_shape,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
