@@ -235,8 +235,9 @@ async fn compute(
             ))
         }
     };
-    // A full queue refuses a sessionless body before parsing it (a session's observation may
-    // still replace its waiting one).
+    // A full queue refuses a body before parsing it, unless the X-Session-Id header names a
+    // session, whose observation may still replace its waiting one (a body's own session_id
+    // is only known after parsing).
     let state = app.0.worker.state();
     if session.is_none() && state.waiting >= state.capacity {
         return Err(api_error(app.0.worker.busy()));
