@@ -365,10 +365,9 @@ impl Engine {
         let mut observation = observation;
         let deltas = &processor.spec().frame_deltas;
         let currents = match &history {
-            Some(h) => Some(
-                h.fill(&mut observation.images, deltas)
-                    .map_err(InferError::Invalid)?,
-            ),
+            Some(h) => h
+                .fill(&mut observation.images, deltas)
+                .map_err(InferError::Invalid)?,
             None => None,
         };
         let req = EmbodimentRequest {

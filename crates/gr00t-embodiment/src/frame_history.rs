@@ -3,7 +3,9 @@
 //!
 //! Offsets count the session's answered observations: for offset −k the frame is the one sent
 //! k observations earlier, or the oldest kept until k earlier ones exist (the first observation
-//! is paired with itself), as the websocket door's history does.
+//! is paired with itself), as the websocket door's history does. Frames are kept from the
+//! first observation that sends a lone frame on: a session that always sends whole views
+//! costs nothing.
 
 use crate::image::Frame;
 use crate::request::RequestError;
@@ -19,12 +21,17 @@ impl FrameHistory {
     /// Completes `images` (`(view, frames oldest first)`) to one frame per offset of `deltas`
     /// where a view carries only its current frame; a view sent with all its frames is used as
     /// sent. Returns every view's current frame, for [`Self::record`] once the observation is
-    /// answered.
+    /// answered, or `None` while the session has only ever sent whole views: then it keeps no
+    /// frames (a history costs up to 15 raw frames per view).
     pub fn fill(
         &self,
         images: &mut [(String, Vec<Frame>)],
         deltas: &[i64],
-    ) -> Result<Vec<(String, Frame)>, RequestError> {
+    ) -> Result<Option<Vec<(String, Frame)>>, RequestError> {
+        let partial = deltas.len() > 1 && images.iter().any(|(_, f)| f.len() == 1);
+        if self.views.is_empty() && !partial {
+            return Ok(None);
+        }
         let mut currents = Vec::with_capacity(images.len());
         for (view, frames) in images.iter_mut() {
             let current = frames
@@ -48,7 +55,7 @@ impl FrameHistory {
             }
             currents.push((view.clone(), current));
         }
-        Ok(currents)
+        Ok(Some(currents))
     }
 
     /// Records an answered observation's current frames ([`Self::fill`]'s), keeping as many
@@ -88,7 +95,7 @@ mod tests {
         let mut seen = Vec::new();
         for k in 0..6u8 {
             let mut images = vec![("cam".to_string(), vec![frame(k)])];
-            let currents = h.fill(&mut images, &deltas).unwrap();
+            let currents = h.fill(&mut images, &deltas).unwrap().unwrap();
             seen.push(ids(&images[0].1));
             if k != 2 {
                 h.record(currents, &deltas);
@@ -110,22 +117,30 @@ mod tests {
     }
 
     #[test]
-    fn views_sent_whole_are_used_as_sent_and_still_recorded() {
+    fn whole_views_keep_nothing_until_a_lone_frame_comes() {
         let mut h = FrameHistory::default();
         let deltas = [-1, 0];
+        // A session sending whole views keeps no frames.
         let mut images = vec![("cam".to_string(), vec![frame(9), frame(1)])];
-        let currents = h.fill(&mut images, &deltas).unwrap();
+        assert!(h.fill(&mut images, &deltas).unwrap().is_none());
         assert_eq!(ids(&images[0].1), [9, 1]);
-        h.record(currents, &deltas);
+        assert!(h.views.is_empty());
+        // Its first lone frame is paired with itself; from then on whole views are recorded.
         let mut images = vec![("cam".to_string(), vec![frame(2)])];
+        let currents = h.fill(&mut images, &deltas).unwrap().unwrap();
+        assert_eq!(ids(&images[0].1), [2, 2]);
+        h.record(currents, &deltas);
+        let mut images = vec![("cam".to_string(), vec![frame(7), frame(3)])];
+        let currents = h.fill(&mut images, &deltas).unwrap().unwrap();
+        assert_eq!(ids(&images[0].1), [7, 3]);
+        h.record(currents, &deltas);
+        let mut images = vec![("cam".to_string(), vec![frame(4)])];
         h.fill(&mut images, &deltas).unwrap();
-        assert_eq!(ids(&images[0].1), [1, 2]);
+        assert_eq!(ids(&images[0].1), [3, 4]);
         // A layout with one offset keeps nothing and changes nothing.
-        let mut one = FrameHistory::default();
+        let one = FrameHistory::default();
         let mut images = vec![("cam".to_string(), vec![frame(5)])];
-        let currents = one.fill(&mut images, &[0]).unwrap();
+        assert!(one.fill(&mut images, &[0]).unwrap().is_none());
         assert_eq!(ids(&images[0].1), [5]);
-        one.record(currents, &[0]);
-        assert!(one.views["cam"].is_empty());
     }
 }
