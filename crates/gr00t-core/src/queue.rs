@@ -326,6 +326,11 @@ impl Queue {
         }
     }
 
+    /// Whether a request of no waiting session would be refused now.
+    pub fn is_full(&self) -> bool {
+        self.shared.lock().waiting.len() >= self.capacity
+    }
+
     /// The sessions' counts.
     pub fn session_stats(&self) -> SessionStats {
         self.shared.sessions.stats()

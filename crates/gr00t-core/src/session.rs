@@ -169,53 +169,43 @@ impl Sessions {
         let mut t = self.lock();
         self.expire(&mut t, now);
         if !t.map.contains_key(id) {
-            if t.map.len() >= self.limits.max {
-                let oldest = t
-                    .map
-                    .iter()
-                    .min_by_key(|(_, s)| s.last_seen)
-                    .map(|(k, _)| k.clone());
-                if let Some(k) = oldest {
-                    t.map.remove(&k);
-                    t.stats.evicted += 1;
-                    tracing::info!("session {k:?} evicted (--max-sessions {})", self.limits.max);
-                }
-            }
+            self.make_room(&mut t);
             t.next_epoch += 1;
-            let epoch = t.next_epoch;
-            t.map.insert(
-                id.to_string(),
-                Session {
-                    epoch,
-                    last_chunk: None,
-                    frames: FrameHistory::default(),
-                    step: 0,
-                    last_seen: now,
-                },
-            );
             t.stats.created += 1;
-            return SessionView {
-                epoch,
-                last_chunk: None,
-                frames: FrameHistory::default(),
-                step: 0,
-                since_last: None,
-            };
         }
-        let s = t.map.get_mut(id).map(|s| {
-            let since = now.saturating_duration_since(s.last_seen);
-            s.last_seen = now;
-            let frames = std::mem::take(&mut s.frames);
-            (s.epoch, s.last_chunk.clone(), frames, s.step, since)
-        });
-        let (epoch, last_chunk, frames, step, since) =
-            s.unwrap_or((0, None, FrameHistory::default(), 0, Duration::ZERO));
-        SessionView {
+        let epoch = t.next_epoch;
+        let s = t.map.entry(id.to_string()).or_insert_with(|| Session {
             epoch,
-            last_chunk,
-            frames,
-            step,
-            since_last: (step > 0).then_some(since),
+            last_chunk: None,
+            frames: FrameHistory::default(),
+            step: 0,
+            last_seen: now,
+        });
+        let since_last = (s.step > 0).then(|| now.saturating_duration_since(s.last_seen));
+        s.last_seen = now;
+        SessionView {
+            epoch: s.epoch,
+            last_chunk: s.last_chunk.clone(),
+            frames: std::mem::take(&mut s.frames),
+            step: s.step,
+            since_last,
+        }
+    }
+
+    /// Evicts the least recently used session when the table is full.
+    fn make_room(&self, t: &mut Table) {
+        if t.map.len() < self.limits.max {
+            return;
+        }
+        let oldest = t
+            .map
+            .iter()
+            .min_by_key(|(_, s)| s.last_seen)
+            .map(|(k, _)| k.clone());
+        if let Some(k) = oldest {
+            t.map.remove(&k);
+            t.stats.evicted += 1;
+            tracing::info!("session {k:?} evicted (--max-sessions {})", self.limits.max);
         }
     }
 

@@ -50,18 +50,7 @@ pub fn request_from_body(
             )
         })?,
     };
-    let session = match (
-        value.as_object().map(session_id).transpose()?.flatten(),
-        header_session,
-    ) {
-        (Some(b), Some(h)) if b != h => {
-            return Err(RequestError::new(
-                "session_id",
-                format!("{b:?} differs from the X-Session-Id header {h:?}"),
-            ))
-        }
-        (b, h) => b.or(h),
-    };
+    let session = session_of(&value, header_session)?;
     let rtc = match value.as_object() {
         Some(obj) => rtc_options(obj)?.plan(
             "",
@@ -98,18 +87,31 @@ pub fn request_from_body(
     })
 }
 
-/// The body's `session_id` (null counts as absent).
-fn session_id(obj: &Map<String, Value>) -> Result<Option<String>, RequestError> {
-    match obj.get("session_id") {
-        None | Some(Value::Null) => Ok(None),
+/// The session a body names (`session_id`, null counting as absent) or the `X-Session-Id`
+/// header's; both given, they must agree.
+pub fn session_of(
+    value: &Value,
+    header_session: Option<String>,
+) -> Result<Option<String>, RequestError> {
+    let named = match value.get("session_id") {
+        None | Some(Value::Null) => None,
         Some(Value::String(s)) => {
             check_session_id(s).map_err(|m| RequestError::new("session_id", m))?;
-            Ok(Some(s.clone()))
+            Some(s.clone())
         }
-        Some(v) => Err(RequestError::new(
+        Some(v) => {
+            return Err(RequestError::new(
+                "session_id",
+                format!("expected a string, got {v}"),
+            ))
+        }
+    };
+    match (named, header_session) {
+        (Some(b), Some(h)) if b != h => Err(RequestError::new(
             "session_id",
-            format!("expected a string, got {v}"),
+            format!("{b:?} differs from the X-Session-Id header {h:?}"),
         )),
+        (b, h) => Ok(b.or(h)),
     }
 }
 

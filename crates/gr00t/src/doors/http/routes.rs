@@ -238,8 +238,7 @@ async fn compute(
     // A full queue refuses a body before parsing it, unless the X-Session-Id header names a
     // session, whose observation may still replace its waiting one (a body's own session_id
     // is only known after parsing).
-    let state = app.0.worker.state();
-    if session.is_none() && state.waiting >= state.capacity {
+    if session.is_none() && app.0.worker.is_full() {
         return Err(api_error(app.0.worker.busy()));
     }
     let decode = app.0.decode.clone();
@@ -330,39 +329,20 @@ async fn reset(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> 
 
 fn reset_session(app: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Response, ApiError> {
     let header = session_header(headers)?;
-    let named = if body.iter().all(u8::is_ascii_whitespace) {
-        None
+    let value = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Null
     } else {
-        let v: serde_json::Value = serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_field("body", format!("invalid JSON: {e}")))?;
-        match v.get("session_id") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::String(s)) => {
-                check_session_id(s).map_err(|m| ApiError::bad_field("session_id", m))?;
-                Some(s.clone())
-            }
-            Some(v) => {
-                return Err(ApiError::bad_field(
-                    "session_id",
-                    format!("expected a string, got {v}"),
-                ))
-            }
-        }
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_field("body", format!("invalid JSON: {e}")))?
     };
-    let id = match (named, header) {
-        (Some(b), Some(h)) if b != h => {
-            return Err(ApiError::bad_field(
-                "session_id",
-                format!("{b:?} differs from the {SESSION_HEADER} header {h:?}"),
-            ))
-        }
-        (b, h) => b.or(h).ok_or_else(|| {
+    let id = super::body::session_of(&value, header)
+        .map_err(|e| ApiError::bad_field(&e.field, e.message))?
+        .ok_or_else(|| {
             ApiError::bad_field(
                 "session_id",
                 format!("is required (in the body or the {SESSION_HEADER} header)"),
             )
-        })?,
-    };
+        })?;
     let existed = app.0.worker.reset_session(&id);
     Ok(json_response(
         StatusCode::OK,

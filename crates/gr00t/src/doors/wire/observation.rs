@@ -723,24 +723,27 @@ pub fn action_reply(
     form: ArrayForm,
 ) -> Result<Value, String> {
     let actions = action_dict(responses, schema, form)?;
-    Ok(Value::Array(vec![actions, reply_info(responses)]))
+    Ok(Value::Array(vec![
+        actions,
+        Value::Map(reply_info(responses)),
+    ]))
 }
 
-/// The reply's info dict: the longest wait and the oldest observation's age over the batch,
+/// The reply's info entries: the longest wait and the oldest observation's age over the batch,
 /// in ms, and the session's step after it (in a session).
-pub fn reply_info(responses: &[PredictResponse]) -> Value {
+pub fn reply_info(responses: &[PredictResponse]) -> Vec<(Value, Value)> {
     let max = |f: fn(&PredictResponse) -> f64| responses.iter().map(f).fold(0.0, f64::max);
     let mut info = vec![
-        ("queue_ms", Value::F64(max(|r| r.queue_ms))),
+        (Value::from("queue_ms"), Value::F64(max(|r| r.queue_ms))),
         (
-            "observation_age_ms",
+            Value::from("observation_age_ms"),
             Value::F64(max(|r| r.observation_age_ms)),
         ),
     ];
     if let Some(s) = responses.last().and_then(|r| r.session.as_ref()) {
-        info.push(("session_step", Value::from(s.step)));
+        info.push((Value::from("session_step"), Value::from(s.step)));
     }
-    str_map(info)
+    info
 }
 
 /// `{key: float32 [B, horizon, D]}` per action key (flat: `action.<key>`), arrays in `form`.

@@ -211,9 +211,7 @@ impl Connection {
         if let Some(prev) = self.prev_total_ms {
             timing.push((Value::from("prev_total_ms"), Value::F64(prev)));
         }
-        if let Value::Map(info) = reply_info(responses) {
-            timing.extend(info);
-        }
+        timing.extend(reply_info(responses));
         Value::Map(timing)
     }
 }
