@@ -65,6 +65,19 @@ fn extra_embodiments_match_nvidia_end_to_end() {
     end_to_end(&gr00t_fixtures::extra_checkpoint("checkpoint"), &cases);
 }
 
+/// (rotation, position) max|Δ| of two `[x, y, z, rotvec]` head poses. Near π a rotvec may
+/// flip axis, so the rotations are compared as matrices.
+fn head_pose_deltas(a: &[f32], b: &[f32]) -> (f64, f32) {
+    let m = |r: &[f32]| pose::rotvec_to_matrix([r[3] as f64, r[4] as f64, r[5] as f64]);
+    let dr = m(a)
+        .iter()
+        .flatten()
+        .zip(m(b).iter().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
+    (dr, max_abs_diff(&a[..3], &b[..3]))
+}
+
 fn end_to_end(checkpoint: &std::path::Path, cases: &[MultiCase]) {
     let ckpt = Checkpoint::open(checkpoint).unwrap();
     let ids: Vec<usize> = ckpt.embodiment_ids.values().copied().collect();
@@ -113,19 +126,10 @@ fn end_to_end(checkpoint: &std::path::Path, cases: &[MultiCase]) {
             let want = out.f32s(&format!("action.{}", g.key));
             assert_eq!(g.actions.len(), want.len(), "{name} {}", g.key);
             if g.key == "head_pose" {
-                // Near π a rotvec may flip axis: compare the poses as rotations.
                 for (a, b) in g.rows().zip(want.chunks_exact(6)) {
-                    let m =
-                        |r: &[f32]| pose::rotvec_to_matrix([r[3] as f64, r[4] as f64, r[5] as f64]);
-                    let (ma, mb) = (m(a), m(b));
-                    let dr = ma
-                        .iter()
-                        .flatten()
-                        .zip(mb.iter().flatten())
-                        .map(|(x, y)| (x - y).abs())
-                        .fold(0.0, f64::max);
+                    let (dr, dp) = head_pose_deltas(a, b);
                     assert!(dr <= 1e-4, "{name} head_pose rotation max|Δ| {dr}");
-                    assert!(max_abs_diff(&a[..3], &b[..3]) <= 1e-5);
+                    assert!(dp <= 1e-5);
                 }
                 continue;
             }
@@ -142,6 +146,69 @@ fn end_to_end(checkpoint: &std::path::Path, cases: &[MultiCase]) {
         }
     }
     eprintln!("worst action r {worst_r:.9}, worst max|Δ|/max|ref| {worst_rel:.2e}");
+}
+
+/// `--dtype bf16` (on the CPU: every product's operands rounded to bf16, attention's too,
+/// f32 accumulation and f32 elsewhere) on every multi-embodiment and extra case: each action
+/// group within the bf16 gate against NVIDIA's fp32 actions, r ≥ 0.99999 and
+/// max|Δ| ≤ 1e-2·max|ref| (head poses as rotations). Prints the worst group per case.
+#[test]
+fn bf16_keeps_every_embodiment_group_within_the_bf16_gate() {
+    let multi: Vec<MultiCase> = MULTI_CASES.iter().map(|n| MultiCase::load(n)).collect();
+    bf16_end_to_end(&multi_checkpoint(), &multi);
+    let extra: Vec<MultiCase> = EXTRA_CASES
+        .iter()
+        .map(|n| MultiCase::load_extra(n))
+        .collect();
+    bf16_end_to_end(&gr00t_fixtures::extra_checkpoint("checkpoint"), &extra);
+}
+
+fn bf16_end_to_end(checkpoint: &std::path::Path, cases: &[MultiCase]) {
+    let ckpt = Checkpoint::open(checkpoint).unwrap();
+    let ids: Vec<usize> = ckpt.embodiment_ids.values().copied().collect();
+    let device = gr00t_fixtures::test_device();
+    let model =
+        Gr00tModel::load_with(&ckpt, &device, candle_core::DType::BF16, Some(&ids)).unwrap();
+    for case in cases {
+        let name = &case.name;
+        let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
+        let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+        let obs = observation(case);
+        let enc = proc.encode(&obs).unwrap();
+        let out = &case.outputs;
+        let fwd = model.forward(&enc.inputs, &Recorder::disabled()).unwrap();
+        let decoded = proc.decode(&fwd.action_pred, &obs).unwrap();
+        // (1 − r, max|Δ|/max|ref|) of the worst group.
+        let (mut worst_1r, mut worst_rel) = (0f64, 0f32);
+        for g in &decoded.groups {
+            let want = out.f32s(&format!("action.{}", g.key));
+            assert_eq!(g.actions.len(), want.len(), "{name} {}", g.key);
+            let scale = want.iter().fold(0.0f32, |m, x| m.max(x.abs())).max(1e-6);
+            if g.key == "head_pose" {
+                for (a, b) in g.rows().zip(want.chunks_exact(6)) {
+                    let (dr, d) = head_pose_deltas(a, b);
+                    assert!(dr <= 1e-2, "{name} head_pose rotation max|Δ| {dr}");
+                    assert!(d <= 1e-2 * scale, "{name} head_pose position max|Δ| {d}");
+                }
+                continue;
+            }
+            let d = max_abs_diff(&g.actions, &want);
+            assert!(
+                d <= 1e-2 * scale,
+                "{name} {}: max|Δ| {d:e}, max|ref| {scale}",
+                g.key
+            );
+            worst_rel = worst_rel.max(d / scale);
+            if want.iter().any(|&x| x != want[0]) {
+                let r = pearson(&g.actions, &want);
+                assert!(r >= 0.99999, "{name} {}: r {r}", g.key);
+                worst_1r = worst_1r.max(1.0 - r);
+            }
+        }
+        eprintln!(
+            "bf16 on {device:?} {name}: worst group 1 - r = {worst_1r:.2e}, max|Δ| = {worst_rel:.2e} of max|ref|"
+        );
+    }
 }
 
 #[test]

@@ -116,6 +116,39 @@ dispatch! {
     }
 }
 
+/// `x` rounded to bf16 (round to nearest even; NaN stays NaN), kept as f32.
+#[inline(always)]
+pub(crate) fn round_bf16(x: f32) -> f32 {
+    let b = x.to_bits();
+    let r = b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000;
+    if x.is_nan() {
+        x
+    } else {
+        f32::from_bits(r)
+    }
+}
+
+dispatch! {
+    /// Rounds a row to bf16 in place and returns the f32 sum of the rounded values (softmax
+    /// weights entering a bf16 product: normalised by what is multiplied).
+    round_bf16_sum(row: &mut [f32]) -> f32 {
+        let mut sums = [0f32; LANES];
+        let mut chunks = row.chunks_exact_mut(LANES);
+        for c in &mut chunks {
+            for (s, v) in sums.iter_mut().zip(c) {
+                *v = round_bf16(*v);
+                *s += *v;
+            }
+        }
+        let mut tail = 0f32;
+        for v in chunks.into_remainder() {
+            *v = round_bf16(*v);
+            tail += *v;
+        }
+        sums.iter().sum::<f32>() + tail
+    }
+}
+
 /// Width of the partial max/sum arrays (one AVX-512 register).
 const LANES: usize = 16;
 
@@ -384,6 +417,37 @@ mod tests {
             .to_scalar::<f32>()
             .unwrap();
         assert!(diff < 1e-5, "max |Δ| vs candle {diff}");
+    }
+
+    #[test]
+    fn bf16_rounding_is_half_s_round_to_nearest_even_and_sums_what_it_rounds() {
+        let mut rnd = crate::test_rng::xorshift(99u32);
+        let mut row: Vec<f32> = (0..37).map(|_| rnd() * 1e3).collect();
+        // Ties both ways, NaN, infinities, a denormal, the largest finite.
+        row.extend([
+            f32::from_bits(0x3f80_8000),
+            f32::from_bits(0x3f81_8000),
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::from_bits(0x0000_8001),
+            f32::MAX,
+        ]);
+        let want: Vec<f32> = row
+            .iter()
+            .map(|&x| half::bf16::from_f32(x).to_f32())
+            .collect();
+        let finite = &mut row[..37];
+        let sum = round_bf16_sum(finite);
+        let expect: f64 = want[..37].iter().map(|&x| x as f64).sum();
+        assert!((sum as f64 - expect).abs() <= 1e-6 * expect.abs().max(1.0));
+        for (x, w) in row.iter().zip(&want) {
+            let got = round_bf16(*x);
+            assert!(
+                got.to_bits() == w.to_bits() || (got.is_nan() && w.is_nan()),
+                "{x:e}: {got:e} vs {w:e}"
+            );
+        }
     }
 
     #[test]

@@ -89,6 +89,17 @@ impl PackedBf16 {
         if w.len() != n * k {
             return None;
         }
+        Some(PackedBf16::from_fn(n, k, layout, |c, p| w[c * k + p]))
+    }
+
+    /// The `[n, k]` matrix whose element `(c, p)` is `at(c, p)`, in `layout` (also a strided or
+    /// transposed f32 source rounded on the way: the attention's keys and values).
+    pub(crate) fn from_fn(
+        n: usize,
+        k: usize,
+        layout: PackLayout,
+        at_cp: impl Fn(usize, usize) -> bf16 + Sync,
+    ) -> PackedBf16 {
         let g = layout.group();
         let kp = k.next_multiple_of(g);
         let mut panels = vec![bf16::ZERO; n.div_ceil(NR) * NR * kp];
@@ -107,28 +118,26 @@ impl PackedBf16 {
                 .enumerate()
                 .for_each(|(j, panel)| {
                     let cols = NR.min(n - j * NR);
-                    let rows = &w[j * NR * k..(j * NR + cols) * k];
                     // K in short runs so the NR source rows stream through the cache together.
                     for p0 in (0..k).step_by(64) {
                         let p1 = (p0 + 64).min(k);
                         for s in 0..NR {
                             let c = column(s);
                             if c < cols {
-                                let row = &rows[c * k..(c + 1) * k];
                                 for p in p0..p1 {
-                                    panel[at(s, p)] = row[p];
+                                    panel[at(s, p)] = at_cp(j * NR + c, p);
                                 }
                             }
                         }
                     }
                 });
         }
-        Some(PackedBf16 {
+        PackedBf16 {
             n,
             k,
             layout,
             panels,
-        })
+        }
     }
 
     /// `(n, k)` of the logical matrix.

@@ -79,11 +79,72 @@ pub(crate) fn matmul(
         // tile.
         #[cfg(target_arch = "x86_64")]
         unsafe {
-            unit(&a[r0 * k..r1 * k], r1 - r0, k, w, n0, n1, bias, dst)
+            let lhs = Lhs {
+                a: &a[r0 * k..r1 * k],
+                lda: k,
+                m: r1 - r0,
+                k,
+            };
+            unit(lhs, w, n0, n1, bias, dst, n)
         }
     };
     // SAFETY: `part` writes exactly its rows × columns (above).
     Some(unsafe { split_output(m, n, (MR, NR), 2, part) })
+}
+
+/// On the calling thread (for callers already inside their own parallel tasks, such as the
+/// attention's): `dst[i·ldc + j] = Σ_{p<k} bf16(a[i·lda + p])·w[j, p]` for `i < m`, `j < n`,
+/// over the first `n` columns and the first `k` of K of `w` (a causal block's visible keys).
+/// The same chains as [`matmul`]. `false` (nothing written) when the CPU lacks AVX512-BF16,
+/// `w` is not in VNNI pairs or the sizes do not fit.
+///
+/// # Safety
+/// `dst` must be valid for writes at `i·ldc + j` for `i < m`, `j < n`, and nothing else may
+/// access those elements during the call.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn matmul_to(
+    a: &[f32],
+    lda: usize,
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    n: usize,
+    dst: *mut f32,
+    ldc: usize,
+) -> bool {
+    let (wn, wk) = w.dims();
+    let fits =
+        n <= wn && k <= wk && lda >= k && ldc >= n && (m == 0 || a.len() >= (m - 1) * lda + k);
+    if !available() || w.layout() != PackLayout::VnniPairs || !fits {
+        return false;
+    }
+    if m == 0 || n == 0 {
+        return true;
+    }
+    if k == 0 {
+        for i in 0..m {
+            // SAFETY: row i's first n elements are the caller's (contract).
+            unsafe { std::slice::from_raw_parts_mut(dst.add(i * ldc), n).fill(0.0) };
+        }
+        return true;
+    }
+    // SAFETY: AVX-512F/BW/BF16 were detected above; `dst` is valid for rows 0..m × columns
+    // 0..n at stride ldc (contract), every element of which lies in exactly one tile, the
+    // first K block writing it from zero.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        unit(Lhs { a, lda, m, k }, w, 0, n, None, OutPtr(dst), ldc)
+    };
+    true
+}
+
+/// The rows of A a unit multiplies: `m` rows of `k` values at row stride `lda`.
+#[derive(Clone, Copy)]
+struct Lhs<'a> {
+    a: &'a [f32],
+    lda: usize,
+    m: usize,
+    k: usize,
 }
 
 /// A 64-byte aligned u32 scratch buffer.
@@ -111,26 +172,28 @@ thread_local! {
 /// Pair rows of an A panel: KC rounded up to the 16 pairs `pack_a` writes at once.
 const KC_ROWS: usize = KC.next_multiple_of(16);
 
-/// Columns `n0..n1` of the product, written through `dst` (`[m, n]`).
+/// Columns `n0..n1` of the product of `lhs` (its k ≤ the weight's K: the first k of every
+/// column) and `w`, written through `dst` at row stride `ldc`.
 ///
 /// # Safety
-/// AVX-512F/BW/BF16; `dst` must point to `m·n` writable floats that nothing else touches in
-/// columns `n0..n1` during the call; `n0` a multiple of NR; `bias` holds n.
+/// AVX-512F/BW/BF16; `dst + i·ldc + j` must be writable for `i < lhs.m`, `j` in `n0..n1`, with
+/// nothing else touching those elements during the call; `n0` a multiple of NR; `n1` ≤ the
+/// weight's n; `bias` holds n.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn unit(
-    a: &[f32],
-    m: usize,
-    k: usize,
+    lhs: Lhs,
     w: &PackedBf16,
     n0: usize,
     n1: usize,
     bias: Option<&[f32]>,
     dst: OutPtr,
+    ldc: usize,
 ) {
-    let n = w.dims().0;
+    let Lhs { a, lda, m, k } = lhs;
+    // Pair rows of A used, and of a whole weight panel (its stride).
     let pairs = k.div_ceil(2);
+    let panel_pairs = w.dims().1.div_ceil(2);
     PACK_A.with(|p| {
         let mut p = p.borrow_mut();
         let pa = p.take(MC * KC_ROWS);
@@ -140,18 +203,18 @@ unsafe fn unit(
             for ic in (0..m).step_by(MC) {
                 let mc = MC.min(m - ic);
                 // SAFETY: AVX-512F/BF16 per the contract; `pa` holds MC·KC_ROWS words.
-                unsafe { pack_a(a, k, ic, mc, pc, kc, pa) };
+                unsafe { pack_a(a, lda, k, ic, mc, pc, kc, pa) };
                 for jc in (n0..n1).step_by(NC) {
                     debug_assert_eq!(jc % NR, 0);
-                    let panels = w.panels()[(jc / NR * pairs + pc) * NR * 2..].as_ptr();
+                    let panels = w.panels()[(jc / NR * panel_pairs + pc) * NR * 2..].as_ptr();
                     let blk = Block {
                         ic,
                         mc,
                         jc,
                         nc: NC.min(n1 - jc),
                         kc,
-                        pairs,
-                        n,
+                        pairs: panel_pairs,
+                        n: ldc,
                         first: pc == 0,
                     };
                     // SAFETY: forwarded contract; `panels` starts this block's pair rows.
@@ -248,15 +311,25 @@ unsafe fn block(blk: Block, pa: &[u32], panels: *const u32, bias: Option<&[f32]>
     }
 }
 
-/// Packs rows `ic..ic+mc`, pairs `pc..pc+kc` of `a` rounded to bf16 as MR-row panels
-/// `[KC_ROWS][MR]` of pairs (k in the high half, k+1 in the low; zero past K and past the
-/// rows).
+/// Packs rows `ic..ic+mc`, pairs `pc..pc+kc` of `a` (row stride `lda`, `k` values used)
+/// rounded to bf16 as MR-row panels `[KC_ROWS][MR]` of pairs (k in the high half, k+1 in the
+/// low; zero past K and past the rows).
 ///
 /// # Safety
 /// AVX-512F/BF16; `pa` holds `⌈mc/MR⌉·MR·KC_ROWS` words.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn pack_a(a: &[f32], k: usize, ic: usize, mc: usize, pc: usize, kc: usize, pa: &mut [u32]) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_a(
+    a: &[f32],
+    lda: usize,
+    k: usize,
+    ic: usize,
+    mc: usize,
+    pc: usize,
+    kc: usize,
+    pa: &mut [u32],
+) {
     let (k0, k1) = (2 * pc, (2 * (pc + kc)).min(k));
     let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
     for (ir, panel) in (0..mc).step_by(MR).zip(pa.chunks_exact_mut(MR * KC_ROWS)) {
@@ -268,7 +341,7 @@ unsafe fn pack_a(a: &[f32], k: usize, ic: usize, mc: usize, pc: usize, kc: usize
             let (m0, m1) = (lanes(valid), lanes(valid.saturating_sub(16)));
             let mut v = [_mm512_setzero_ps(); 16];
             for (i, v) in v.iter_mut().enumerate().take(rows) {
-                let row = a[(ic + ir + i) * k + p..].as_ptr();
+                let row = a[(ic + ir + i) * lda + p..].as_ptr();
                 // SAFETY: only the lanes below k1 are read, inside row ic+ir+i of `a`.
                 let (lo, hi) = unsafe {
                     (
@@ -523,6 +596,70 @@ mod tests {
                 .unwrap();
             let y = pool.install(|| matmul(&a, m, k, &p, Some(&bias)).unwrap());
             assert_eq!(y, all, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn matmul_to_reads_strided_rows_and_a_prefix_of_the_weight() {
+        if !available() {
+            return;
+        }
+        let mut rnd = crate::test_rng::xorshift(0x77u32);
+        // (m, lda, k, weight n, weight k, n, ldc): odd k prefixes, partial panels, strides.
+        for (m, lda, k, wn, wk, n, ldc) in [
+            (64, 200, 48, 150, 48, 150, 150),
+            (64, 150, 149, 48, 150, 48, 4 * 48),
+            (3, 9, 7, 40, 9, 33, 40),
+            (
+                MR + 2,
+                2 * KC + 5,
+                2 * KC + 3,
+                NR + 3,
+                2 * KC + 4,
+                NR + 1,
+                NR + 7,
+            ),
+        ] {
+            let a: Vec<f32> = (0..(m - 1) * lda + k).map(|_| rnd()).collect();
+            let w: Vec<bf16> = (0..wn * wk).map(|_| bf16::from_f32(rnd())).collect();
+            let p = vnni(&w, wn, wk);
+            let sentinel = -7.25f32;
+            let mut c = vec![sentinel; m * ldc];
+            // SAFETY: c holds m rows of ldc.
+            assert!(unsafe { super::matmul_to(&a, lda, m, k, &p, n, c.as_mut_ptr(), ldc) });
+            for i in 0..m {
+                for j in 0..ldc {
+                    let got = c[i * ldc + j];
+                    if j >= n {
+                        assert_eq!(got, sentinel, "({i}, {j}) written past n");
+                        continue;
+                    }
+                    let want = chain(&a[i * lda..][..k], &w[j * wk..][..k], None);
+                    assert_eq!(got.to_bits(), want.to_bits(), "{m}x{n}x{k} ({i}, {j})");
+                }
+            }
+        }
+        // Too wide a prefix, a short stride or the wrong layout: refused.
+        let w = [bf16::ONE; 6];
+        let p = vnni(&w, 2, 3);
+        let mut c = [0f32; 8];
+        let a = [1f32; 8];
+        // SAFETY: c holds every element the calls could write.
+        unsafe {
+            assert!(!super::matmul_to(&a, 3, 2, 4, &p, 2, c.as_mut_ptr(), 2));
+            assert!(!super::matmul_to(&a, 3, 2, 3, &p, 3, c.as_mut_ptr(), 3));
+            assert!(!super::matmul_to(&a, 2, 2, 3, &p, 2, c.as_mut_ptr(), 2));
+            let panels = PackedBf16::new(&w, 2, 3).unwrap();
+            assert!(!super::matmul_to(
+                &a,
+                3,
+                2,
+                3,
+                &panels,
+                2,
+                c.as_mut_ptr(),
+                2
+            ));
         }
     }
 

@@ -221,6 +221,46 @@ pub fn linear(
     }
 }
 
+/// The products of the CPU layers loaded from `vb` now (see [`loading_with`]): bf16 only for
+/// f32 activations on the CPU (what attention modules record at load, as [`Linear`] does).
+pub(crate) fn products_for(vb: &VarBuilder) -> Products {
+    if vb.dtype() == DType::F32 && vb.device().is_cpu() {
+        LOAD_PRODUCTS.with(Cell::get)
+    } else {
+        Products::F32
+    }
+}
+
+/// A small layer with its `[out, in]` weight and bias in the VarBuilder's dtype, multiplied
+/// exactly as candle's `nn.Linear` for f32 products; for bf16 products the weight is kept bf16
+/// and the layer computes as [`linear`]'s do.
+pub(crate) fn linear_f32_weight(
+    vb: VarBuilder,
+    in_dim: usize,
+    out_dim: usize,
+) -> candle_core::Result<Linear> {
+    if products_for(&vb) == Products::Bf16 {
+        return linear(vb, in_dim, out_dim, true);
+    }
+    Linear::new(
+        vb.get((out_dim, in_dim), "weight")?,
+        Some(vb.get(out_dim, "bias")?),
+    )
+}
+
+/// A loaded `[out, in]` weight and bias as a layer computing the products of `vb`'s load:
+/// [`Linear::new`] for f32 ones, [`Linear::new_for_cpu`] for bf16 ones.
+pub(crate) fn wrap_loaded(
+    vb: &VarBuilder,
+    weight: Tensor,
+    bias: Option<Tensor>,
+) -> candle_core::Result<Linear> {
+    match products_for(vb) {
+        Products::F32 => Linear::new(weight, bias),
+        Products::Bf16 => Linear::new_for_cpu(weight, bias, Products::Bf16),
+    }
+}
+
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         // The VNNI kernel rounds while packing the activations; every other path is given

@@ -6,7 +6,7 @@ use crate::backbone::nn::{apply_rope, attention, linear, LayerNorm, Mask};
 use crate::config::VisionConfig;
 use crate::cpu_math::gelu_tanh;
 use crate::error::{Error, Result};
-use crate::linear::Linear;
+use crate::linear::{products_for, Linear, Products};
 use crate::taps::Recorder;
 use crate::weights::COMPACT;
 use candle_core::{DType, Device, Module, Tensor};
@@ -85,7 +85,7 @@ impl VisionTower {
         let w = pvb
             .get_with_hints_dtype((d, c, t, p, p), "weight", Default::default(), COMPACT)?
             .reshape((d, cfg.patch_dim()))?;
-        let patch_embed = Linear::new(w, Some(pvb.get(d, "bias")?))?;
+        let patch_embed = crate::linear::wrap_loaded(&pvb, w, Some(pvb.get(d, "bias")?))?;
         let pos_embed = vb.get((cfg.num_position_embeddings, d), "pos_embed.weight")?;
         let blocks = (0..cfg.depth)
             .map(|i| VisionBlock::load(vb.pp(format!("blocks.{i}")), cfg))
@@ -291,6 +291,8 @@ pub struct VisionBlock {
     num_heads: usize,
     head_dim: usize,
     gelu_tanh: bool,
+    /// The products the block was loaded for (its attention's too).
+    products: Products,
 }
 
 impl VisionBlock {
@@ -315,6 +317,7 @@ impl VisionBlock {
             num_heads: cfg.num_heads,
             head_dim: d / cfg.num_heads,
             gelu_tanh,
+            products: products_for(&vb),
         })
     }
 
@@ -356,7 +359,7 @@ impl VisionBlock {
         // hands back a transposed contiguous result), so the chunks stack along the rows.
         let chunks = &positions.chunks;
         let out = if chunks.len() == 1 {
-            attention(&q, &k, &v, scale, Mask::None)?.transpose(1, 2)?
+            attention(&q, &k, &v, scale, Mask::None, self.products)?.transpose(1, 2)?
         } else if chunks.iter().all(|&len| len == chunks[0]) {
             // Equal frames (every DROID request): the frames become the batch, one call for
             // all of them (per frame the same math; on a GPU, a quarter of the launches).
@@ -367,10 +370,17 @@ impl VisionBlock {
                     .reshape((nh, c, len, hd))?
                     .transpose(0, 1)
             };
-            attention(&batch(&q)?, &batch(&k)?, &batch(&v)?, scale, Mask::None)?
-                .transpose(1, 2)?
-                .contiguous()?
-                .reshape((1, n, nh, hd))?
+            attention(
+                &batch(&q)?,
+                &batch(&k)?,
+                &batch(&v)?,
+                scale,
+                Mask::None,
+                self.products,
+            )?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((1, n, nh, hd))?
         } else {
             let mut outs = Vec::with_capacity(positions.chunks.len());
             let mut start = 0;
@@ -380,7 +390,9 @@ impl VisionBlock {
                     k.narrow(2, start, len)?,
                     v.narrow(2, start, len)?,
                 );
-                outs.push(attention(&q, &k, &v, scale, Mask::None)?.transpose(1, 2)?);
+                outs.push(
+                    attention(&q, &k, &v, scale, Mask::None, self.products)?.transpose(1, 2)?,
+                );
                 start += len;
             }
             Tensor::cat(&outs, 1)?

@@ -79,6 +79,40 @@ fn repeated_and_interleaved_requests_are_bit_identical() {
     }
 }
 
+/// `--dtype bf16` on the CPU (bf16 operands in every product, attention's included): the same
+/// bits on 1, 2 or 3 threads and on repeats; not the f32 bits.
+#[test]
+fn bf16_products_do_not_depend_on_the_thread_count() {
+    let ck = Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+    let model = Gr00tModel::load_with(&ck, &Device::Cpu, candle_core::DType::BF16, None).unwrap();
+    let a = inputs(&Taps::load("case0"));
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let y = pool.install(|| {
+            model
+                .forward(&a, &Recorder::disabled())
+                .unwrap()
+                .action_pred
+        });
+        y.iter().map(|x| x.to_bits()).collect::<Vec<u32>>()
+    };
+    let one = run(1);
+    for threads in [2, 3, 1] {
+        assert_eq!(run(threads), one, "{threads} threads");
+    }
+    let f32_bits: Vec<u32> = load()
+        .forward(&a, &Recorder::disabled())
+        .unwrap()
+        .action_pred
+        .iter()
+        .map(|x| x.to_bits())
+        .collect();
+    assert_ne!(one, f32_bits);
+}
+
 #[test]
 fn inconsistent_inputs_are_errors_not_panics() {
     let model = load();

@@ -4,7 +4,7 @@
 
 use crate::backbone::cpu_attention;
 use crate::cpu_math::{self, gelu_tanh};
-use crate::linear::{linear, Linear};
+use crate::linear::{linear, products_for, Linear, Products};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::VarBuilder;
@@ -18,6 +18,8 @@ pub(crate) struct Attention {
     heads: usize,
     head_dim: usize,
     scale: f64,
+    /// The products the module was loaded for (its attention's too).
+    products: Products,
 }
 
 /// Keys and values already projected and split into heads: `[B, heads, S, head_dim]` each.
@@ -44,6 +46,7 @@ impl Attention {
             heads,
             head_dim,
             scale: 1.0 / (head_dim as f64).sqrt(),
+            products: products_for(&vb),
         })
     }
 
@@ -82,7 +85,15 @@ impl Attention {
             }
         }
         if cpu_attention::applies(&q, &kv.k, &kv.v, key_bias) {
-            let out = cpu_attention::attention(&q, &kv.k, &kv.v, self.scale, key_bias, false)?;
+            let out = cpu_attention::attention(
+                &q,
+                &kv.k,
+                &kv.v,
+                self.scale,
+                key_bias,
+                false,
+                self.products,
+            )?;
             let out = out
                 .transpose(1, 2)?
                 .reshape((b, t, self.heads * self.head_dim))?;

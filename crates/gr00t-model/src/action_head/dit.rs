@@ -6,9 +6,10 @@ pub(crate) mod reference;
 
 use super::attention::{key_bias, Attention, FeedForward, KeyValues, LayerNorm};
 use crate::config::Gr00tConfig;
+use crate::linear::{linear_f32_weight, Linear};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Module, Tensor};
-use candle_nn::{Linear, VarBuilder};
+use candle_nn::VarBuilder;
 
 /// Width of diffusers' `Timesteps` projection used by `TimestepEncoder`.
 const TIME_PROJ_DIM: usize = 256;
@@ -106,7 +107,7 @@ impl Dit {
             };
             let vb = vb.pp(format!("transformer_blocks.{b}"));
             blocks.push(DitBlock {
-                ada_linear: candle_nn::linear(dim, 2 * dim, vb.pp("norm1.linear"))?,
+                ada_linear: linear_f32_weight(vb.pp("norm1.linear"), dim, 2 * dim)?,
                 attn: Attention::load(
                     vb.pp("attn1"),
                     dim,
@@ -119,13 +120,13 @@ impl Dit {
             });
         }
         Ok(Dit {
-            linear_1: candle_nn::linear(TIME_PROJ_DIM, dim, te.pp("linear_1"))?,
-            linear_2: candle_nn::linear(dim, dim, te.pp("linear_2"))?,
+            linear_1: linear_f32_weight(te.pp("linear_1"), TIME_PROJ_DIM, dim)?,
+            linear_2: linear_f32_weight(te.pp("linear_2"), dim, dim)?,
             blocks,
             norm: LayerNorm::plain(BLOCK_EPS),
             norm_out: LayerNorm::plain(OUT_EPS),
-            proj_out_1: candle_nn::linear(dim, 2 * dim, vb.pp("proj_out_1"))?,
-            proj_out_2: candle_nn::linear(dim, dc.output_dim, vb.pp("proj_out_2"))?,
+            proj_out_1: linear_f32_weight(vb.pp("proj_out_1"), dim, 2 * dim)?,
+            proj_out_2: linear_f32_weight(vb.pp("proj_out_2"), dim, dc.output_dim)?,
             dim,
         })
     }

@@ -2,6 +2,7 @@
 //! `x @ W[id] + b[id]`, not transposed), the state encoder and action decoder MLPs
 //! (Linear → ReLU → Linear) and the multi-embodiment action encoder.
 
+use crate::linear::{products_for, Products};
 use crate::weights::COMPACT;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor, D};
@@ -12,6 +13,8 @@ pub(crate) struct CategorySpecificLinear {
     /// Per embodiment: `W[id]` (a bf16 view of the stored table until
     /// [`CategorySpecificLinear::retain`], then an f32 copy) and `b[id]`; `None` once dropped.
     slots: Vec<Option<(Tensor, Tensor)>>,
+    /// bf16 products (`--dtype bf16` on the CPU): `x` rounded to bf16, `W` bf16.
+    bf16_inputs: bool,
 }
 
 impl CategorySpecificLinear {
@@ -28,11 +31,18 @@ impl CategorySpecificLinear {
             Default::default(),
             COMPACT,
         )?;
+        let bf16_inputs = products_for(&vb) == Products::Bf16;
+        // For bf16 products an f32-stored table is rounded once; widening it back is exact.
+        let w = if bf16_inputs && w.dtype() != DType::BF16 {
+            w.to_dtype(DType::BF16)?
+        } else {
+            w
+        };
         let b = vb.get((num_embodiments, out_dim), "b")?;
         let slots = (0..num_embodiments)
             .map(|id| Ok(Some((w.get(id)?, b.get(id)?))))
             .collect::<Result<Vec<_>>>()?;
-        Ok(CategorySpecificLinear { slots })
+        Ok(CategorySpecificLinear { slots, bf16_inputs })
     }
 
     /// Keeps only the embodiments in `keep`, widened to the compute dtype once; the others'
@@ -89,6 +99,7 @@ impl CategorySpecificLinear {
                     w.to_dtype(b.dtype())?
                 },
                 b: b.clone(),
+                bf16_inputs: self.bf16_inputs,
             }),
         }
     }
@@ -105,6 +116,8 @@ impl CategorySpecificLinear {
 pub(crate) struct SelectedLinear {
     w: Tensor,
     b: Tensor,
+    /// Round `x` to bf16 first (`W` holds bf16 values): the f32 product of the rounded values.
+    bf16_inputs: bool,
 }
 
 impl SelectedLinear {
@@ -114,6 +127,13 @@ impl SelectedLinear {
         let mut out_dims = x.dims().to_vec();
         out_dims.pop();
         out_dims.push(self.w.dim(1)?);
+        let rounded;
+        let x = if self.bf16_inputs {
+            rounded = x.to_dtype(DType::BF16)?.to_dtype(DType::F32)?;
+            &rounded
+        } else {
+            x
+        };
         // A 2-D matmul avoids candle's broadcasted (slower) batched path.
         let y = x.reshape(((), in_dim))?.matmul(&self.w)?;
         Ok(y.reshape(out_dims)?.broadcast_add(&self.b)?)

@@ -5,9 +5,20 @@
 //! With a causal mask a block skips the keys after its last row (all masked: their weights are
 //! exactly zero). Same math as the plain candle ops; only rounding order and the `exp` kernel
 //! differ.
+//!
+//! For [`Products::Bf16`] (`--dtype bf16` on the CPU) both products take bf16 operands with f32
+//! accumulation: q and k rounded for the scores, the softmax weights (after `exp`, before the
+//! division; the sum is that of the rounded weights) and v for the output. On an AVX512-BF16
+//! CPU `vdpbf16ps` multiplies them, k and v packed as VNNI pairs once per call and head;
+//! elsewhere the f32 GEMMs multiply the rounded values (the same numbers).
 
+use crate::cpu_kernel::{self, CpuKernel};
+use crate::gemm_avx512::{PackLayout, PackedBf16};
+use crate::gemm_avx512bf16;
+use crate::linear::Products;
 use crate::out_ptr::OutPtr;
 use candle_core::{DType, Layout, Storage, Tensor};
+use half::bf16;
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -31,9 +42,10 @@ pub(crate) fn applies(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>)
 /// `softmax(q·kᵀ·scale + mask)·v` for CPU f32 `q` `[B, Hq, Lq, Dh]` and `k`/`v`
 /// `[B, Hkv, Lk, Dh]` (query head j reads kv head j / (Hq/Hkv)); `mask` is additive and
 /// broadcasts to `[B, Hq, Lq, Lk]`; `causal` says it is the causal mask (query i sees keys
-/// up to i + Lk − Lq), so masked key ranges are skipped. Operands are read in place when their
-/// last dimension is contiguous. Returns `[B, Hq, Lq, Dh]` as a transposed view of a contiguous
-/// `[B, Lq, Hq, Dh]` (so merging the heads afterwards costs no copy).
+/// up to i + Lk − Lq), so masked key ranges are skipped; `products` the precision of the two
+/// products' operands. Operands are read in place when their last dimension is contiguous.
+/// Returns `[B, Hq, Lq, Dh]` as a transposed view of a contiguous `[B, Lq, Hq, Dh]` (so
+/// merging the heads afterwards costs no copy).
 pub(crate) fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -41,6 +53,46 @@ pub(crate) fn attention(
     scale: f64,
     mask: Option<&Tensor>,
     causal: bool,
+    products: Products,
+) -> candle_core::Result<Tensor> {
+    attention_with(
+        q,
+        k,
+        v,
+        scale,
+        mask,
+        causal,
+        products,
+        cpu_kernel::current(),
+    )
+}
+
+/// How the two products of a block are multiplied.
+#[derive(Clone, Copy)]
+enum Mul<'a> {
+    /// f32 operands through the `gemm` crate.
+    F32,
+    /// bf16-rounded q, k, v (already) and softmax weights (rounded here) through the `gemm`
+    /// crate.
+    RoundedF32,
+    /// `vdpbf16ps`: per (batch, kv head), the keys `[Lk, Dh]` and the values transposed
+    /// `[Dh, Lk]` as VNNI pairs; q is rounded while the kernel packs it, the weights in place
+    /// (for their sum).
+    Vnni(&'a [(PackedBf16, PackedBf16)]),
+}
+
+/// [`attention`] with bf16 products run by `kernel` (`vdpbf16ps` for
+/// [`CpuKernel::Avx512Bf16`] on a CPU that has it, the f32 GEMMs otherwise).
+#[allow(clippy::too_many_arguments)]
+fn attention_with(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    mask: Option<&Tensor>,
+    causal: bool,
+    products: Products,
+    kernel: CpuKernel,
 ) -> candle_core::Result<Tensor> {
     let (b, hq, lq, dh) = q.dims4()?;
     let (_, hkv, lk, _) = k.dims4()?;
@@ -55,15 +107,26 @@ pub(crate) fn attention(
     if hkv == 0 || !hq.is_multiple_of(hkv) {
         candle_core::bail!("attention: {hq} query heads do not share {hkv} kv heads evenly");
     }
-    let rep = hq / hkv;
+    let vnni = products == Products::Bf16
+        && kernel == CpuKernel::Avx512Bf16
+        && gemm_avx512bf16::available();
+    // The kernel reads q rows of at least Dh at a positive stride.
     let unit_last = |t: &Tensor| -> candle_core::Result<Tensor> {
-        if t.stride()[3] == 1 {
+        if t.stride()[3] == 1 && (!vnni || t.stride()[2] >= dh) {
             Ok(t.clone())
         } else {
             t.contiguous()
         }
     };
-    let (q, k, v) = (unit_last(q)?, unit_last(k)?, unit_last(v)?);
+    // Without the kernel the f32 GEMMs take rounded copies.
+    let round = |t: &Tensor| -> candle_core::Result<Tensor> {
+        t.to_dtype(DType::BF16)?.to_dtype(DType::F32)
+    };
+    let (q, k, v) = if products == Products::Bf16 && !vnni {
+        (round(q)?, round(k)?, round(v)?)
+    } else {
+        (unit_last(q)?, unit_last(k)?, unit_last(v)?)
+    };
     let mask = mask.map(|m| m.broadcast_as((b, hq, lq, lk))).transpose()?;
     let (qg, ql) = q.storage_and_layout();
     let (kg, kl) = k.storage_and_layout();
@@ -74,6 +137,60 @@ pub(crate) fn attention(
         Some((g, l)) => Some(view(g, l)?),
         None => None,
     };
+    let packed: Vec<(PackedBf16, PackedBf16)> = if vnni && lk > 0 {
+        (0..b * hkv)
+            .into_par_iter()
+            .map(|bh| {
+                let (k0, v0) = (
+                    kv.index(bh / hkv, bh % hkv, 0),
+                    vv.index(bh / hkv, bh % hkv, 0),
+                );
+                let (ks, vs) = (kv.st[2], vv.st[2]);
+                let keys = PackedBf16::from_fn(lk, dh, PackLayout::VnniPairs, |j, d| {
+                    bf16::from_f32(kv.data[k0 + j * ks + d])
+                });
+                let values = PackedBf16::from_fn(dh, lk, PackLayout::VnniPairs, |d, j| {
+                    bf16::from_f32(vv.data[v0 + j * vs + d])
+                });
+                (keys, values)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mul = match products {
+        Products::F32 => Mul::F32,
+        Products::Bf16 if vnni => Mul::Vnni(&packed),
+        Products::Bf16 => Mul::RoundedF32,
+    };
+    let out = blocks(
+        &qv,
+        &kv,
+        &vv,
+        mask_view.as_ref(),
+        [b, hq, hkv, lq, lk, dh],
+        scale,
+        causal,
+        mul,
+    );
+    drop((qg, kg, vg, mask_guard));
+    Tensor::from_vec(out, (b, lq, hq, dh), q.device())?.transpose(1, 2)
+}
+
+/// The attention's query blocks on the rayon pool: `[B, Lq, Hq, Dh]` out.
+#[allow(clippy::too_many_arguments)]
+fn blocks(
+    qv: &View,
+    kv: &View,
+    vv: &View,
+    mask_view: Option<&View>,
+    dims: [usize; 6],
+    scale: f64,
+    causal: bool,
+    mul: Mul,
+) -> Vec<f32> {
+    let [b, hq, hkv, lq, lk, dh] = dims;
+    let rep = hq / hkv;
     let mut out = vec![0f32; b * lq * hq * dh];
     let blocks = lq.div_ceil(BLOCK_ROWS);
     let dst = OutPtr(out.as_mut_ptr());
@@ -97,64 +214,116 @@ pub(crate) fn attention(
                     buf.resize(rows * lk + rows, 0.0);
                 }
                 let (s, sums) = buf[..rows * lk + rows].split_at_mut(rows * lk);
-                // SAFETY: s is rows×lk (row stride lk); the query rows and the keys (read as
-                // their transpose) lie inside their tensors' storage by their layouts.
-                unsafe {
-                    gemm::gemm(
-                        rows,
-                        lk,
-                        dh,
-                        s.as_mut_ptr(),
-                        1,
-                        lk as isize,
-                        false,
-                        qv.at(bi, h, r0),
-                        1,
-                        qv.st[2] as isize,
-                        kv.at(bi, hk, 0),
-                        kv.st[2] as isize,
-                        1,
-                        0.0,
-                        scale as f32,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
-                    );
+                let out_at = dst.add((bi * lq + r0) * row_stride + h * dh);
+                match mul {
+                    Mul::F32 | Mul::RoundedF32 => {
+                        // SAFETY: s is rows×lk (row stride lk); the query rows and the keys
+                        // (read as their transpose) lie inside their tensors' storage by
+                        // their layouts.
+                        unsafe {
+                            gemm::gemm(
+                                rows,
+                                lk,
+                                dh,
+                                s.as_mut_ptr(),
+                                1,
+                                lk as isize,
+                                false,
+                                qv.at(bi, h, r0),
+                                1,
+                                qv.st[2] as isize,
+                                kv.at(bi, hk, 0),
+                                kv.st[2] as isize,
+                                1,
+                                0.0,
+                                scale as f32,
+                                false,
+                                false,
+                                false,
+                                gemm::Parallelism::None,
+                            );
+                        }
+                    }
+                    Mul::Vnni(packed) => {
+                        let q0 = qv.index(bi, h, r0);
+                        let q_rows = &qv.data[q0..];
+                        // SAFETY: s is rows×lk at row stride lk, this task's own buffer.
+                        let done = unsafe {
+                            gemm_avx512bf16::matmul_to(
+                                q_rows,
+                                qv.st[2],
+                                rows,
+                                dh,
+                                &packed[bi * hkv + hk].0,
+                                lk,
+                                s.as_mut_ptr(),
+                                lk,
+                            )
+                        };
+                        assert!(done, "attention: the bf16 kernel refused q·kᵀ");
+                        let scale = scale as f32;
+                        s.iter_mut().for_each(|x| *x *= scale);
+                    }
                 }
                 for (i, row) in s.chunks_exact_mut(lk).enumerate() {
-                    if let Some(m) = &mask_view {
+                    if let Some(m) = mask_view {
                         let base = m.off + bi * m.st[0] + h * m.st[1] + (r0 + i) * m.st[2];
                         for (j, x) in row.iter_mut().enumerate() {
                             *x += m.data[base + j * m.st[3]];
                         }
                     }
-                    sums[i] = crate::cpu_math::exp_minus_max(row);
+                    let sum = crate::cpu_math::exp_minus_max(row);
+                    // bf16 products: normalised by the sum of the weights they multiply.
+                    sums[i] = match mul {
+                        Mul::F32 => sum,
+                        _ => crate::cpu_math::round_bf16_sum(row),
+                    };
                 }
-                // SAFETY: this task alone writes rows r0..r0+rows of head h (row stride
-                // Hq·Dh) of `out`; s is rows×lk; the values lie inside their storage.
-                unsafe {
-                    gemm::gemm(
-                        rows,
-                        dh,
-                        lk,
-                        dst.add((bi * lq + r0) * row_stride + h * dh),
-                        1,
-                        row_stride as isize,
-                        false,
-                        s.as_ptr(),
-                        1,
-                        lk as isize,
-                        vv.at(bi, hk, 0),
-                        1,
-                        vv.st[2] as isize,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
-                    );
+                match mul {
+                    Mul::F32 | Mul::RoundedF32 => {
+                        // SAFETY: this task alone writes rows r0..r0+rows of head h (row
+                        // stride Hq·Dh) of `out`; s is rows×lk; the values lie inside their
+                        // storage.
+                        unsafe {
+                            gemm::gemm(
+                                rows,
+                                dh,
+                                lk,
+                                out_at,
+                                1,
+                                row_stride as isize,
+                                false,
+                                s.as_ptr(),
+                                1,
+                                lk as isize,
+                                vv.at(bi, hk, 0),
+                                1,
+                                vv.st[2] as isize,
+                                0.0,
+                                1.0,
+                                false,
+                                false,
+                                false,
+                                gemm::Parallelism::None,
+                            );
+                        }
+                    }
+                    Mul::Vnni(packed) => {
+                        // SAFETY: as above; the first lk keys of the packed values.
+                        let done = unsafe {
+                            gemm_avx512bf16::matmul_to(
+                                s,
+                                lk,
+                                rows,
+                                lk,
+                                &packed[bi * hkv + hk].1,
+                                dh,
+                                out_at,
+                                row_stride,
+                            )
+                        };
+                        assert!(done, "attention: the bf16 kernel refused p·v");
+                    }
                 }
                 for (i, &sum) in sums.iter().enumerate() {
                     let at = (bi * lq + r0 + i) * row_stride + h * dh;
@@ -165,8 +334,7 @@ pub(crate) fn attention(
             });
         });
     }
-    drop((qg, kg, vg, mask_guard));
-    Tensor::from_vec(out, (b, lq, hq, dh), q.device())?.transpose(1, 2)
+    out
 }
 
 /// A 4-D f32 tensor read in place: its storage, start offset and strides.
@@ -177,9 +345,14 @@ struct View<'a> {
 }
 
 impl View<'_> {
+    /// Index of element `[b, h, i, 0]` in `data`.
+    fn index(&self, b: usize, h: usize, i: usize) -> usize {
+        self.off + b * self.st[0] + h * self.st[1] + i * self.st[2]
+    }
+
     /// Pointer to element `[b, h, i, 0]`.
     fn at(&self, b: usize, h: usize, i: usize) -> *const f32 {
-        self.data[self.off + b * self.st[0] + h * self.st[1] + i * self.st[2]..].as_ptr()
+        self.data[self.index(b, h, i)..].as_ptr()
     }
 }
 
@@ -197,8 +370,11 @@ fn view<'a>(storage: &'a Storage, layout: &Layout) -> candle_core::Result<View<'
 
 #[cfg(test)]
 mod tests {
-    use super::attention;
+    use super::{attention, attention_with};
+    use crate::cpu_kernel::CpuKernel;
+    use crate::linear::Products;
     use candle_core::{Device, Tensor};
+    use half::bf16;
 
     /// f64 `softmax(q·kᵀ·scale + mask)·v` with GQA, `[B, H, L, D]` in and out.
     fn reference(
@@ -208,6 +384,19 @@ mod tests {
         dims: [usize; 6],
         scale: f64,
         mask: &[f32],
+    ) -> Vec<f64> {
+        reference_with(q, k, v, dims, scale, mask, |x| x.exp())
+    }
+
+    /// [`reference`] with the unnormalised weight `weight(s − max)` of each score.
+    fn reference_with(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dims: [usize; 6],
+        scale: f64,
+        mask: &[f32],
+        weight: impl Fn(f64) -> f64,
     ) -> Vec<f64> {
         let [b, hq, hkv, lq, lk, dh] = dims;
         let mut out = vec![0f64; b * hq * lq * dh];
@@ -228,7 +417,7 @@ mod tests {
                         })
                         .collect();
                     let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                    let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let e: Vec<f64> = scores.iter().map(|s| weight(s - max)).collect();
                     let sum: f64 = e.iter().sum();
                     for d in 0..dh {
                         let acc: f64 = (0..lk)
@@ -272,6 +461,7 @@ mod tests {
                 scale,
                 Some(&m),
                 causal,
+                Products::F32,
             )
             .unwrap()
             .contiguous()
@@ -290,6 +480,161 @@ mod tests {
                 worst < 2e-6,
                 "lq {lq} lk {lk} causal {causal}: max |Δ| {worst}"
             );
+        }
+    }
+
+    fn round(x: &[f32]) -> Vec<f32> {
+        x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect()
+    }
+
+    /// f64 attention of bf16 operands: q, k, v rounded, the weights `e^(s − max)` rounded to
+    /// bf16 and normalised by their own sum. `[B, H, L, D]` in and out. Each weight is rounded
+    /// from an f32 `exp` of the f32 argument, as in the kernel: rounded from the f64 value a
+    /// weight near a bf16 tie would round the other way now and then (2⁻⁸ of that weight).
+    fn bf16_reference(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dims: [usize; 6],
+        scale: f64,
+        mask: &[f32],
+    ) -> Vec<f64> {
+        let (q, k, v) = (round(q), round(k), round(v));
+        reference_with(&q, &k, &v, dims, scale, mask, |x| {
+            bf16::from_f32((x as f32).exp()).to_f64()
+        })
+    }
+
+    /// One random problem: q, k, v, the `[Lq, Lk]` mask and the dims.
+    struct Problem {
+        q: Vec<f32>,
+        k: Vec<f32>,
+        v: Vec<f32>,
+        mask: Vec<f32>,
+        dims: [usize; 6],
+        causal: bool,
+    }
+
+    fn problem(lq: usize, lk: usize, causal: bool, dh: usize, seed: u32) -> Problem {
+        let mut rnd = crate::test_rng::xorshift(seed);
+        let (b, hq, hkv) = (2, 4, 2);
+        // Scores of a few units, as in the model (the softmax is not flat).
+        let q: Vec<f32> = (0..b * hq * lq * dh).map(|_| 4.0 * rnd()).collect();
+        let k: Vec<f32> = (0..b * hkv * lk * dh).map(|_| rnd()).collect();
+        let v: Vec<f32> = (0..b * hkv * lk * dh).map(|_| rnd()).collect();
+        let mask = (0..lq * lk)
+            .map(|idx| {
+                let (i, j) = (idx / lk, idx % lk);
+                match causal {
+                    true if j > i + (lk - lq) => f32::NEG_INFINITY,
+                    true => 0.0,
+                    false if j % 7 == 3 => f32::NEG_INFINITY,
+                    false => rnd(),
+                }
+            })
+            .collect();
+        Problem {
+            q,
+            k,
+            v,
+            mask,
+            dims: [b, hq, hkv, lq, lk, dh],
+            causal,
+        }
+    }
+
+    /// The attention of `p` as `[B, H, L, D]`, q passed as a view with row stride Hq·Dh (as
+    /// the vision tower's frames) when `strided_q`.
+    fn run(p: &Problem, products: Products, kernel: CpuKernel, strided_q: bool) -> Vec<f32> {
+        let dev = Device::Cpu;
+        let [b, hq, hkv, lq, lk, dh] = p.dims;
+        let t = |x: &[f32], h, l| Tensor::from_vec(x.to_vec(), (b, h, l, dh), &dev).unwrap();
+        let q = if strided_q {
+            t(&p.q, hq, lq)
+                .transpose(1, 2)
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .transpose(1, 2)
+                .unwrap()
+        } else {
+            t(&p.q, hq, lq)
+        };
+        let m = Tensor::from_vec(p.mask.clone(), (lq, lk), &dev).unwrap();
+        attention_with(
+            &q,
+            &t(&p.k, hkv, lk),
+            &t(&p.v, hkv, lk),
+            0.125,
+            Some(&m),
+            p.causal,
+            products,
+            kernel,
+        )
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+    }
+
+    fn worst(got: &[f32], want: &[f64]) -> f64 {
+        got.iter()
+            .zip(want)
+            .map(|(g, w)| (*g as f64 - w).abs())
+            .fold(0f64, f64::max)
+    }
+
+    #[test]
+    fn bf16_products_match_an_f64_reference_on_rounded_operands_on_both_paths() {
+        // (lq, lk, causal, dh): several 64-row blocks, a key offset (lk > lq), a plain mask,
+        // odd key counts, a head width that is not a whole panel (the DiT's 48).
+        let cases = [
+            (150, 150, true, 64),
+            (70, 101, true, 48),
+            (70, 91, false, 48),
+            (5, 33, false, 16),
+        ];
+        for (n, &(lq, lk, causal, dh)) in cases.iter().enumerate() {
+            let p = problem(lq, lk, causal, dh, 0x1234 + n as u32);
+            let want = bf16_reference(&p.q, &p.k, &p.v, p.dims, 0.125, &p.mask);
+            let f32_path = run(&p, Products::F32, CpuKernel::Avx512Bf16, false);
+            // vdpbf16ps (where the CPU has it) and the f32 GEMMs on rounded operands.
+            for kernel in [CpuKernel::Avx512Bf16, CpuKernel::Avx512, CpuKernel::Library] {
+                for strided_q in [false, true] {
+                    let got = run(&p, Products::Bf16, kernel, strided_q);
+                    let w = worst(&got, &want);
+                    // f32 sums and exp on top of the rounded operands (measured ≤ 2.3e-7).
+                    assert!(
+                        w < 1e-6,
+                        "{kernel:?} lq {lq} lk {lk} causal {causal} dh {dh}: max |Δ| {w:e}"
+                    );
+                    assert_ne!(got, f32_path, "{kernel:?}: the products were not rounded");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_bits_do_not_depend_on_threads_or_repeats() {
+        let p = problem(150, 170, true, 64, 9);
+        for kernel in [CpuKernel::Avx512Bf16, CpuKernel::Avx512] {
+            let once = run(&p, Products::Bf16, kernel, false);
+            assert_eq!(
+                run(&p, Products::Bf16, kernel, false),
+                once,
+                "{kernel:?} repeat"
+            );
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let y = pool.install(|| run(&p, Products::Bf16, kernel, false));
+                assert_eq!(y, once, "{kernel:?} {threads} threads");
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ use candle_nn::VarBuilder;
 
 /// `nn.Linear` (weight `[out, in]`, kept bf16 when stored so, optional bias) loaded from `vb`.
 pub(crate) use crate::linear::linear;
+use crate::linear::Products;
 
 /// `nn.LayerNorm` with weight and bias.
 #[derive(Debug, Clone)]
@@ -89,13 +90,16 @@ pub(crate) enum Mask<'a> {
 /// `[B, Hkv, Lk, Dh]` with `Hq` a multiple of `Hkv` (GQA: query head j reads kv head
 /// j / (Hq/Hkv), as `repeat_kv` does, without materialising the repeats); a causal mask is
 /// additive and broadcasts to `[B, Hq, Lq, Lk]`. Returns `[B, Hq, Lq, Dh]`. On a CUDA device
-/// with the `flash-attn` feature the fused kernel runs instead.
+/// with the `flash-attn` feature the fused kernel runs instead. `products` is what the calling
+/// module was loaded for: [`Products::Bf16`] gives the CPU path bf16 operands (on other
+/// devices the activations' own dtype decides).
 pub(crate) fn attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     scale: f64,
     mask: Mask,
+    products: Products,
 ) -> candle_core::Result<Tensor> {
     if let Some(out) = crate::flash::attention(q, k, v, scale, matches!(mask, Mask::Causal(_)))? {
         return Ok(out);
@@ -111,7 +115,7 @@ pub(crate) fn attention(
         candle_core::bail!("attention: {hq} query heads do not share {hkv} kv heads evenly");
     }
     if super::cpu_attention::applies(q, k, v, mask) {
-        return super::cpu_attention::attention(q, k, v, scale, mask, causal);
+        return super::cpu_attention::attention(q, k, v, scale, mask, causal, products);
     }
     let rep = hq / hkv;
     // Query heads of one kv head are adjacent, so they stack into one taller matrix.

@@ -9,7 +9,7 @@ pub use rope::{rope_index, MropePositions};
 use crate::backbone::nn::{apply_rope, attention, linear, Mask, RmsNorm};
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
-use crate::linear::Linear;
+use crate::linear::{products_for, Linear, Products};
 use crate::taps::Recorder;
 use crate::weights::COMPACT;
 use candle_core::{DType, Device, Module, Tensor};
@@ -263,6 +263,8 @@ pub struct DecoderLayer {
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
+    /// The products the layer was loaded for (its attention's too).
+    products: Products,
 }
 
 impl DecoderLayer {
@@ -286,6 +288,7 @@ impl DecoderLayer {
             num_heads: hq,
             num_kv_heads: hkv,
             head_dim: hd,
+            products: products_for(&vb),
         })
     }
 
@@ -331,6 +334,7 @@ impl DecoderLayer {
             &v,
             1.0 / (hd as f64).sqrt(),
             Mask::Causal(&ctx.mask),
+            self.products,
         )?;
         let out = out.transpose(1, 2)?.reshape((b, s, self.num_heads * hd))?;
         Ok(self.o_proj.forward(&out)?)
