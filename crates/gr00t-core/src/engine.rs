@@ -354,11 +354,6 @@ impl Engine {
                     .map_err(InferError::Invalid)?;
                 (processor, obs, body.return_normalized)
             }
-            Item::Droid(raw) => (
-                served(EMBODIMENT_TAG)?,
-                raw.into_observation(),
-                request.return_normalized,
-            ),
             Item::Any(a) => (served(&a.tag)?, a.observation, request.return_normalized),
         };
         let (rtc, rtc_source) = self.rtc_of(plan, &processor.spec().tag)?;

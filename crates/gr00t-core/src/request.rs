@@ -4,42 +4,11 @@
 
 use crate::rtc::RtcPlan;
 use gr00t_embodiment::embodiment::Observation;
-use gr00t_embodiment::image::Frame;
-use gr00t_embodiment::request::{
-    NoiseSource, PredictRequest, RawState, CAMERAS, FRAMES_PER_CAMERA,
-};
+use gr00t_embodiment::request::{NoiseSource, PredictRequest};
 use gr00t_model::Rtc;
 
-/// One DROID observation with its frames already decoded.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RawRequest {
-    /// Frames per camera in `CAMERAS` order (exterior, wrist), each `[t−15, t]`.
-    pub frames: [[Frame; FRAMES_PER_CAMERA]; 2],
-    /// Raw state.
-    pub state: RawState,
-    /// Instruction as sent.
-    pub instruction: String,
-    /// Initial noise.
-    pub noise: NoiseSource,
-}
-
-impl RawRequest {
-    /// The DROID layout's generic observation (views in `CAMERAS` order, state in model order).
-    pub fn into_observation(self) -> Observation {
-        Observation {
-            images: CAMERAS
-                .iter()
-                .zip(self.frames)
-                .map(|(cam, frames)| (cam.to_string(), frames.to_vec()))
-                .collect(),
-            state: self.state.to_pairs(),
-            instruction: self.instruction,
-            noise: self.noise,
-        }
-    }
-}
-
-/// One observation of another served embodiment (the generic layout, any views and keys).
+/// One observation of any served embodiment in the generic layout (any views and keys; a
+/// view sent with its current frame only is completed from the session's frame history).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AnyRequest {
     /// The embodiment tag.
@@ -48,12 +17,10 @@ pub struct AnyRequest {
     pub observation: Observation,
 }
 
-/// One observation: DROID's fixed layout, or another embodiment's.
+/// One observation: any embodiment's decoded, or a DROID `/predict` body.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Item {
-    /// The DROID layout with decoded frames (the websocket door's openpi/RoboArena dialects).
-    Droid(RawRequest),
-    /// Any other served embodiment.
+    /// Any served embodiment, DROID included (the ZMQ and websocket doors).
     Any(AnyRequest),
     /// A DROID `/predict` body, validated, its frames still base64: the engine checks each
     /// frame's size from its header before decoding it, on the inference thread.
@@ -64,7 +31,6 @@ impl Item {
     /// Replaces the initial noise.
     pub fn set_noise(&mut self, noise: NoiseSource) {
         match self {
-            Item::Droid(r) => r.noise = noise,
             Item::Any(a) => a.observation.noise = noise,
             Item::DroidBody(b) => b.noise = noise,
         }

@@ -2,6 +2,7 @@
 //! owns the engine → every door (`doors::{http, zmq, ws}`) gets a queue handle and the stop
 //! switch, until SIGINT/SIGTERM.
 
+use crate::doors::answers::Answers;
 use crate::doors::http::{body, demo, metrics, observe, routes, HardeningOptions};
 use crate::doors::{ProtocolOptions, Stop};
 use crate::shutdown;
@@ -13,6 +14,7 @@ use observe::{ObserveOptions, Observer};
 use routes::{AppState, Limits};
 use std::error::Error;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::net::TcpListener;
 
@@ -115,6 +117,8 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         }
     });
     let observer = observer(&opts, &engine, &info, model_load_s, vision_cache)?;
+    // Every door counts its answers where /metrics reads them.
+    let answers = observer.metrics().answers();
     let layouts = engine.layouts();
     let decode: routes::Decoder = {
         let layouts = layouts.clone();
@@ -132,7 +136,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         .thread_name("gr00t-http")
         .enable_all()
         .build()?;
-    let protocols = (handle.clone(), info.clone(), layouts.clone());
+    let protocols = (handle.clone(), info.clone(), layouts.clone(), answers);
     if let Some(id) = &opts.replica_id {
         tracing::info!("replica id {id}");
     }
@@ -175,7 +179,7 @@ fn observer(
 async fn serve(
     opts: &ServeOptions,
     state: AppState,
-    protocols: (Queue, EngineInfo, Layouts),
+    protocols: (Queue, EngineInfo, Layouts, Arc<Answers>),
 ) -> Result<(), Box<dyn Error>> {
     let listener = bind(&opts.host, opts.port).await?;
     let addr = listener.local_addr()?;
@@ -186,14 +190,17 @@ async fn serve(
     // One switch stops every listener: the first signal, or the ZMQ `kill` endpoint.
     let stop = Stop::new();
     let max_message = opts.max_body_mb.saturating_mul(1024 * 1024);
-    let (worker, info, layouts) = protocols;
+    let (worker, info, layouts, answers) = protocols;
     let listeners = crate::doors::start(
         &opts.protocols,
         &opts.host,
         max_message,
-        &worker,
-        &info,
-        &layouts,
+        crate::doors::Shared {
+            worker: &worker,
+            info: &info,
+            layouts: &layouts,
+            answers: &answers,
+        },
         &stop,
     )
     .await?;

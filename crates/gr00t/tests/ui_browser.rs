@@ -526,7 +526,9 @@ fn status_page_shows_requests_and_runs_the_demo() {
     assert_eq!(m.status, 200);
     let text = m.text();
     assert!(
-        text.contains("gr00t_predict_requests_total{outcome=\"ok\",code=\"200\"} 3\n"),
+        text.contains(
+            "gr00t_predict_requests_total{outcome=\"ok\",code=\"200\",door=\"http\"} 3\n"
+        ),
         "{text}"
     );
     drop(server);
@@ -583,7 +585,12 @@ fn request_ids_json_logs_and_metrics() {
     assert_eq!(m.status, 200);
     assert!(header(&m, "content-type").starts_with("text/plain; version=0.0.4"));
     let text = m.text();
-    let total = |labels: &str| sample(&text, &format!("gr00t_predict_requests_total{{{labels}}}"));
+    let total = |labels: &str| {
+        sample(
+            &text,
+            &format!("gr00t_predict_requests_total{{{labels},door=\"http\"}}"),
+        )
+    };
     assert_eq!(total("outcome=\"ok\",code=\"200\""), 2.0);
     assert_eq!(
         total("outcome=\"bad_request\",code=\"400\",field=\"state.eef_9d\""),
@@ -678,7 +685,7 @@ fn no_ui_turns_the_page_off_and_keeps_metrics() {
     assert_eq!(
         sample(
             &text,
-            "gr00t_predict_requests_total{outcome=\"ok\",code=\"200\"}"
+            "gr00t_predict_requests_total{outcome=\"ok\",code=\"200\",door=\"http\"}"
         ),
         1.0
     );

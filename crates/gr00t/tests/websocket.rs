@@ -27,12 +27,14 @@ use ndarray::{DType, NdArray};
 use rmpv::Value;
 use std::net::TcpStream;
 use std::time::Duration;
-use test_server::{fixture_actions, frame, http_actions, state, Server, CAMERAS, GROUPS};
+use test_server::{answers, fixture_actions, frame, http_actions, state, Server, CAMERAS, GROUPS};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::{Message, WebSocket};
 
 type Ws = WebSocket<TcpStream>;
+/// vLLM-Omni's path.
+const VLLM_OMNI: &str = "/v1/realtime/robot/openpi";
 /// A msgpack map's entries.
 type Map = Vec<(Value, Value)>;
 
@@ -360,6 +362,104 @@ fn websocket_roboarena_sessions_and_reset() {
         text.contains("endpoint must be 'infer' or 'reset'"),
         "{text}"
     );
+}
+
+/// An unlabelled sample of a `/metrics` exposition.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn websocket_roboarena_sessions_are_core_sessions() {
+    let s = Server::start(&["--ws-port", "0"]);
+    let addr = s.ws.clone().expect("ws address");
+    let metrics = || test_client::get(&s.http, "/metrics").unwrap().text();
+    let sessions = || test_client::get(&s.http, "/info").unwrap().json()["sessions"].clone();
+    // t-15 on a connection that then closes, t0 on a new one: the session outlives both.
+    let (mut a, _) = connect(&addr, None).unwrap();
+    let first = groups(&infer(&mut a, &arena("t-15", "ep")));
+    a.close(None).unwrap();
+    drop(a);
+    let (mut b, _) = connect(&addr, None).unwrap();
+    let ours = groups(&infer(&mut b, &arena("t0", "ep")));
+    for (g, got) in GROUPS.iter().zip(&ours) {
+        let d = max_abs_diff(got, &fixture_actions("case0", g));
+        assert!(d <= 1e-5, "{g}: max|Δ| {d:.3e} > 1e-5");
+    }
+    // One core session (the connections named none of their own), counted like HTTP's.
+    let info = sessions();
+    assert_eq!(
+        (info["active"].as_u64(), info["created"].as_u64()),
+        (Some(1), Some(1)),
+        "{info}"
+    );
+    let text = metrics();
+    assert_eq!(metric(&text, "gr00t_sessions_active"), 1.0);
+    assert_eq!(metric(&text, "gr00t_sessions_created_total"), 1.0);
+    // Its core key is apart from HTTP's session "ep"; HTTP's /reset reaches it by that key.
+    let reset = |id: &str| {
+        let body = serde_json::json!({ "session_id": id }).to_string();
+        test_client::post_json(&s.http, "/reset", body.as_bytes())
+            .unwrap()
+            .json()["reset"]
+            .clone()
+    };
+    assert_eq!(reset("ep"), serde_json::json!(false));
+    assert_eq!(reset("roboarena-ep"), serde_json::json!(true));
+    assert_eq!(metric(&metrics(), "gr00t_sessions_reset_total"), 1.0);
+    // Reset, the session starts over: t0 is paired with itself, as t-15 was at first.
+    let fresh = groups(&infer(&mut b, &arena("t0", "ep")));
+    assert_ne!(fresh, ours, "the reset kept the session's frames");
+    assert_ne!(fresh, first);
+    // The websocket's reset counts too.
+    let ws_reset = str_map([
+        ("endpoint", Value::from("reset")),
+        ("session_id", Value::from("ep")),
+    ]);
+    b.send(Message::Binary(pack(&ws_reset).into())).unwrap();
+    assert!(matches!(b.read().unwrap(), Message::Text(_)));
+    assert_eq!(sessions()["resets"].as_u64(), Some(2));
+    assert_eq!(sessions()["active"].as_u64(), Some(0));
+}
+
+#[test]
+fn websocket_answers_are_counted_in_metrics_by_door() {
+    let s = Server::start(&["--ws-port", "0"]);
+    let addr = s.ws.clone().expect("ws address");
+    let metrics = || test_client::get(&s.http, "/metrics").unwrap().text();
+    let ok = "outcome=\"ok\",code=\"200\"";
+    let refused = "outcome=\"bad_request\",code=\"400\",field=\"other\"";
+    // An answered observation and a reset (not a prediction) on one connection, a refused one
+    // on another, and vLLM-Omni's path.
+    let (mut ws, _) = connect(&addr, None).unwrap();
+    infer(&mut ws, &Value::Map(observation(None)));
+    let reset = str_map([("endpoint", Value::from("reset"))]);
+    ws.send(Message::Binary(pack(&reset).into())).unwrap();
+    assert!(matches!(ws.read().unwrap(), Message::Text(_)));
+    let mut no_prompt = observation(None);
+    no_prompt.retain(|(k, _)| k.as_str() != Some("prompt"));
+    let (mut bad, _) = connect(&addr, None).unwrap();
+    let text = expect_error(
+        &mut bad,
+        Message::Binary(pack(&Value::Map(no_prompt)).into()),
+    );
+    assert!(text.contains("prompt"), "{text}");
+    let (mut omni, _) = connect_to(&addr, VLLM_OMNI, None).unwrap();
+    let e = infer(&mut omni, &str_map([("endpoint", Value::from("teleport"))]));
+    assert_eq!(
+        get(e.as_map().unwrap(), "type"),
+        Some(&Value::from("error"))
+    );
+    let text = metrics();
+    assert_eq!(answers(&text, ok, "ws"), 1.0, "{text}");
+    assert_eq!(answers(&text, refused, "ws"), 2.0, "{text}");
+    // The HTTP series did not move.
+    assert_eq!(answers(&text, ok, "http"), 0.0, "{text}");
+    assert_eq!(answers(&text, refused, "http"), 0.0, "{text}");
 }
 
 #[test]

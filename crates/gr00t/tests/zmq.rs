@@ -24,7 +24,9 @@ use msgpack_numpy::{str_map, unpack, ArrayForm};
 use ndarray::{DType, NdArray};
 use rmpv::Value;
 use std::time::Duration;
-use test_server::{fixture_actions, frame, http_actions, noise, state, Server, CAMERAS, GROUPS};
+use test_server::{
+    answers, fixture_actions, frame, http_actions, noise, state, Server, CAMERAS, GROUPS,
+};
 use zeromq::{ReqSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 /// A msgpack map's entries.
@@ -765,4 +767,49 @@ fn zmq_flat_form_serves_other_embodiments() {
     assert_eq!(a.shape, [1, 16, 5]);
     let want = case.outputs.f32s("action.single_arm");
     assert!(max_abs_diff(&a.to_f32s(), &want) <= 1e-5 * 100.0);
+}
+
+#[test]
+fn zmq_answers_are_counted_in_metrics_by_door() {
+    let s = Server::start(&["--zmq-port", "0"]);
+    let mut c = Client::connect(s.zmq.as_deref().expect("zmq address"));
+    let metrics = || test_client::get(&s.http, "/metrics").unwrap().text();
+    let (ok, refused) = (
+        "outcome=\"ok\",code=\"200\"",
+        "outcome=\"bad_request\",code=\"400\",field=\"other\"",
+    );
+    let before = metrics();
+    assert_eq!(answers(&before, ok, "zmq"), 0.0, "{before}");
+    assert!(before.contains(&format!(
+        "gr00t_predict_requests_total{{{ok},door=\"zmq\"}} 0\n"
+    )));
+    let seed0 = str_map([("seed", Value::from(0))]);
+    let reply = c.call(
+        "get_action",
+        Some(get_action(case0_observation(1, false), seed0)),
+        None,
+    );
+    assert_fixture(&item(&actions(&reply), "", 0));
+    // A refused get_action, and endpoints that are not predictions.
+    let mut bad = case0_observation(1, false);
+    if let Value::Map(m) = &mut bad {
+        m.retain(|(k, _)| k.as_str() != Some("state"));
+    }
+    let e = c.call("get_action", Some(get_action(bad, Value::Nil)), None);
+    assert!(error_text(&e).contains("state"), "{e}");
+    c.call("ping", None, None);
+    c.call("get_modality_config", None, None);
+    let text = metrics();
+    assert_eq!(answers(&text, ok, "zmq"), 1.0, "{text}");
+    assert_eq!(answers(&text, refused, "zmq"), 1.0, "{text}");
+    // The HTTP series did not move; an HTTP answer moves only its own.
+    assert_eq!(answers(&text, ok, "http"), 0.0);
+    assert_eq!(answers(&text, refused, "http"), 0.0);
+    http_predict(&s, &test_server::request("case0"));
+    let text = metrics();
+    assert_eq!(
+        (answers(&text, ok, "http"), answers(&text, ok, "zmq")),
+        (1.0, 1.0),
+        "{text}"
+    );
 }

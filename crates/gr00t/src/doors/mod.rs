@@ -2,9 +2,10 @@
 //! queue; none imports another. The HTTP API (`http`, always on), Isaac-GR00T's ZMQ
 //! `PolicyClient` protocol (`zmq`, `--zmq-port`) and openpi's websocket protocol with its
 //! RoboArena and vLLM-Omni dialects (`ws`, `--ws-port`); `wire` holds the array encodings the
-//! last two share. This module also holds the stop switch and starts the ZMQ and websocket
-//! listeners.
+//! last two share and `answers` the answer counters all three feed. This module also holds the
+//! stop switch and starts the ZMQ and websocket listeners.
 
+pub mod answers;
 pub mod http;
 pub mod wire;
 pub mod ws;
@@ -93,6 +94,18 @@ impl Listeners {
     }
 }
 
+/// What the ZMQ and websocket listeners share with the HTTP door.
+pub struct Shared<'a> {
+    /// The inference queue.
+    pub worker: &'a Queue,
+    /// The loaded engine's description (the metadata frames).
+    pub info: &'a EngineInfo,
+    /// The served layouts (the schemas).
+    pub layouts: &'a Layouts,
+    /// Where answers are counted (the HTTP door's `/metrics` renders them).
+    pub answers: &'a Arc<answers::Answers>,
+}
+
 /// Binds every enabled listener (a taken port is an error: clients are configured with it),
 /// logs where each listens and starts serving until `stop` fires.
 /// `host` is the HTTP `--host`; `max_message_bytes` bounds a websocket message (the HTTP body
@@ -101,11 +114,15 @@ pub async fn start(
     opts: &ProtocolOptions,
     host: &str,
     max_message_bytes: usize,
-    worker: &Queue,
-    info: &EngineInfo,
-    layouts: &Layouts,
+    shared: Shared<'_>,
     stop: &Stop,
 ) -> Result<Listeners, Box<dyn std::error::Error>> {
+    let Shared {
+        worker,
+        info,
+        layouts,
+        answers,
+    } = shared;
     let mut tasks = Vec::new();
     if opts.zmq_port.is_none() && opts.ws_port.is_none() {
         return Ok(Listeners { tasks });
@@ -140,6 +157,7 @@ pub async fn start(
             schemas,
             api_token: opts.api_token.clone(),
             allow_kill: opts.allow_kill,
+            answers: answers.clone(),
         };
         tasks.push(tokio::spawn(zmq::serve(socket, ctx, stop.clone())));
     }
@@ -165,7 +183,7 @@ pub async fn start(
             vllm_omni_metadata: websocket::vllm_omni_metadata(info, &schema),
             schema,
             schemas: nested,
-            sessions: Default::default(),
+            answers: answers.clone(),
             api_token: opts.api_token.clone(),
             max_message_bytes,
             stop: stop.clone(),

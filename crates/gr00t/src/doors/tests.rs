@@ -5,9 +5,10 @@ use super::wire::msgpack_numpy::{self as mp, pack, str_map, unpack};
 use super::wire::ndarray::{DType, Kind, NdArray};
 use super::wire::npy;
 use super::wire::observation::{self, Schema};
-use super::ws::droid_obs::{self, eef_9d_from_cartesian, CameraInput, FrameHistory};
+use super::ws::droid_obs::{self, eef_9d_from_cartesian, CameraInput};
 use gr00t_core::request::Item;
 use gr00t_embodiment::embodiment::Observation;
+use gr00t_embodiment::frame_history::FrameHistory;
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::request::{NoiseSource, RawState};
 use rmpv::Value;
@@ -20,7 +21,6 @@ trait DroidItem {
 impl DroidItem for Item {
     fn droid(&self) -> Observation {
         match self {
-            Item::Droid(r) => r.clone().into_observation(),
             Item::Any(a) => a.observation.clone(),
             other => panic!("not a decoded item: {other:?}"),
         }
@@ -343,26 +343,51 @@ fn state() -> RawState {
     }
 }
 
+/// A DROID observation through a session's frame history as the engine applies it (DROID's
+/// offsets `[-15, 0]`): each camera's `[t−15, t]`.
+fn through(h: &mut FrameHistory, obs: droid_obs::DroidObservation) -> Vec<Vec<Frame>> {
+    let deltas = [-15, 0];
+    let Item::Any(a) = obs.into_item() else {
+        panic!("not a generic item")
+    };
+    assert_eq!(a.tag, gr00t_embodiment::EMBODIMENT_TAG);
+    let mut images = a.observation.images;
+    let names: Vec<&str> = images.iter().map(|(v, _)| v.as_str()).collect();
+    assert_eq!(names, gr00t_embodiment::request::CAMERAS);
+    if let Some(currents) = h.fill(&mut images, &deltas).unwrap() {
+        h.record(currents, &deltas);
+    }
+    images.into_iter().map(|(_, f)| f).collect()
+}
+
 #[test]
 fn history_pairs_each_frame_with_the_one_15_observations_back() {
+    // What the websocket door's own history did, now through the core session's.
     let mut h = FrameHistory::default();
     // Until 15 earlier frames exist, t−15 is the oldest one kept (the first: itself at first).
-    let r = h.resolve(observation(0));
-    assert_eq!(r.frames[0], [frame(0), frame(0)]);
-    assert_eq!(r.frames[1], [frame(100), frame(100)]);
+    let r = through(&mut h, observation(0));
+    assert_eq!(r[0], [frame(0), frame(0)]);
+    assert_eq!(r[1], [frame(100), frame(100)]);
     for v in 1..15 {
-        let r = h.resolve(observation(v));
-        assert_eq!(r.frames[0], [frame(0), frame(v)]);
+        let r = through(&mut h, observation(v));
+        assert_eq!(r[0], [frame(0), frame(v)]);
     }
     for v in 15..20 {
-        let r = h.resolve(observation(v));
-        assert_eq!(r.frames[0], [frame(v - 15), frame(v)], "observation {v}");
-        assert_eq!(r.frames[1], [frame(v - 15 + 100), frame(v + 100)]);
+        let r = through(&mut h, observation(v));
+        assert_eq!(r[0], [frame(v - 15), frame(v)], "observation {v}");
+        assert_eq!(r[1], [frame(v - 15 + 100), frame(v + 100)]);
     }
     // An explicit pair bypasses the history.
     let mut o = observation(50);
     o.cameras[0] = CameraInput::Pair([frame(1), frame(2)]);
-    assert_eq!(h.resolve(o).frames[0], [frame(1), frame(2)]);
+    assert_eq!(through(&mut h, o)[0], [frame(1), frame(2)]);
+    // The state and the rest of the observation pass unchanged.
+    let Item::Any(a) = observation(3).into_item() else {
+        unreachable!()
+    };
+    assert_eq!(a.observation.state, state().to_pairs());
+    assert_eq!(a.observation.instruction, "go");
+    assert_eq!(a.observation.noise, NoiseSource::Seed(42));
 }
 
 fn openpi_image(shape: Vec<usize>, dtype: DType) -> Value {
@@ -762,58 +787,6 @@ fn modality_config_carries_both_markers() {
             );
         }
         assert!(mp::get(inner, "as_json").is_some_and(|j| j.as_map().is_some()));
-    }
-}
-
-#[test]
-fn roboarena_sessions_keep_bounded_lru_histories() {
-    use super::ws::roboarena::{session_key, Sessions};
-    let mut s = Sessions::new(2);
-    let first = s.resolve("a", observation(1));
-    assert_eq!(first.frames[0], [frame(1), frame(1)]);
-    assert_eq!(
-        s.resolve("a", observation(2)).frames[0],
-        [frame(1), frame(2)]
-    );
-    // Sessions do not share frames.
-    assert_eq!(
-        s.resolve("b", observation(3)).frames[0],
-        [frame(3), frame(3)]
-    );
-    // "a" was used before "b": a third session drops "a", not "b".
-    s.resolve("b", observation(4));
-    s.resolve("c", observation(5));
-    assert!(!s.contains("a") && s.contains("b") && s.contains("c"));
-    assert_eq!(
-        s.resolve("b", observation(6)).frames[0],
-        [frame(3), frame(6)]
-    );
-    assert_eq!(
-        s.resolve("a", observation(7)).frames[0],
-        [frame(7), frame(7)]
-    );
-    assert!(s.remove("a") && !s.remove("a"));
-
-    // session_id: str, int, int32 array (1,) (RoboArena's), openpi / numpy scalar.
-    let i32s = |v: &[i32]| {
-        let data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        NdArray::new(DType::parse("<i4").unwrap(), vec![v.len()], data).unwrap()
-    };
-    let key = |v: Value| session_key(Some(&v));
-    assert_eq!(key(Value::from("ep-1-A")), Ok(Some("ep-1-A".into())));
-    assert_eq!(key(Value::from(7)), Ok(Some("7".into())));
-    assert_eq!(key(mp::openpi_array(&i32s(&[7]))), Ok(Some("7".into())));
-    assert_eq!(key(mp::nd_array(&i32s(&[-3]))), Ok(Some("-3".into())));
-    assert_eq!(key(Value::Nil), Ok(None));
-    assert_eq!(session_key(None), Ok(None));
-    for bad in [
-        mp::openpi_array(&i32s(&[1, 2])),
-        mp::openpi_array(&NdArray::from_f32(vec![1], &[1.0])),
-        Value::F64(1.0),
-        str_map([("x", Value::from(1))]),
-    ] {
-        let e = key(bad).unwrap_err();
-        assert!(e.contains("session_id"), "{e}");
     }
 }
 

@@ -209,3 +209,12 @@ pub fn http_actions(resp: &Json, group: &str) -> Vec<f32> {
         .flat_map(floats)
         .collect()
 }
+
+/// A `gr00t_predict_requests_total` sample of `door` in a `/metrics` text, with these labels
+/// (`outcome`, `code`, `field`, in the server's order); 0 when absent.
+pub fn answers(text: &str, labels: &str, door: &str) -> f64 {
+    let series = format!("gr00t_predict_requests_total{{{labels},door=\"{door}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .map_or(0.0, |v| v.parse().unwrap())
+}

@@ -1,38 +1,19 @@
 //! `GET /metrics`: request counters, per-stage latency histograms and process gauges, written in
 //! the Prometheus text exposition format (version 0.0.4) by hand.
 
+pub use crate::doors::answers::Outcome;
+use crate::doors::answers::{Answers, Door};
 use gr00t_core::response::TimingMs;
 use gr00t_core::session::SessionStats;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Upper bounds (seconds) of the latency buckets: 0.5 ms to 2 min, roughly ×2.5 apart, so both
 /// the tiny test model and the full model on a CPU land in the middle.
 pub const BUCKETS_S: [f64; 18] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
     40.0, 60.0, 120.0,
-];
-
-/// Request fields a 400 may name; anything else is counted as `other` (clients choose unknown
-/// field names, and a label must not grow without bound).
-const KNOWN_FIELDS: [&str; 16] = [
-    "body",
-    "content-type",
-    "images",
-    "images.exterior_image_1_left",
-    "images.wrist_image_left",
-    "instruction",
-    "state",
-    "state.eef_9d",
-    "state.gripper_position",
-    "state.joint_position",
-    "seed",
-    "noise",
-    "return_normalized",
-    "tokenizer",
-    "session_id",
-    "x-session-id",
 ];
 
 /// The timed stages of a prediction, as the `stage` label.
@@ -89,89 +70,6 @@ impl Stage {
             Stage::Compute => "compute",
             Stage::Request => "request",
         }
-    }
-}
-
-/// How a `/predict` request ended, as the `outcome`/`code`/`field` labels.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Outcome {
-    /// 200.
-    Ok,
-    /// 400, with the (normalised) field at fault.
-    BadRequest(String),
-    /// 413.
-    TooLarge,
-    /// 503: the queue was full.
-    Busy,
-    /// 500.
-    Internal,
-    /// Any other status.
-    Other(u16),
-}
-
-impl Outcome {
-    /// Classifies a status code; `field` is the refused field of a 400, if any.
-    pub fn from_status(status: u16, field: Option<&str>) -> Outcome {
-        match status {
-            200 => Outcome::Ok,
-            400 => Outcome::BadRequest(field_label(field.unwrap_or(""))),
-            413 => Outcome::TooLarge,
-            503 => Outcome::Busy,
-            500 => Outcome::Internal,
-            other => Outcome::Other(other),
-        }
-    }
-
-    /// The `outcome` label value.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::BadRequest(_) => "bad_request",
-            Outcome::TooLarge => "too_large",
-            Outcome::Busy => "busy",
-            Outcome::Internal => "error",
-            Outcome::Other(_) => "other",
-        }
-    }
-
-    /// The HTTP status.
-    pub fn code(&self) -> u16 {
-        match self {
-            Outcome::Ok => 200,
-            Outcome::BadRequest(_) => 400,
-            Outcome::TooLarge => 413,
-            Outcome::Busy => 503,
-            Outcome::Internal => 500,
-            Outcome::Other(c) => *c,
-        }
-    }
-}
-
-/// A refused field reduced to a bounded label: array indices dropped (`noise[3][7]` → `noise`),
-/// unknown names → `other`, no field → `none`.
-pub fn field_label(field: &str) -> String {
-    let base: String = {
-        let mut out = String::with_capacity(field.len());
-        let mut depth = 0usize;
-        for c in field.chars() {
-            match c {
-                '[' => depth += 1,
-                ']' => depth = depth.saturating_sub(1),
-                _ if depth == 0 => out.push(c),
-                _ => {}
-            }
-        }
-        out
-    };
-    if base.is_empty() {
-        return "none".into();
-    }
-    if KNOWN_FIELDS.contains(&base.as_str()) {
-        return base;
-    }
-    match base.split_once('.') {
-        Some((top, _)) if KNOWN_FIELDS.contains(&top) => top.to_string(),
-        _ => "other".into(),
     }
 }
 
@@ -234,13 +132,14 @@ pub struct Gauges {
 
 #[derive(Default, Clone)]
 struct State {
-    requests: BTreeMap<Outcome, u64>,
     stages: BTreeMap<Stage, Histogram>,
 }
 
 /// Counters and histograms shared by the handlers.
 pub struct Metrics {
     state: Mutex<State>,
+    /// Every door's answers (the ZMQ and websocket doors hold it too).
+    answers: Arc<Answers>,
     model_load_s: f64,
     build: Vec<(&'static str, String)>,
 }
@@ -250,6 +149,7 @@ impl Metrics {
     pub fn new(model_load_s: f64, build: Vec<(&'static str, String)>) -> Metrics {
         Metrics {
             state: Mutex::new(State::default()),
+            answers: Arc::default(),
             model_load_s,
             build,
         }
@@ -262,7 +162,12 @@ impl Metrics {
 
     /// Counts one `/predict` outcome.
     pub fn count_request(&self, outcome: Outcome) {
-        *self.lock().requests.entry(outcome).or_insert(0) += 1;
+        self.answers.count(Door::Http, outcome);
+    }
+
+    /// The answer counters, for the other doors to count theirs.
+    pub fn answers(&self) -> Arc<Answers> {
+        self.answers.clone()
     }
 
     /// Adds one latency observation to a stage.
@@ -303,24 +208,24 @@ impl Metrics {
             w,
             "gr00t_predict_requests_total",
             "counter",
-            "Prediction requests by outcome (400s by the refused field).",
+            "Prediction requests by door and outcome (400s by the refused field; code: the HTTP \
+             status, or the one HTTP would answer).",
         );
-        let mut requests = state.requests;
+        let mut requests = self.answers.snapshot();
         // The common outcomes are always present, so a scraper sees them at 0.
-        for o in [
-            Outcome::Ok,
-            Outcome::TooLarge,
-            Outcome::Busy,
-            Outcome::Internal,
-        ] {
-            requests.entry(o).or_insert(0);
+        for door in Door::ALL {
+            for o in [Outcome::Ok, Outcome::Busy, Outcome::Internal] {
+                requests.entry((door, o)).or_insert(0);
+            }
         }
-        for (o, n) in &requests {
+        requests.entry((Door::Http, Outcome::TooLarge)).or_insert(0);
+        for ((door, o), n) in &requests {
             let code = o.code().to_string();
             let mut labels = vec![("outcome", o.name()), ("code", code.as_str())];
             if let Outcome::BadRequest(field) = o {
                 labels.push(("field", field.as_str()));
             }
+            labels.push(("door", door.name()));
             sample(w, "gr00t_predict_requests_total", &labels, *n as f64);
         }
 
@@ -619,8 +524,14 @@ mod tests {
         m.count_request(Outcome::from_status(400, Some("noise")));
         m.count_request(Outcome::from_status(413, Some("body")));
         m.count_request(Outcome::from_status(503, None));
+        m.answers().count(Door::Zmq, Outcome::Ok);
+        m.answers().count(Door::Ws, Outcome::refused());
         let s = parse(&m.render(&Gauges::default()));
-        let n = |labels: &[(&str, &str)]| s[&key("gr00t_predict_requests_total", labels)];
+        let n = |labels: &[(&str, &str)]| {
+            let mut labels = labels.to_vec();
+            labels.push(("door", "http"));
+            s[&key("gr00t_predict_requests_total", &labels)]
+        };
         assert_eq!(n(&[("outcome", "ok"), ("code", "200")]), 2.0);
         assert_eq!(
             n(&[
@@ -642,19 +553,30 @@ mod tests {
         assert_eq!(n(&[("outcome", "busy"), ("code", "503")]), 1.0);
         // Never seen, still exported at zero.
         assert_eq!(n(&[("outcome", "error"), ("code", "500")]), 0.0);
-    }
-
-    #[test]
-    fn field_labels_stay_bounded() {
-        assert_eq!(field_label("state.eef_9d"), "state.eef_9d");
+        // The other doors' answers, by door; the HTTP series do not move.
+        let at = |door: &str, labels: &[(&str, &str)]| {
+            let mut labels = labels.to_vec();
+            labels.push(("door", door));
+            s.get(&key("gr00t_predict_requests_total", &labels))
+                .copied()
+        };
+        assert_eq!(at("zmq", &[("outcome", "ok"), ("code", "200")]), Some(1.0));
+        assert_eq!(at("ws", &[("outcome", "ok"), ("code", "200")]), Some(0.0));
+        let refused = [
+            ("outcome", "bad_request"),
+            ("code", "400"),
+            ("field", "other"),
+        ];
+        assert_eq!(at("ws", &refused), Some(1.0));
+        assert_eq!(at("http", &refused), None);
         assert_eq!(
-            field_label("images.wrist_image_left[1]"),
-            "images.wrist_image_left"
+            at("zmq", &[("outcome", "busy"), ("code", "503")]),
+            Some(0.0)
         );
-        assert_eq!(field_label("images.front_cam"), "images");
-        assert_eq!(field_label("noise[39][131]"), "noise");
-        assert_eq!(field_label("my_custom_key"), "other");
-        assert_eq!(field_label(""), "none");
+        assert_eq!(
+            at("zmq", &[("outcome", "too_large"), ("code", "413")]),
+            None
+        );
     }
 
     #[test]

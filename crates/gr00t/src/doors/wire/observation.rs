@@ -19,10 +19,10 @@
 use super::msgpack_numpy::{decode_array, encode_array, get, scalar, str_map, type_name, uint};
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
+use super::session::session_id;
 use gr00t_core::request::{AnyRequest, Item};
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions, RtcPlan};
-use gr00t_core::session::check_session_id;
 use gr00t_embodiment::embodiment::{EmbodimentSpec, Observation};
 use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::frame_policy::{frame_policy, FramePolicy};
@@ -612,27 +612,6 @@ fn parse_for(
         rtc,
         session,
     })
-}
-
-/// `session_id` among a message's keys: a str or an int (null counts as absent); errors name
-/// `prefix` + key.
-pub fn session_id(m: &[(Value, Value)], prefix: &str) -> Result<Option<String>, String> {
-    let id = match get(m, "session_id") {
-        None | Some(Value::Nil) => return Ok(None),
-        Some(Value::String(s)) => s
-            .as_str()
-            .ok_or_else(|| format!("{prefix}session_id is not valid UTF-8"))?
-            .to_string(),
-        Some(Value::Integer(i)) => i.to_string(),
-        Some(v) => {
-            return Err(format!(
-                "{prefix}session_id must be a str or an int. Got {}",
-                type_name(v)
-            ))
-        }
-    };
-    check_session_id(&id).map_err(|e| format!("{prefix}session_id: {e}"))?;
-    Ok(Some(id))
 }
 
 /// The RTC options among a message's keys (`previous_chunk` a float array `[rows, width]` or

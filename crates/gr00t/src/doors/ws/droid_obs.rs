@@ -1,11 +1,11 @@
-//! openpi's DROID observation (`examples/droid/main.py` keys) → a model request, with the
-//! per-connection frame history and the Euler → `eef_9d` conversion.
+//! openpi's DROID observation (`examples/droid/main.py` keys) → a model request, and the
+//! Euler → `eef_9d` conversion.
 //!
 //! History: the model wants each camera at t−15 and t. A client that sends one frame `[H,W,3]`
-//! per camera gets, as t−15, the frame it sent 15 observations earlier on the same connection
+//! per camera gets, as t−15, the frame it sent 15 observations earlier in the same session (the
+//! connection's, or RoboArena's `session_id`): the core session's frame history supplies it
 //! (the oldest one kept until 15 earlier ones exist: the first observation is paired with
-//! itself). A client that sends `[2,H,W,3]` (`[t−15, t]`) chooses both frames itself and the
-//! history is not used for that camera.
+//! itself). A client that sends `[2,H,W,3]` (`[t−15, t]`) chooses both frames itself.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -13,12 +13,13 @@
 
 use crate::doors::wire::msgpack_numpy::{from_openpi_array, get, scalar, type_name};
 use crate::doors::wire::ndarray::{DType, Kind};
-use gr00t_core::request::RawRequest;
+use gr00t_core::request::{AnyRequest, Item};
+use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::image::{check_frame_geometry, Frame};
 use gr00t_embodiment::pose;
 use gr00t_embodiment::request::{NoiseSource, RawState, CAMERAS, DEFAULT_SEED};
+use gr00t_embodiment::EMBODIMENT_TAG;
 use rmpv::Value;
-use std::collections::VecDeque;
 
 /// How many observations back the t−15 frame is taken from.
 pub const HISTORY_STEPS: usize = 15;
@@ -29,7 +30,7 @@ const EEF_ROTATION_CORRECT: [[f64; 3]; 3] = [[0.0, 0.0, -1.0], [-1.0, 0.0, 0.0],
 /// One camera's input: the current frame only, or `[t−15, t]`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CameraInput {
-    /// `[H, W, 3]`: t−15 comes from the connection's history.
+    /// `[H, W, 3]`: t−15 comes from the session's frame history.
     Current(Frame),
     /// `[2, H, W, 3]`.
     Pair([Frame; 2]),
@@ -48,38 +49,30 @@ pub struct DroidObservation {
     pub noise: NoiseSource,
 }
 
-/// Each camera's last frames on one connection.
-#[derive(Debug, Default)]
-pub struct FrameHistory {
-    cams: [VecDeque<Frame>; 2],
-}
-
-impl FrameHistory {
-    /// Records the observation's current frames and returns the request with its t−15 frames.
-    pub fn resolve(&mut self, obs: DroidObservation) -> RawRequest {
-        let [ext, wrist] = obs.cameras;
-        let mut pick = |c: usize, input: CameraInput| -> [Frame; 2] {
-            match input {
-                CameraInput::Pair(pair) => pair,
-                CameraInput::Current(frame) => {
-                    let kept = &mut self.cams[c];
-                    kept.push_back(frame.clone());
-                    // Keep t and the 15 before it; the front is then t−15, or the oldest.
-                    while kept.len() > HISTORY_STEPS + 1 {
-                        kept.pop_front();
-                    }
-                    let past = kept.front().cloned().unwrap_or_else(|| frame.clone());
-                    [past, frame]
-                }
-            }
-        };
-        let frames = [pick(0, ext), pick(1, wrist)];
-        RawRequest {
-            frames,
-            state: obs.state,
-            instruction: obs.instruction,
-            noise: obs.noise,
-        }
+impl DroidObservation {
+    /// The request item: DROID's generic observation, a camera sent alone with its one frame
+    /// (the session's frame history completes it on the inference thread).
+    pub fn into_item(self) -> Item {
+        let images = CAMERAS
+            .iter()
+            .zip(self.cameras)
+            .map(|(cam, input)| {
+                let frames = match input {
+                    CameraInput::Current(frame) => vec![frame],
+                    CameraInput::Pair(pair) => pair.to_vec(),
+                };
+                (cam.to_string(), frames)
+            })
+            .collect();
+        Item::Any(AnyRequest {
+            tag: EMBODIMENT_TAG.to_string(),
+            observation: Observation {
+                images,
+                state: self.state.to_pairs(),
+                instruction: self.instruction,
+                noise: self.noise,
+            },
+        })
     }
 }
 

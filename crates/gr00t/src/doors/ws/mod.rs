@@ -22,6 +22,7 @@ mod vllm_omni;
 pub use openpi::metadata;
 pub use vllm_omni::metadata as vllm_omni_metadata;
 
+use super::answers::{Answers, Door, Outcome};
 use super::wire::observation::Schema;
 use super::Stop;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -31,8 +32,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use gr00t_core::auth::token_matches;
-use gr00t_core::Queue;
-use std::sync::{Arc, Mutex};
+use gr00t_core::{InferError, Queue};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// vLLM-Omni's route for openpi-style robot policies.
@@ -51,8 +52,8 @@ pub struct WsContext {
     /// The nested GR00T layouts of every served embodiment, the default first (the openpi
     /// path's nested observations).
     pub schemas: Vec<Schema>,
-    /// RoboArena frame histories by `session_id`, shared by every connection.
-    pub sessions: Mutex<roboarena::Sessions>,
+    /// Where the answers to observations are counted (`/metrics`, `door="ws"`).
+    pub answers: Arc<Answers>,
     /// `--api-token`: then the handshake needs `Authorization: Api-Key <token>`.
     pub api_token: Option<String>,
     /// Largest accepted message.
@@ -70,6 +71,40 @@ enum Step {
     Send(Message),
     /// openpi's error path: this text, then close 1011.
     Fail(String),
+}
+
+/// Why a message got no actions: the text the client gets and the outcome counted.
+struct Refusal {
+    message: String,
+    outcome: Outcome,
+}
+
+impl From<String> for Refusal {
+    /// A message the door refused while reading it.
+    fn from(message: String) -> Refusal {
+        Refusal {
+            message,
+            outcome: Outcome::refused(),
+        }
+    }
+}
+
+impl Refusal {
+    /// The queue or the engine did not answer.
+    fn infer(e: InferError) -> Refusal {
+        Refusal {
+            outcome: Outcome::of_error(&e),
+            message: e.to_string(),
+        }
+    }
+
+    /// The server failed to write the reply.
+    fn internal(message: String) -> Refusal {
+        Refusal {
+            message,
+            outcome: Outcome::Internal,
+        }
+    }
 }
 
 /// The dialect of one connection, with its per-connection state.
@@ -157,6 +192,7 @@ async fn connection(mut socket: WebSocket, ctx: Arc<WsContext>, mut dialect: Dia
             },
             Some(Ok(Message::Text(_))) => {
                 let e = "expected a binary msgpack frame, got a text frame".to_string();
+                ctx.answers.count(Door::Ws, Outcome::refused());
                 match dialect {
                     Dialect::Openpi(_) => Step::Fail(e),
                     Dialect::VllmOmni => vllm_omni::error(e),

@@ -10,19 +10,20 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::droid_obs::{parse, FrameHistory, HISTORY_STEPS};
+use super::droid_obs::{parse, HISTORY_STEPS};
 use super::roboarena::{self, Endpoint};
-use super::{Step, WsContext};
+use super::{Refusal, Step, WsContext};
+use crate::doors::answers::{Door, Outcome};
 use crate::doors::wire::msgpack_numpy::ArrayForm;
 use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
 use crate::doors::wire::ndarray::NdArray;
 use crate::doors::wire::observation::{action_dict, parse_openpi, pick_schema, reply_info, rtc};
+use crate::doors::wire::session::session_id;
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
-use gr00t_core::request::{Item, RawRequest, Request};
+use gr00t_core::request::{Item, Request};
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::RtcPlan;
-use gr00t_core::session::check_session_id;
 use gr00t_core::Queue;
 use gr00t_embodiment::EMBODIMENT_TAG;
 use rmpv::Value;
@@ -66,11 +67,10 @@ pub fn metadata(info: &EngineInfo) -> Vec<u8> {
 
 /// One openpi connection's state.
 pub struct Connection {
-    /// Frames of this connection (sessionless observations).
-    history: FrameHistory,
     /// How long the previous message took, receive to reply sent.
     prev_total_ms: Option<f64>,
-    /// The connection's own session (its last chunk serves RTC), closed with it.
+    /// The connection's own session (its frames and last chunk serve the observations that
+    /// name no session), closed with it.
     session: String,
     /// To close the session when the connection ends.
     worker: Queue,
@@ -89,18 +89,25 @@ impl Connection {
     /// A new connection with its own session.
     pub fn new(worker: &Queue) -> Connection {
         Connection {
-            history: FrameHistory::default(),
             prev_total_ms: None,
             session: format!("ws-{}", CONNECTIONS.fetch_add(1, Ordering::Relaxed) + 1),
             worker: worker.clone(),
         }
     }
 
-    /// Answers one binary message.
+    /// Answers one binary message; counts it unless it was a reset.
     pub async fn handle(&mut self, ctx: &WsContext, bytes: &[u8]) -> Step {
         match self.answer(ctx, bytes).await {
-            Ok(reply) => Step::Send(reply),
-            Err(e) => Step::Fail(e),
+            Ok((reply, predicted)) => {
+                if predicted {
+                    ctx.answers.count(Door::Ws, Outcome::Ok);
+                }
+                Step::Send(reply)
+            }
+            Err(r) => {
+                ctx.answers.count(Door::Ws, r.outcome);
+                Step::Fail(r.message)
+            }
         }
     }
 
@@ -109,58 +116,49 @@ impl Connection {
         self.prev_total_ms = Some(total_ms);
     }
 
-    async fn answer(&mut self, ctx: &WsContext, bytes: &[u8]) -> Result<Message, String> {
+    /// The reply, and whether it answered an observation (not a reset).
+    async fn answer(&mut self, ctx: &WsContext, bytes: &[u8]) -> Result<(Message, bool), Refusal> {
         let v = unpack(bytes)?;
         let Value::Map(m) = &v else {
-            return Err(format!(
-                "the observation must be a dict. Got {}",
-                type_name(&v)
-            ));
+            return Err(format!("the observation must be a dict. Got {}", type_name(&v)).into());
         };
         let nested = is_nested(m);
-        // openpi's DROID keys: the RTC keys sit beside them, checked before the history moves.
+        // openpi's DROID keys: the RTC keys sit beside them, checked here before queueing.
         let droid_rtc = |m: &[(Value, Value)]| -> Result<Option<RtcPlan>, String> {
             match ctx.schemas.iter().find(|s| s.tag == EMBODIMENT_TAG) {
                 Some(schema) => rtc(m, schema, "", true),
                 None => Err(format!("{EMBODIMENT_TAG} is not served here")),
             }
         };
-        let (req, rtc, session) = match get(m, "endpoint") {
-            None if nested => return self.nested(ctx, &v, m).await,
+        let (item, rtc, session) = match get(m, "endpoint") {
+            None if nested => return Ok((self.nested(ctx, &v, m).await?, true)),
             None => {
                 let obs = parse(m)?;
-                let rtc = droid_rtc(m)?;
-                (self.history.resolve(obs), rtc, None)
+                (obs.into_item(), droid_rtc(m)?, None)
             }
             Some(e) => {
-                let session = roboarena::session_key(get(m, "session_id"))?;
-                if let Some(id) = &session {
-                    check_session_id(id).map_err(|e| format!("session_id: {e}"))?;
-                }
+                let session = session_id(m, "")?.map(|id| roboarena::session_key(&id));
                 match roboarena::endpoint(e)? {
                     Endpoint::Reset => {
-                        roboarena::reset(ctx, &mut self.history, session.as_deref());
                         ctx.worker
                             .reset_session(session.as_deref().unwrap_or(&self.session));
-                        return Ok(Message::Text(roboarena::RESET_REPLY.into()));
+                        return Ok((Message::Text(roboarena::RESET_REPLY.into()), false));
                     }
-                    Endpoint::Infer if nested => return self.nested(ctx, &v, m).await,
+                    Endpoint::Infer if nested => return Ok((self.nested(ctx, &v, m).await?, true)),
                     Endpoint::Infer => {
                         let obs = parse(m)?;
-                        let rtc = droid_rtc(m)?;
-                        let req =
-                            roboarena::resolve(ctx, &mut self.history, session.as_deref(), obs);
-                        (req, rtc, session)
+                        (obs.into_item(), droid_rtc(m)?, session)
                     }
                 }
             }
         };
+        // Always in a session: its frame history supplies t−15 for a camera sent alone.
         let session = session.unwrap_or_else(|| self.session.clone());
-        let (resp, infer_ms) = run(ctx, &req, rtc, session).await?;
+        let (resp, infer_ms) = run(ctx, item, rtc, session).await?;
         let mut map = reply_map(&resp);
         let timing = self.server_timing(infer_ms, std::slice::from_ref(&resp));
         map.push((Value::from("server_timing"), timing));
-        Ok(Message::Binary(pack(&Value::Map(map)).into()))
+        Ok((Message::Binary(pack(&Value::Map(map)).into()), true))
     }
 
     /// The nested GR00T observation of the embodiment `embodiment` names (default: the
@@ -171,13 +169,14 @@ impl Connection {
         ctx: &WsContext,
         msg: &Value,
         m: &[(Value, Value)],
-    ) -> Result<Message, String> {
+    ) -> Result<Message, Refusal> {
         let schema = pick_schema(&ctx.schemas, get(m, "embodiment"))?;
         let parsed = parse_openpi(msg, schema)?;
         let (items, rtc) = (parsed.items, parsed.rtc);
         // A batch is several robots: only a batch of one is the connection's robot.
         let session = parsed
             .session
+            .map(|id| roboarena::session_key(&id))
             .or_else(|| (items.len() == 1).then(|| self.session.clone()));
         let t0 = Instant::now();
         // One queue entry per batch item, in order, as on the ZMQ door.
@@ -186,13 +185,15 @@ impl Connection {
             let request = Request::from(item.clone())
                 .with_rtc_plan(rtc.clone())
                 .in_session(session.clone());
-            responses.push(ctx.worker.infer(request).await.map_err(|e| e.to_string())?);
+            responses.push(ctx.worker.infer(request).await.map_err(Refusal::infer)?);
         }
         let infer_ms = t0.elapsed().as_secs_f64() * 1e3;
         let Value::Map(mut map) = action_dict(&responses, schema, ArrayForm::Openpi)
-            .map_err(|e| format!("internal error: {e}"))?
+            .map_err(|e| Refusal::internal(format!("internal error: {e}")))?
         else {
-            return Err("internal error: actions are not a map".into());
+            return Err(Refusal::internal(
+                "internal error: actions are not a map".into(),
+            ));
         };
         let policy_ms = responses.iter().map(|r| r.timing_ms.total).sum::<f64>();
         map.push((
@@ -227,15 +228,15 @@ fn is_nested(m: &[(Value, Value)]) -> bool {
 /// Queues and runs one request; returns the response and the inference time.
 async fn run(
     ctx: &WsContext,
-    req: &RawRequest,
+    item: Item,
     rtc: Option<RtcPlan>,
     session: String,
-) -> Result<(PredictResponse, f64), String> {
+) -> Result<(PredictResponse, f64), Refusal> {
     let t0 = Instant::now();
-    let request = Request::from(Item::Droid(req.clone()))
+    let request = Request::from(item)
         .with_rtc_plan(rtc)
         .in_session(Some(session));
-    let resp = ctx.worker.infer(request).await.map_err(|e| e.to_string())?;
+    let resp = ctx.worker.infer(request).await.map_err(Refusal::infer)?;
     Ok((resp, t0.elapsed().as_secs_f64() * 1e3))
 }
 

@@ -13,7 +13,8 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::{Step, WsContext};
+use super::{Refusal, Step, WsContext};
+use crate::doors::answers::{Door, Outcome};
 use crate::doors::wire::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
 use crate::doors::wire::observation::{action_dict, parse, Schema};
 use crate::engine::EngineInfo;
@@ -68,36 +69,43 @@ pub fn error(message: String) -> Step {
     Step::Send(Message::Binary(pack(&v).into()))
 }
 
-/// Answers one binary message; every failure is an error map.
+/// Answers one binary message; every failure is an error map. Counts it unless it was a reset.
 pub async fn handle(ctx: &WsContext, bytes: &[u8]) -> Step {
     match answer(ctx, bytes).await {
-        Ok(v) => Step::Send(Message::Binary(pack(&v).into())),
-        Err(e) => error(e),
+        Ok((v, predicted)) => {
+            if predicted {
+                ctx.answers.count(Door::Ws, Outcome::Ok);
+            }
+            Step::Send(Message::Binary(pack(&v).into()))
+        }
+        Err(r) => {
+            ctx.answers.count(Door::Ws, r.outcome);
+            error(r.message)
+        }
     }
 }
 
-async fn answer(ctx: &WsContext, bytes: &[u8]) -> Result<Value, String> {
+/// The reply, and whether it answered an observation (not a reset).
+async fn answer(ctx: &WsContext, bytes: &[u8]) -> Result<(Value, bool), Refusal> {
     let v = unpack(bytes)?;
     let Value::Map(m) = &v else {
-        return Err(format!("the request must be a dict. Got {}", type_name(&v)));
+        return Err(format!("the request must be a dict. Got {}", type_name(&v)).into());
     };
     // vLLM-Omni treats a message without `endpoint` as `infer`.
     let endpoint = match get(m, "endpoint") {
         None => "infer",
         Some(Value::String(s)) => s.as_str().unwrap_or(""),
         Some(e) => {
-            return Err(format!(
-                "endpoint must be 'infer' or 'reset'. Got {}",
-                type_name(e)
-            ))
+            return Err(format!("endpoint must be 'infer' or 'reset'. Got {}", type_name(e)).into())
         }
     };
     match endpoint {
-        "reset" => Ok(str_map([("status", Value::from("reset successful"))])),
-        "infer" => infer_actions(ctx, &v, m).await,
-        other => Err(format!(
-            "endpoint must be 'infer' or 'reset'. Got '{other}'"
+        "reset" => Ok((
+            str_map([("status", Value::from("reset successful"))]),
+            false,
         )),
+        "infer" => Ok((infer_actions(ctx, &v, m).await?, true)),
+        other => Err(format!("endpoint must be 'infer' or 'reset'. Got '{other}'").into()),
     }
 }
 
@@ -105,7 +113,7 @@ async fn infer_actions(
     ctx: &WsContext,
     obs: &Value,
     m: &[(Value, Value)],
-) -> Result<Value, String> {
+) -> Result<Value, Refusal> {
     let mut items = parse(Some(obs), None, &ctx.schema)?.items;
     match get(m, "seed") {
         None | Some(Value::Nil) => {}
@@ -124,9 +132,9 @@ async fn infer_actions(
             ctx.worker
                 .infer(item.clone().into())
                 .await
-                .map_err(|e| e.to_string())?,
+                .map_err(Refusal::infer)?,
         );
     }
     action_dict(&responses, &ctx.schema, ArrayForm::Openpi)
-        .map_err(|e| format!("internal error: {e}"))
+        .map_err(|e| Refusal::internal(format!("internal error: {e}")))
 }

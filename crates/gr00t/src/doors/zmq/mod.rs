@@ -10,14 +10,17 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+use super::answers::{Answers, Door, Outcome};
 use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
-use super::wire::observation::{action_reply, parse, pick_schema, session_id, Schema};
+use super::wire::observation::{action_reply, parse, pick_schema, Schema};
+use super::wire::session::session_id;
 use super::Stop;
 use gr00t_core::auth::token_matches;
 use gr00t_core::request::{Item, Request};
 use gr00t_core::Queue;
 use rmpv::Value;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 use zeromq::{RepSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
@@ -32,6 +35,8 @@ pub struct ZmqContext {
     pub api_token: Option<String>,
     /// `--allow-kill`.
     pub allow_kill: bool,
+    /// Where `get_action` answers are counted (`/metrics`, `door="zmq"`).
+    pub answers: Arc<Answers>,
 }
 
 impl ZmqContext {
@@ -201,7 +206,18 @@ fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
     }
 }
 
+/// `get_action`'s reply, counted by outcome.
 async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Value>) -> Value {
+    let (reply, outcome) = answer_action(ctx, obs, options).await;
+    ctx.answers.count(Door::Zmq, outcome);
+    reply
+}
+
+async fn answer_action(
+    ctx: &ZmqContext,
+    obs: Option<&Value>,
+    options: Option<&Value>,
+) -> (Value, Outcome) {
     let t0 = Instant::now();
     let named = match options {
         Some(Value::Map(m)) => get(m, "embodiment"),
@@ -209,13 +225,13 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
     };
     let schema = match ctx.schema(named) {
         Ok(s) => s,
-        Err(e) => return error(e),
+        Err(e) => return (error(e), Outcome::refused()),
     };
     let (items, form, rtc, session): (Vec<Item>, _, _, _) = match parse(obs, options, schema) {
         Ok(p) => (p.items, p.form, p.rtc, p.session),
         Err(e) => {
             tracing::info!("zmq get_action refused: {e}");
-            return error(e);
+            return (error(e), Outcome::refused());
         }
     };
     // One queue entry per batch item, in order, so a batch never overflows the queue.
@@ -228,7 +244,7 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
             Ok(r) => responses.push(r),
             Err(e) => {
                 tracing::info!("zmq get_action failed: {e}");
-                return error(e.to_string());
+                return (error(e.to_string()), Outcome::of_error(&e));
             }
         }
     }
@@ -239,8 +255,8 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
                 items.len(),
                 t0.elapsed().as_secs_f64() * 1e3
             );
-            v
+            (v, Outcome::Ok)
         }
-        Err(e) => error(format!("internal error: {e}")),
+        Err(e) => (error(format!("internal error: {e}")), Outcome::Internal),
     }
 }

@@ -1,0 +1,111 @@
+//! `session_id` as the msgpack doors read it (ZMQ `options.session_id`, the websocket
+//! message's `session_id`): one parser, one refusal text.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+use super::msgpack_numpy::{decode_array, get, type_name};
+use gr00t_core::session::check_session_id;
+use rmpv::Value;
+
+/// `session_id` among a message's keys: a str, an int, a numpy integer scalar or an integer
+/// array of one element (RoboArena's `np.zeros(1, np.int32)`), the last three as their decimal
+/// text; absent or nil is `None`. Errors name `prefix` + `session_id`.
+pub fn session_id(m: &[(Value, Value)], prefix: &str) -> Result<Option<String>, String> {
+    let field = format!("{prefix}session_id");
+    let bad = |got: String| {
+        format!("{field} must be a str, an int or an int array of one element. Got {got}")
+    };
+    let id = match get(m, "session_id") {
+        None | Some(Value::Nil) => return Ok(None),
+        Some(Value::String(s)) => s
+            .as_str()
+            .ok_or_else(|| format!("{field} is not valid UTF-8"))?
+            .to_string(),
+        Some(Value::Integer(i)) => i.to_string(),
+        Some(v @ Value::Map(n)) if get(n, "__npgeneric__").is_some() => match get(n, "data") {
+            Some(Value::Integer(i)) => i.to_string(),
+            _ => return Err(bad(type_name(v).into())),
+        },
+        Some(v) => match decode_array(v) {
+            Some((_, Ok(a))) => match a.int_values().as_deref() {
+                Some([one]) => one.to_string(),
+                _ => {
+                    return Err(bad(format!(
+                        "a {} array of shape {}",
+                        a.dtype.name(),
+                        a.shape_text()
+                    )))
+                }
+            },
+            Some((_, Err(e))) => return Err(format!("{field}: {e}")),
+            None => return Err(bad(type_name(v).into())),
+        },
+    };
+    check_session_id(&id).map_err(|e| format!("{field}: {e}"))?;
+    Ok(Some(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doors::wire::msgpack_numpy::{gr00t_array, nd_array, openpi_array, str_map};
+    use crate::doors::wire::ndarray::{DType, NdArray};
+
+    fn i32s(v: &[i32]) -> NdArray {
+        let data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        NdArray::new(DType::parse("<i4").unwrap(), vec![v.len()], data).unwrap()
+    }
+
+    fn parse(v: Value, prefix: &str) -> Result<Option<String>, String> {
+        session_id(&[(Value::from("session_id"), v)], prefix)
+    }
+
+    #[test]
+    fn every_form_a_client_sends_is_its_decimal_or_text_id() {
+        let ok = |v: Value| parse(v, "").unwrap();
+        assert_eq!(ok(Value::from("ep-1-A")), Some("ep-1-A".into()));
+        assert_eq!(ok(Value::from(7)), Some("7".into()));
+        assert_eq!(ok(Value::from(-3)), Some("-3".into()));
+        // RoboArena's int32 (1,) in openpi's form, msgpack-numpy's and the .npy map; a numpy
+        // scalar as msgpack-numpy writes it.
+        assert_eq!(ok(openpi_array(&i32s(&[7]))), Some("7".into()));
+        assert_eq!(ok(nd_array(&i32s(&[-3]))), Some("-3".into()));
+        assert_eq!(ok(gr00t_array(&i32s(&[12]))), Some("12".into()));
+        let scalar = str_map([
+            ("__npgeneric__", Value::Boolean(true)),
+            ("data", Value::from(5)),
+        ]);
+        assert_eq!(ok(scalar), Some("5".into()));
+        assert_eq!(ok(Value::Nil), None);
+        assert_eq!(session_id(&[], "options."), Ok(None));
+    }
+
+    #[test]
+    fn refusals_name_the_field_with_its_prefix() {
+        let bad = [
+            openpi_array(&i32s(&[1, 2])),
+            openpi_array(&NdArray::from_f32(vec![1], &[1.5])),
+            Value::F64(1.0),
+            Value::Boolean(true),
+            str_map([("x", Value::from(1))]),
+            Value::from(""),
+            Value::from("a b"),
+            Value::from("x".repeat(300)),
+        ];
+        for v in bad {
+            for prefix in ["", "options."] {
+                let e = parse(v.clone(), prefix).unwrap_err();
+                assert!(e.starts_with(&format!("{prefix}session_id")), "{e}");
+            }
+        }
+        let e = parse(Value::F64(1.0), "options.").unwrap_err();
+        assert_eq!(
+            e,
+            "options.session_id must be a str, an int or an int array of one element. Got float"
+        );
+        let e = parse(openpi_array(&i32s(&[1, 2])), "").unwrap_err();
+        assert!(e.ends_with("Got a int32 array of shape (2,)"), "{e}");
+    }
+}
