@@ -27,7 +27,9 @@ use ndarray::{DType, NdArray};
 use rmpv::Value;
 use std::net::TcpStream;
 use std::time::Duration;
-use test_server::{answers, fixture_actions, frame, http_actions, state, Server, CAMERAS, GROUPS};
+use test_server::{
+    answers, fixture_actions, frame, http_actions, stage_count, state, Server, CAMERAS, GROUPS,
+};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::{Message, WebSocket};
@@ -457,6 +459,10 @@ fn websocket_answers_are_counted_in_metrics_by_door() {
     let text = metrics();
     assert_eq!(answers(&text, ok, "ws"), 1.0, "{text}");
     assert_eq!(answers(&text, refused, "ws"), 2.0, "{text}");
+    // The stage histograms: one computed answer, three answered messages (resets aside).
+    assert_eq!(stage_count(&text, "compute"), 1.0, "{text}");
+    assert_eq!(stage_count(&text, "denoise"), 1.0, "{text}");
+    assert_eq!(stage_count(&text, "request"), 3.0, "{text}");
     // The HTTP series did not move.
     assert_eq!(answers(&text, ok, "http"), 0.0, "{text}");
     assert_eq!(answers(&text, refused, "http"), 0.0, "{text}");

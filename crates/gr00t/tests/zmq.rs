@@ -25,7 +25,8 @@ use ndarray::{DType, NdArray};
 use rmpv::Value;
 use std::time::Duration;
 use test_server::{
-    answers, fixture_actions, frame, http_actions, noise, state, Server, CAMERAS, GROUPS,
+    answers, fixture_actions, frame, http_actions, noise, stage_count, state, Server, CAMERAS,
+    GROUPS,
 };
 use zeromq::{ReqSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
@@ -802,6 +803,11 @@ fn zmq_answers_are_counted_in_metrics_by_door() {
     let text = metrics();
     assert_eq!(answers(&text, ok, "zmq"), 1.0, "{text}");
     assert_eq!(answers(&text, refused, "zmq"), 1.0, "{text}");
+    // The stage histograms: one computed answer, two get_action messages.
+    assert_eq!(stage_count(&before, "compute"), 0.0, "{before}");
+    assert_eq!(stage_count(&text, "compute"), 1.0, "{text}");
+    assert_eq!(stage_count(&text, "vision"), 1.0, "{text}");
+    assert_eq!(stage_count(&text, "request"), 2.0, "{text}");
     // The HTTP series did not move; an HTTP answer moves only its own.
     assert_eq!(answers(&text, ok, "http"), 0.0);
     assert_eq!(answers(&text, refused, "http"), 0.0);

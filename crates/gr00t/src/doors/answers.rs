@@ -1,7 +1,9 @@
-//! Prediction answers by door and outcome (`gr00t_predict_requests_total{door=...}`): every door
-//! counts its answers here and the HTTP door's `/metrics` renders them. A module of its own so
-//! that the doors share it without importing one another.
+//! What every door records about its predictions: answers by door and outcome
+//! (`gr00t_predict_requests_total{door=...}`) and the per-stage latency histograms
+//! (`gr00t_stage_duration_seconds`); the HTTP door's `/metrics` renders them. A module of its
+//! own so that the doors share it without importing one another.
 
+use gr00t_core::response::{PredictResponse, TimingMs};
 use gr00t_core::InferError;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -28,6 +30,97 @@ impl Door {
             Door::Zmq => "zmq",
             Door::Ws => "ws",
         }
+    }
+}
+
+/// Upper bounds (seconds) of the latency buckets: 0.5 ms to 2 min, roughly ×2.5 apart, so both
+/// the tiny test model and the full model on a CPU land in the middle.
+pub const BUCKETS_S: [f64; 18] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
+    40.0, 60.0, 120.0,
+];
+
+/// The timed stages of a prediction, as the `stage` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// Waiting in the queue for the worker.
+    Queue,
+    /// JSON parse, base64 and image decode.
+    Decode,
+    /// Resize, patchify, tokenise, state normalisation, noise.
+    Encode,
+    /// Vision tower.
+    Vision,
+    /// Language model.
+    Llm,
+    /// VL adapter.
+    Adapter,
+    /// Flow-matching loop.
+    Denoise,
+    /// Un-normalisation and relative → absolute.
+    DecodeActions,
+    /// The whole computation in the worker.
+    Compute,
+    /// The whole request as its door saw it (an HTTP request, a ZMQ or websocket message).
+    Request,
+}
+
+impl Stage {
+    /// Every stage, in the order they are rendered.
+    pub const ALL: [Stage; 10] = [
+        Stage::Queue,
+        Stage::Decode,
+        Stage::Encode,
+        Stage::Vision,
+        Stage::Llm,
+        Stage::Adapter,
+        Stage::Denoise,
+        Stage::DecodeActions,
+        Stage::Compute,
+        Stage::Request,
+    ];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Queue => "queue",
+            Stage::Decode => "decode",
+            Stage::Encode => "encode",
+            Stage::Vision => "vision",
+            Stage::Llm => "llm",
+            Stage::Adapter => "adapter",
+            Stage::Denoise => "denoise",
+            Stage::DecodeActions => "decode_actions",
+            Stage::Compute => "compute",
+            Stage::Request => "request",
+        }
+    }
+}
+
+/// A cumulative-on-render latency histogram over [`BUCKETS_S`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative); the last slot is `+Inf`.
+    pub(crate) counts: [u64; BUCKETS_S.len() + 1],
+    /// Sum of the observations, seconds.
+    pub(crate) sum: f64,
+    /// Number of observations.
+    pub(crate) count: u64,
+}
+
+impl Histogram {
+    /// Adds one observation in seconds (negative or NaN values are ignored).
+    pub fn observe(&mut self, seconds: f64) {
+        if seconds.is_nan() || seconds < 0.0 {
+            return;
+        }
+        let slot = BUCKETS_S
+            .iter()
+            .position(|&le| seconds <= le)
+            .unwrap_or(BUCKETS_S.len());
+        self.counts[slot] += 1;
+        self.sum += seconds;
+        self.count += 1;
     }
 }
 
@@ -154,10 +247,12 @@ impl Outcome {
     }
 }
 
-/// Answers counted by door and outcome; shared by every door.
+/// Answers counted by door and outcome, and the stage latencies of every door's predictions;
+/// shared by every door.
 #[derive(Debug, Default)]
 pub struct Answers {
     counts: Mutex<BTreeMap<(Door, Outcome), u64>>,
+    stages: Mutex<BTreeMap<Stage, Histogram>>,
 }
 
 impl Answers {
@@ -174,6 +269,45 @@ impl Answers {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    fn stages(&self) -> std::sync::MutexGuard<'_, BTreeMap<Stage, Histogram>> {
+        // Every update is one observation: the histograms stay consistent after a panic.
+        self.stages.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds one latency observation to a stage.
+    pub fn observe(&self, stage: Stage, seconds: f64) {
+        self.stages().entry(stage).or_default().observe(seconds);
+    }
+
+    /// Adds a computed request's stage timings (ms, as the response reports them).
+    pub fn observe_timings(&self, t: &TimingMs, queue_ms: f64) {
+        let mut stages = self.stages();
+        let mut put = |stage: Stage, ms: Option<f64>| {
+            if let Some(ms) = ms {
+                stages.entry(stage).or_default().observe(ms / 1e3);
+            }
+        };
+        put(Stage::Queue, Some(queue_ms));
+        put(Stage::Decode, Some(t.decode));
+        put(Stage::Encode, Some(t.encode));
+        put(Stage::Vision, t.vision);
+        put(Stage::Llm, t.llm);
+        put(Stage::Adapter, t.adapter);
+        put(Stage::Denoise, t.denoise);
+        put(Stage::DecodeActions, Some(t.decode_actions));
+        put(Stage::Compute, Some(t.total));
+    }
+
+    /// Adds a computed answer's stage timings and its queue wait.
+    pub fn computed(&self, r: &PredictResponse) {
+        self.observe_timings(&r.timing_ms, r.queue_ms);
+    }
+
+    /// The stage histograms now.
+    pub fn stage_snapshot(&self) -> BTreeMap<Stage, Histogram> {
+        self.stages().clone()
     }
 }
 

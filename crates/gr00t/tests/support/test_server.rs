@@ -218,3 +218,11 @@ pub fn answers(text: &str, labels: &str, door: &str) -> f64 {
         .find_map(|l| l.strip_prefix(series.as_str()))
         .map_or(0.0, |v| v.parse().unwrap())
 }
+
+/// The observation count of `stage`'s latency histogram in a `/metrics` text; 0 when absent.
+pub fn stage_count(text: &str, stage: &str) -> f64 {
+    let series = format!("gr00t_stage_duration_seconds_count{{stage=\"{stage}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .map_or(0.0, |v| v.parse().unwrap())
+}

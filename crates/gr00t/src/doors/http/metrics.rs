@@ -1,102 +1,12 @@
 //! `GET /metrics`: request counters, per-stage latency histograms and process gauges, written in
 //! the Prometheus text exposition format (version 0.0.4) by hand.
 
-pub use crate::doors::answers::Outcome;
 use crate::doors::answers::{Answers, Door};
+pub use crate::doors::answers::{Outcome, Stage, BUCKETS_S};
 use gr00t_core::response::TimingMs;
 use gr00t_core::session::SessionStats;
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
-
-/// Upper bounds (seconds) of the latency buckets: 0.5 ms to 2 min, roughly ×2.5 apart, so both
-/// the tiny test model and the full model on a CPU land in the middle.
-pub const BUCKETS_S: [f64; 18] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
-    40.0, 60.0, 120.0,
-];
-
-/// The timed stages of a prediction, as the `stage` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Stage {
-    /// Waiting in the queue for the worker.
-    Queue,
-    /// JSON parse, base64 and image decode.
-    Decode,
-    /// Resize, patchify, tokenise, state normalisation, noise.
-    Encode,
-    /// Vision tower.
-    Vision,
-    /// Language model.
-    Llm,
-    /// VL adapter.
-    Adapter,
-    /// Flow-matching loop.
-    Denoise,
-    /// Un-normalisation and relative → absolute.
-    DecodeActions,
-    /// The whole computation in the worker.
-    Compute,
-    /// The whole `/predict` request as the HTTP layer saw it.
-    Request,
-}
-
-impl Stage {
-    /// Every stage, in the order they are rendered.
-    pub const ALL: [Stage; 10] = [
-        Stage::Queue,
-        Stage::Decode,
-        Stage::Encode,
-        Stage::Vision,
-        Stage::Llm,
-        Stage::Adapter,
-        Stage::Denoise,
-        Stage::DecodeActions,
-        Stage::Compute,
-        Stage::Request,
-    ];
-
-    /// The label value.
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Queue => "queue",
-            Stage::Decode => "decode",
-            Stage::Encode => "encode",
-            Stage::Vision => "vision",
-            Stage::Llm => "llm",
-            Stage::Adapter => "adapter",
-            Stage::Denoise => "denoise",
-            Stage::DecodeActions => "decode_actions",
-            Stage::Compute => "compute",
-            Stage::Request => "request",
-        }
-    }
-}
-
-/// A cumulative-on-render latency histogram over [`BUCKETS_S`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Histogram {
-    /// Observations per bucket (not cumulative); the last slot is `+Inf`.
-    counts: [u64; BUCKETS_S.len() + 1],
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    /// Adds one observation in seconds (negative or NaN values are ignored).
-    pub fn observe(&mut self, seconds: f64) {
-        if seconds.is_nan() || seconds < 0.0 {
-            return;
-        }
-        let slot = BUCKETS_S
-            .iter()
-            .position(|&le| seconds <= le)
-            .unwrap_or(BUCKETS_S.len());
-        self.counts[slot] += 1;
-        self.sum += seconds;
-        self.count += 1;
-    }
-}
+use std::sync::Arc;
 
 /// Vision-cache counters read from the engine at scrape time (per image: 4 per request).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -130,15 +40,9 @@ pub struct Gauges {
     pub sessions: SessionStats,
 }
 
-#[derive(Default, Clone)]
-struct State {
-    stages: BTreeMap<Stage, Histogram>,
-}
-
 /// Counters and histograms shared by the handlers.
 pub struct Metrics {
-    state: Mutex<State>,
-    /// Every door's answers (the ZMQ and websocket doors hold it too).
+    /// Every door's answers and stage latencies (the ZMQ and websocket doors hold it too).
     answers: Arc<Answers>,
     model_load_s: f64,
     build: Vec<(&'static str, String)>,
@@ -148,16 +52,10 @@ impl Metrics {
     /// Empty metrics; `model_load_s` and the `build` labels are fixed for the process.
     pub fn new(model_load_s: f64, build: Vec<(&'static str, String)>) -> Metrics {
         Metrics {
-            state: Mutex::new(State::default()),
             answers: Arc::default(),
             model_load_s,
             build,
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // The state stays consistent even if a holder panicked: every update is one assignment.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Counts one `/predict` outcome.
@@ -172,35 +70,17 @@ impl Metrics {
 
     /// Adds one latency observation to a stage.
     pub fn observe(&self, stage: Stage, seconds: f64) {
-        self.lock()
-            .stages
-            .entry(stage)
-            .or_default()
-            .observe(seconds);
+        self.answers.observe(stage, seconds);
     }
 
     /// Adds a computed request's stage timings (ms, as the response reports them).
     pub fn observe_timings(&self, t: &TimingMs, queue_ms: f64) {
-        let mut state = self.lock();
-        let mut put = |stage: Stage, ms: Option<f64>| {
-            if let Some(ms) = ms {
-                state.stages.entry(stage).or_default().observe(ms / 1e3);
-            }
-        };
-        put(Stage::Queue, Some(queue_ms));
-        put(Stage::Decode, Some(t.decode));
-        put(Stage::Encode, Some(t.encode));
-        put(Stage::Vision, t.vision);
-        put(Stage::Llm, t.llm);
-        put(Stage::Adapter, t.adapter);
-        put(Stage::Denoise, t.denoise);
-        put(Stage::DecodeActions, Some(t.decode_actions));
-        put(Stage::Compute, Some(t.total));
+        self.answers.observe_timings(t, queue_ms);
     }
 
     /// The whole exposition, `text/plain; version=0.0.4`.
     pub fn render(&self, g: &Gauges) -> String {
-        let state = self.lock().clone();
+        let stages = self.answers.stage_snapshot();
         let mut out = String::with_capacity(8 * 1024);
         let w = &mut out;
 
@@ -234,10 +114,11 @@ impl Metrics {
             "gr00t_stage_duration_seconds",
             "histogram",
             "Latency of each stage of a prediction (queue = waiting for the worker, compute = \
-             the worker's whole job, request = the whole HTTP request).",
+             the worker's whole job, request = the whole request as its door saw it); every door's \
+             predictions.",
         );
         for stage in Stage::ALL {
-            let h = state.stages.get(&stage).cloned().unwrap_or_default();
+            let h = stages.get(&stage).cloned().unwrap_or_default();
             let name = stage.name();
             let mut cumulative = 0u64;
             for (i, le) in BUCKETS_S.iter().enumerate() {
@@ -444,6 +325,7 @@ pub fn process_rss_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     /// Parses the exposition into (name, sorted labels) → value, checking each line's syntax.
     fn parse(text: &str) -> BTreeMap<(String, Vec<(String, String)>), f64> {

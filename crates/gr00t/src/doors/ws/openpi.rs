@@ -13,7 +13,7 @@
 use super::droid_obs::{parse, HISTORY_STEPS};
 use super::roboarena::{self, Endpoint};
 use super::{Refusal, Step, WsContext};
-use crate::doors::answers::{Door, Outcome};
+use crate::doors::answers::{Door, Outcome, Stage};
 use crate::doors::wire::msgpack_numpy::ArrayForm;
 use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
 use crate::doors::wire::ndarray::NdArray;
@@ -95,20 +95,19 @@ impl Connection {
         }
     }
 
-    /// Answers one binary message; counts it unless it was a reset.
+    /// Answers one binary message; counts and times it unless it was a reset.
     pub async fn handle(&mut self, ctx: &WsContext, bytes: &[u8]) -> Step {
-        match self.answer(ctx, bytes).await {
-            Ok((reply, predicted)) => {
-                if predicted {
-                    ctx.answers.count(Door::Ws, Outcome::Ok);
-                }
-                Step::Send(reply)
-            }
-            Err(r) => {
-                ctx.answers.count(Door::Ws, r.outcome);
-                Step::Fail(r.message)
-            }
+        let t0 = Instant::now();
+        let (step, outcome) = match self.answer(ctx, bytes).await {
+            Ok((reply, predicted)) => (Step::Send(reply), predicted.then_some(Outcome::Ok)),
+            Err(r) => (Step::Fail(r.message), Some(r.outcome)),
+        };
+        if let Some(outcome) = outcome {
+            ctx.answers.count(Door::Ws, outcome);
+            ctx.answers
+                .observe(Stage::Request, t0.elapsed().as_secs_f64());
         }
+        step
     }
 
     /// Records the time the last answered message took (reported as `prev_total_ms`).
@@ -185,7 +184,9 @@ impl Connection {
             let request = Request::from(item.clone())
                 .with_rtc_plan(rtc.clone())
                 .in_session(session.clone());
-            responses.push(ctx.worker.infer(request).await.map_err(Refusal::infer)?);
+            let r = ctx.worker.infer(request).await.map_err(Refusal::infer)?;
+            ctx.answers.computed(&r);
+            responses.push(r);
         }
         let infer_ms = t0.elapsed().as_secs_f64() * 1e3;
         let Value::Map(mut map) = action_dict(&responses, schema, ArrayForm::Openpi)
@@ -237,6 +238,7 @@ async fn run(
         .with_rtc_plan(rtc)
         .in_session(Some(session));
     let resp = ctx.worker.infer(request).await.map_err(Refusal::infer)?;
+    ctx.answers.computed(&resp);
     Ok((resp, t0.elapsed().as_secs_f64() * 1e3))
 }
 

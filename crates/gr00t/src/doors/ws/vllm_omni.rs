@@ -14,7 +14,7 @@
 )]
 
 use super::{Refusal, Step, WsContext};
-use crate::doors::answers::{Door, Outcome};
+use crate::doors::answers::{Door, Outcome, Stage};
 use crate::doors::wire::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
 use crate::doors::wire::observation::{action_dict, parse, Schema};
 use crate::engine::EngineInfo;
@@ -23,6 +23,7 @@ use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::request::NoiseSource;
 use gr00t_embodiment::EMBODIMENT_TAG;
 use rmpv::Value;
+use std::time::Instant;
 
 /// The metadata frame, with the fields vLLM-Omni's GR00T deploy config sends.
 pub fn metadata(info: &EngineInfo, schema: &Schema) -> Vec<u8> {
@@ -69,20 +70,23 @@ pub fn error(message: String) -> Step {
     Step::Send(Message::Binary(pack(&v).into()))
 }
 
-/// Answers one binary message; every failure is an error map. Counts it unless it was a reset.
+/// Answers one binary message; every failure is an error map. Counts and times it unless it
+/// was a reset.
 pub async fn handle(ctx: &WsContext, bytes: &[u8]) -> Step {
-    match answer(ctx, bytes).await {
-        Ok((v, predicted)) => {
-            if predicted {
-                ctx.answers.count(Door::Ws, Outcome::Ok);
-            }
-            Step::Send(Message::Binary(pack(&v).into()))
-        }
-        Err(r) => {
-            ctx.answers.count(Door::Ws, r.outcome);
-            error(r.message)
-        }
+    let t0 = Instant::now();
+    let (step, outcome) = match answer(ctx, bytes).await {
+        Ok((v, predicted)) => (
+            Step::Send(Message::Binary(pack(&v).into())),
+            predicted.then_some(Outcome::Ok),
+        ),
+        Err(r) => (error(r.message), Some(r.outcome)),
+    };
+    if let Some(outcome) = outcome {
+        ctx.answers.count(Door::Ws, outcome);
+        ctx.answers
+            .observe(Stage::Request, t0.elapsed().as_secs_f64());
     }
+    step
 }
 
 /// The reply, and whether it answered an observation (not a reset).
@@ -128,12 +132,13 @@ async fn infer_actions(
     // One queue entry per batch item, in order, as on the ZMQ door.
     let mut responses = Vec::with_capacity(items.len());
     for item in &items {
-        responses.push(
-            ctx.worker
-                .infer(item.clone().into())
-                .await
-                .map_err(Refusal::infer)?,
-        );
+        let r = ctx
+            .worker
+            .infer(item.clone().into())
+            .await
+            .map_err(Refusal::infer)?;
+        ctx.answers.computed(&r);
+        responses.push(r);
     }
     action_dict(&responses, &ctx.schema, ArrayForm::Openpi)
         .map_err(|e| Refusal::internal(format!("internal error: {e}")))

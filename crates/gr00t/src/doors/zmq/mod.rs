@@ -10,7 +10,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::answers::{Answers, Door, Outcome};
+use super::answers::{Answers, Door, Outcome, Stage};
 use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
 use super::wire::observation::{action_reply, parse, pick_schema, Schema};
 use super::wire::session::session_id;
@@ -206,10 +206,13 @@ fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
     }
 }
 
-/// `get_action`'s reply, counted by outcome.
+/// `get_action`'s reply, counted by outcome and timed as a whole (the `request` stage).
 async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Value>) -> Value {
+    let t0 = Instant::now();
     let (reply, outcome) = answer_action(ctx, obs, options).await;
     ctx.answers.count(Door::Zmq, outcome);
+    ctx.answers
+        .observe(Stage::Request, t0.elapsed().as_secs_f64());
     reply
 }
 
@@ -241,7 +244,10 @@ async fn answer_action(
             .with_rtc_plan(rtc.clone())
             .in_session(session.clone());
         match ctx.worker.infer(request).await {
-            Ok(r) => responses.push(r),
+            Ok(r) => {
+                ctx.answers.computed(&r);
+                responses.push(r);
+            }
             Err(e) => {
                 tracing::info!("zmq get_action failed: {e}");
                 return (error(e.to_string()), Outcome::of_error(&e));
