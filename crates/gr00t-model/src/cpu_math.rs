@@ -99,21 +99,28 @@ dispatch! {
         let tail = chunks.remainder().iter();
         let max = lanes.iter().chain(tail).fold(f32::NEG_INFINITY, |m, &v| m.max(v));
         // One pass: exponentials written and summed together.
-        let mut sums = [0f32; LANES];
-        let mut chunks = row.chunks_exact_mut(LANES);
-        for c in &mut chunks {
-            for (s, v) in sums.iter_mut().zip(c) {
-                *v = exp(*v - max);
-                *s += *v;
-            }
-        }
-        let mut tail = 0f32;
-        for v in chunks.into_remainder() {
-            *v = exp(*v - max);
-            tail += *v;
-        }
-        sums.iter().sum::<f32>() + tail
+        map_sum(row, |v| exp(v - max))
     }
+}
+
+/// Replaces each value by `f` of it and returns the sum of the new values, over LANES
+/// interleaved partial sums (so that the loop vectorises) in a fixed order.
+#[inline(always)]
+fn map_sum(row: &mut [f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut sums = [0f32; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for (s, v) in sums.iter_mut().zip(c) {
+            *v = f(*v);
+            *s += *v;
+        }
+    }
+    let mut tail = 0f32;
+    for v in chunks.into_remainder() {
+        *v = f(*v);
+        tail += *v;
+    }
+    sums.iter().sum::<f32>() + tail
 }
 
 /// `x` rounded to bf16 (round to nearest even; NaN stays NaN), kept as f32.
@@ -132,20 +139,7 @@ dispatch! {
     /// Rounds a row to bf16 in place and returns the f32 sum of the rounded values (softmax
     /// weights entering a bf16 product: normalised by what is multiplied).
     round_bf16_sum(row: &mut [f32]) -> f32 {
-        let mut sums = [0f32; LANES];
-        let mut chunks = row.chunks_exact_mut(LANES);
-        for c in &mut chunks {
-            for (s, v) in sums.iter_mut().zip(c) {
-                *v = round_bf16(*v);
-                *s += *v;
-            }
-        }
-        let mut tail = 0f32;
-        for v in chunks.into_remainder() {
-            *v = round_bf16(*v);
-            tail += *v;
-        }
-        sums.iter().sum::<f32>() + tail
+        map_sum(row, round_bf16)
     }
 }
 

@@ -221,26 +221,12 @@ fn blocks(
                         // (read as their transpose) lie inside their tensors' storage by
                         // their layouts.
                         unsafe {
-                            gemm::gemm(
-                                rows,
-                                lk,
-                                dh,
-                                s.as_mut_ptr(),
-                                1,
-                                lk as isize,
-                                false,
-                                qv.at(bi, h, r0),
-                                1,
-                                qv.st[2] as isize,
-                                kv.at(bi, hk, 0),
-                                kv.st[2] as isize,
-                                1,
-                                0.0,
+                            gemm_f32(
+                                (rows, lk, dh),
+                                (s.as_mut_ptr(), lk),
+                                (qv.at(bi, h, r0), qv.st[2]),
+                                (kv.at(bi, hk, 0), kv.st[2], 1),
                                 scale as f32,
-                                false,
-                                false,
-                                false,
-                                gemm::Parallelism::None,
                             );
                         }
                     }
@@ -285,26 +271,12 @@ fn blocks(
                         // stride Hq·Dh) of `out`; s is rows×lk; the values lie inside their
                         // storage.
                         unsafe {
-                            gemm::gemm(
-                                rows,
-                                dh,
-                                lk,
-                                out_at,
-                                1,
-                                row_stride as isize,
-                                false,
-                                s.as_ptr(),
-                                1,
-                                lk as isize,
-                                vv.at(bi, hk, 0),
-                                1,
-                                vv.st[2] as isize,
-                                0.0,
+                            gemm_f32(
+                                (rows, dh, lk),
+                                (out_at, row_stride),
+                                (s.as_ptr(), lk),
+                                (vv.at(bi, hk, 0), 1, vv.st[2]),
                                 1.0,
-                                false,
-                                false,
-                                false,
-                                gemm::Parallelism::None,
                             );
                         }
                     }
@@ -354,6 +326,43 @@ impl View<'_> {
     fn at(&self, b: usize, h: usize, i: usize) -> *const f32 {
         self.data[self.index(b, h, i)..].as_ptr()
     }
+}
+
+/// `dst = scale · lhs·rhs` in f32, single-threaded, by the `gemm` crate: `(m, n, k)`, `dst`
+/// and `lhs` with unit column stride and the given row stride, `rhs` with its column and row
+/// strides (a transpose is a swap).
+///
+/// # Safety
+/// Every element the shapes and strides address lies inside its buffer, and `dst` is the
+/// caller's alone.
+unsafe fn gemm_f32(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_rs): (*mut f32, usize),
+    (lhs, lhs_rs): (*const f32, usize),
+    (rhs, rhs_cs, rhs_rs): (*const f32, usize, usize),
+    scale: f32,
+) {
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        1,
+        dst_rs as isize,
+        false,
+        lhs,
+        1,
+        lhs_rs as isize,
+        rhs,
+        rhs_cs as isize,
+        rhs_rs as isize,
+        0.0,
+        scale,
+        false,
+        false,
+        false,
+        gemm::Parallelism::None,
+    );
 }
 
 /// The in-place view of a 4-D CPU f32 tensor.
