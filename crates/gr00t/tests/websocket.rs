@@ -28,7 +28,8 @@ use rmpv::Value;
 use std::net::TcpStream;
 use std::time::Duration;
 use test_server::{
-    answers, fixture_actions, frame, http_actions, stage_count, state, Server, CAMERAS, GROUPS,
+    answers, fixture_actions, frame, http_actions, request_lines, stage_count, state, Server,
+    CAMERAS, GROUPS,
 };
 use tungstenite::client::IntoClientRequest;
 use tungstenite::protocol::frame::coding::CloseCode;
@@ -463,6 +464,17 @@ fn websocket_answers_are_counted_in_metrics_by_door() {
     assert_eq!(stage_count(&text, "compute"), 1.0, "{text}");
     assert_eq!(stage_count(&text, "denoise"), 1.0, "{text}");
     assert_eq!(stage_count(&text, "request"), 3.0, "{text}");
+    // One log line per answered message (the reset aside), in order.
+    let lines = request_lines(s, "ws");
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    for (line, head) in lines
+        .iter()
+        .zip(["WS openpi 200", "WS openpi 400", "WS vllm-omni 400"])
+    {
+        assert!(line.contains(head), "{head}: {line}");
+    }
+    assert!(lines[0].contains("denoise_ms="), "{}", lines[0]);
+    assert!(lines[1].contains("prompt"), "{}", lines[1]);
     // The HTTP series did not move.
     assert_eq!(answers(&text, ok, "http"), 0.0, "{text}");
     assert_eq!(answers(&text, refused, "http"), 0.0, "{text}");

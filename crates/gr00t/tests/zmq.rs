@@ -25,8 +25,8 @@ use ndarray::{DType, NdArray};
 use rmpv::Value;
 use std::time::Duration;
 use test_server::{
-    answers, fixture_actions, frame, http_actions, noise, stage_count, state, Server, CAMERAS,
-    GROUPS,
+    answers, fixture_actions, frame, http_actions, noise, request_lines, stage_count, state,
+    Server, CAMERAS, GROUPS,
 };
 use zeromq::{ReqSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
@@ -818,4 +818,19 @@ fn zmq_answers_are_counted_in_metrics_by_door() {
         (1.0, 1.0),
         "{text}"
     );
+    // One log line per get_action, as HTTP requests have: stage times, or the refusal.
+    let lines = request_lines(s, "zmq");
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    for field in [
+        "ZMQ get_action 200",
+        "request_id=",
+        "compute_ms=",
+        "seq_len=",
+        "seed=0",
+    ] {
+        assert!(lines[0].contains(field), "{field}: {}", lines[0]);
+    }
+    for field in ["ZMQ get_action 400", "bad_request", "state"] {
+        assert!(lines[1].contains(field), "{field}: {}", lines[1]);
+    }
 }

@@ -3,6 +3,7 @@
 //! (`gr00t_stage_duration_seconds`); the HTTP door's `/metrics` renders them. A module of its
 //! own so that the doors share it without importing one another.
 
+use crate::doors::request_line::{PredictFields, RequestId, RequestLine};
 use gr00t_core::response::{PredictResponse, TimingMs};
 use gr00t_core::InferError;
 use std::collections::BTreeMap;
@@ -22,6 +23,15 @@ pub enum Door {
 impl Door {
     /// Every door, in the order they are rendered.
     pub const ALL: [Door; 3] = [Door::Http, Door::Zmq, Door::Ws];
+
+    /// The log line's `method`: HTTP's is the request's own.
+    fn method(self) -> &'static str {
+        match self {
+            Door::Http => "HTTP",
+            Door::Zmq => "ZMQ",
+            Door::Ws => "WS",
+        }
+    }
 
     /// The label value.
     pub fn name(self) -> &'static str {
@@ -247,6 +257,14 @@ impl Outcome {
     }
 }
 
+/// How a prediction message of the ZMQ or websocket door ended, for [`Answers::record`].
+pub enum Answered<'a> {
+    /// Computed: one response per queued item, in order.
+    Served(&'a [PredictResponse]),
+    /// Refused or failed, with the text sent to the client.
+    Refused(Outcome, &'a str),
+}
+
 /// Answers counted by door and outcome, and the stage latencies of every door's predictions;
 /// shared by every door.
 #[derive(Debug, Default)]
@@ -303,6 +321,50 @@ impl Answers {
     /// Adds a computed answer's stage timings and its queue wait.
     pub fn computed(&self, r: &PredictResponse) {
         self.observe_timings(&r.timing_ms, r.queue_ms);
+    }
+
+    /// Records one prediction message of the ZMQ or websocket door (`what`: its endpoint or
+    /// path; `ms`: the whole message): counted, timed (each computed item's stages, the
+    /// message as `request`) and logged as HTTP requests are, one line per computed item with
+    /// a fresh request id shared by the message's lines.
+    pub fn record(&self, door: Door, what: &str, ms: f64, answered: Answered<'_>) {
+        let id = RequestId::generate();
+        let line = |status: u16, error: Option<&str>, predict| {
+            RequestLine {
+                door: door.name(),
+                request_id: id.as_str(),
+                method: door.method(),
+                path: what,
+                status,
+                ms,
+                error,
+                predict: Some(predict),
+            }
+            .emit()
+        };
+        let outcome = match answered {
+            Answered::Served(responses) => {
+                for r in responses {
+                    self.computed(r);
+                    line(200, None, PredictFields::served(r, r.queue_ms));
+                }
+                Outcome::Ok
+            }
+            Answered::Refused(outcome, message) => {
+                let field = match &outcome {
+                    Outcome::BadRequest(f) => Some(f.as_str()),
+                    _ => None,
+                };
+                line(
+                    outcome.code(),
+                    Some(message),
+                    PredictFields::refused(outcome.name(), field),
+                );
+                outcome
+            }
+        };
+        self.count(door, outcome);
+        self.observe(Stage::Request, ms / 1e3);
     }
 
     /// The stage histograms now.

@@ -7,6 +7,7 @@
 
 pub mod answers;
 pub mod http;
+pub mod request_line;
 pub mod wire;
 pub mod ws;
 pub mod zmq;

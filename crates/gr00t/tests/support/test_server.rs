@@ -226,3 +226,17 @@ pub fn stage_count(text: &str, stage: &str) -> f64 {
         .find_map(|l| l.strip_prefix(series.as_str()))
         .map_or(0.0, |v| v.parse().unwrap())
 }
+
+/// Stops the server with SIGTERM and returns the `gr00t::request` log lines of `door` it wrote,
+/// in order (the whole log is read to its end).
+pub fn request_lines(s: Server, door: &str) -> Vec<String> {
+    let _ = Command::new("kill")
+        .args(["-TERM", &s.pid().to_string()])
+        .status();
+    let (_, log) = s.wait_exit(Duration::from_secs(60));
+    let door = format!("door=\"{door}\"");
+    log.lines()
+        .filter(|l| l.contains("gr00t::request") && l.contains(&door))
+        .map(str::to_string)
+        .collect()
+}

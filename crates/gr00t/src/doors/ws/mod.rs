@@ -22,7 +22,7 @@ mod vllm_omni;
 pub use openpi::metadata;
 pub use vllm_omni::metadata as vllm_omni_metadata;
 
-use super::answers::{Answers, Door, Outcome};
+use super::answers::{Answered, Answers, Door, Outcome};
 use super::wire::observation::Schema;
 use super::Stop;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -192,7 +192,13 @@ async fn connection(mut socket: WebSocket, ctx: Arc<WsContext>, mut dialect: Dia
             },
             Some(Ok(Message::Text(_))) => {
                 let e = "expected a binary msgpack frame, got a text frame".to_string();
-                ctx.answers.count(Door::Ws, Outcome::refused());
+                let what = match dialect {
+                    Dialect::Openpi(_) => "openpi",
+                    Dialect::VllmOmni => "vllm-omni",
+                };
+                let ms = start.elapsed().as_secs_f64() * 1e3;
+                let refused = Answered::Refused(Outcome::refused(), &e);
+                ctx.answers.record(Door::Ws, what, ms, refused);
                 match dialect {
                     Dialect::Openpi(_) => Step::Fail(e),
                     Dialect::VllmOmni => vllm_omni::error(e),
@@ -225,7 +231,6 @@ fn close(code: u16, reason: &str) -> Message {
 
 /// openpi's error path: the message as a text frame, then close 1011.
 async fn fail(mut socket: WebSocket, message: String) {
-    tracing::info!("websocket request refused: {message}");
     let _ = socket.send(Message::Text(message.into())).await;
     let _ = socket
         .send(close(

@@ -13,7 +13,7 @@
 use super::droid_obs::{parse, HISTORY_STEPS};
 use super::roboarena::{self, Endpoint};
 use super::{Refusal, Step, WsContext};
-use crate::doors::answers::{Door, Outcome, Stage};
+use crate::doors::answers::{Answered, Door};
 use crate::doors::wire::msgpack_numpy::ArrayForm;
 use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
 use crate::doors::wire::ndarray::NdArray;
@@ -95,19 +95,24 @@ impl Connection {
         }
     }
 
-    /// Answers one binary message; counts and times it unless it was a reset.
+    /// Answers one binary message; counts, times and logs it unless it was a reset.
     pub async fn handle(&mut self, ctx: &WsContext, bytes: &[u8]) -> Step {
         let t0 = Instant::now();
-        let (step, outcome) = match self.answer(ctx, bytes).await {
-            Ok((reply, predicted)) => (Step::Send(reply), predicted.then_some(Outcome::Ok)),
-            Err(r) => (Step::Fail(r.message), Some(r.outcome)),
-        };
-        if let Some(outcome) = outcome {
-            ctx.answers.count(Door::Ws, outcome);
-            ctx.answers
-                .observe(Stage::Request, t0.elapsed().as_secs_f64());
+        let answer = self.answer(ctx, bytes).await;
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let record = |answered| ctx.answers.record(Door::Ws, "openpi", ms, answered);
+        match answer {
+            Ok((reply, responses)) => {
+                if let Some(responses) = responses {
+                    record(Answered::Served(&responses));
+                }
+                Step::Send(reply)
+            }
+            Err(r) => {
+                record(Answered::Refused(r.outcome, &r.message));
+                Step::Fail(r.message)
+            }
         }
-        step
     }
 
     /// Records the time the last answered message took (reported as `prev_total_ms`).
@@ -115,8 +120,12 @@ impl Connection {
         self.prev_total_ms = Some(total_ms);
     }
 
-    /// The reply, and whether it answered an observation (not a reset).
-    async fn answer(&mut self, ctx: &WsContext, bytes: &[u8]) -> Result<(Message, bool), Refusal> {
+    /// The reply, and the responses behind it (`None` for a reset).
+    async fn answer(
+        &mut self,
+        ctx: &WsContext,
+        bytes: &[u8],
+    ) -> Result<(Message, Option<Vec<PredictResponse>>), Refusal> {
         let v = unpack(bytes)?;
         let Value::Map(m) = &v else {
             return Err(format!("the observation must be a dict. Got {}", type_name(&v)).into());
@@ -130,7 +139,7 @@ impl Connection {
             }
         };
         let (item, rtc, session) = match get(m, "endpoint") {
-            None if nested => return Ok((self.nested(ctx, &v, m).await?, true)),
+            None if nested => return self.nested(ctx, &v, m).await.map(|(r, p)| (r, Some(p))),
             None => {
                 let obs = parse(m)?;
                 (obs.into_item(), droid_rtc(m)?, None)
@@ -141,9 +150,11 @@ impl Connection {
                     Endpoint::Reset => {
                         ctx.worker
                             .reset_session(session.as_deref().unwrap_or(&self.session));
-                        return Ok((Message::Text(roboarena::RESET_REPLY.into()), false));
+                        return Ok((Message::Text(roboarena::RESET_REPLY.into()), None));
                     }
-                    Endpoint::Infer if nested => return Ok((self.nested(ctx, &v, m).await?, true)),
+                    Endpoint::Infer if nested => {
+                        return self.nested(ctx, &v, m).await.map(|(r, p)| (r, Some(p)))
+                    }
                     Endpoint::Infer => {
                         let obs = parse(m)?;
                         (obs.into_item(), droid_rtc(m)?, session)
@@ -157,7 +168,10 @@ impl Connection {
         let mut map = reply_map(&resp);
         let timing = self.server_timing(infer_ms, std::slice::from_ref(&resp));
         map.push((Value::from("server_timing"), timing));
-        Ok((Message::Binary(pack(&Value::Map(map)).into()), true))
+        Ok((
+            Message::Binary(pack(&Value::Map(map)).into()),
+            Some(vec![resp]),
+        ))
     }
 
     /// The nested GR00T observation of the embodiment `embodiment` names (default: the
@@ -168,7 +182,7 @@ impl Connection {
         ctx: &WsContext,
         msg: &Value,
         m: &[(Value, Value)],
-    ) -> Result<Message, Refusal> {
+    ) -> Result<(Message, Vec<PredictResponse>), Refusal> {
         let schema = pick_schema(&ctx.schemas, get(m, "embodiment"))?;
         let parsed = parse_openpi(msg, schema)?;
         let (items, rtc) = (parsed.items, parsed.rtc);
@@ -184,9 +198,7 @@ impl Connection {
             let request = Request::from(item.clone())
                 .with_rtc_plan(rtc.clone())
                 .in_session(session.clone());
-            let r = ctx.worker.infer(request).await.map_err(Refusal::infer)?;
-            ctx.answers.computed(&r);
-            responses.push(r);
+            responses.push(ctx.worker.infer(request).await.map_err(Refusal::infer)?);
         }
         let infer_ms = t0.elapsed().as_secs_f64() * 1e3;
         let Value::Map(mut map) = action_dict(&responses, schema, ArrayForm::Openpi)
@@ -203,7 +215,7 @@ impl Connection {
         ));
         let timing = self.server_timing(infer_ms, &responses);
         map.push((Value::from("server_timing"), timing));
-        Ok(Message::Binary(pack(&Value::Map(map)).into()))
+        Ok((Message::Binary(pack(&Value::Map(map)).into()), responses))
     }
 
     /// `server_timing`: this message's inference time, the previous message's total, and the
@@ -238,7 +250,6 @@ async fn run(
         .with_rtc_plan(rtc)
         .in_session(Some(session));
     let resp = ctx.worker.infer(request).await.map_err(Refusal::infer)?;
-    ctx.answers.computed(&resp);
     Ok((resp, t0.elapsed().as_secs_f64() * 1e3))
 }
 

@@ -14,11 +14,12 @@
 )]
 
 use super::{Refusal, Step, WsContext};
-use crate::doors::answers::{Door, Outcome, Stage};
+use crate::doors::answers::{Answered, Door};
 use crate::doors::wire::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
 use crate::doors::wire::observation::{action_dict, parse, Schema};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
+use gr00t_core::response::PredictResponse;
 use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::request::NoiseSource;
 use gr00t_embodiment::EMBODIMENT_TAG;
@@ -62,7 +63,6 @@ pub fn metadata(info: &EngineInfo, schema: &Schema) -> Vec<u8> {
 
 /// `{"type": "error", "message": ...}`, sent as a binary frame.
 pub fn error(message: String) -> Step {
-    tracing::info!("websocket (vLLM-Omni) request refused: {message}");
     let v = str_map([
         ("type", Value::from("error")),
         ("message", Value::from(message)),
@@ -70,27 +70,32 @@ pub fn error(message: String) -> Step {
     Step::Send(Message::Binary(pack(&v).into()))
 }
 
-/// Answers one binary message; every failure is an error map. Counts and times it unless it
-/// was a reset.
+/// Answers one binary message; every failure is an error map. Counts, times and logs it
+/// unless it was a reset.
 pub async fn handle(ctx: &WsContext, bytes: &[u8]) -> Step {
     let t0 = Instant::now();
-    let (step, outcome) = match answer(ctx, bytes).await {
-        Ok((v, predicted)) => (
-            Step::Send(Message::Binary(pack(&v).into())),
-            predicted.then_some(Outcome::Ok),
-        ),
-        Err(r) => (error(r.message), Some(r.outcome)),
-    };
-    if let Some(outcome) = outcome {
-        ctx.answers.count(Door::Ws, outcome);
-        ctx.answers
-            .observe(Stage::Request, t0.elapsed().as_secs_f64());
+    let answer = answer(ctx, bytes).await;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    let record = |answered| ctx.answers.record(Door::Ws, "vllm-omni", ms, answered);
+    match answer {
+        Ok((v, responses)) => {
+            if let Some(responses) = responses {
+                record(Answered::Served(&responses));
+            }
+            Step::Send(Message::Binary(pack(&v).into()))
+        }
+        Err(r) => {
+            record(Answered::Refused(r.outcome, &r.message));
+            error(r.message)
+        }
     }
-    step
 }
 
-/// The reply, and whether it answered an observation (not a reset).
-async fn answer(ctx: &WsContext, bytes: &[u8]) -> Result<(Value, bool), Refusal> {
+/// The reply, and the responses behind it (`None` for a reset).
+async fn answer(
+    ctx: &WsContext,
+    bytes: &[u8],
+) -> Result<(Value, Option<Vec<PredictResponse>>), Refusal> {
     let v = unpack(bytes)?;
     let Value::Map(m) = &v else {
         return Err(format!("the request must be a dict. Got {}", type_name(&v)).into());
@@ -104,11 +109,8 @@ async fn answer(ctx: &WsContext, bytes: &[u8]) -> Result<(Value, bool), Refusal>
         }
     };
     match endpoint {
-        "reset" => Ok((
-            str_map([("status", Value::from("reset successful"))]),
-            false,
-        )),
-        "infer" => Ok((infer_actions(ctx, &v, m).await?, true)),
+        "reset" => Ok((str_map([("status", Value::from("reset successful"))]), None)),
+        "infer" => infer_actions(ctx, &v, m).await.map(|(a, r)| (a, Some(r))),
         other => Err(format!("endpoint must be 'infer' or 'reset'. Got '{other}'").into()),
     }
 }
@@ -117,7 +119,7 @@ async fn infer_actions(
     ctx: &WsContext,
     obs: &Value,
     m: &[(Value, Value)],
-) -> Result<Value, Refusal> {
+) -> Result<(Value, Vec<PredictResponse>), Refusal> {
     let mut items = parse(Some(obs), None, &ctx.schema)?.items;
     match get(m, "seed") {
         None | Some(Value::Nil) => {}
@@ -132,14 +134,14 @@ async fn infer_actions(
     // One queue entry per batch item, in order, as on the ZMQ door.
     let mut responses = Vec::with_capacity(items.len());
     for item in &items {
-        let r = ctx
-            .worker
-            .infer(item.clone().into())
-            .await
-            .map_err(Refusal::infer)?;
-        ctx.answers.computed(&r);
-        responses.push(r);
+        responses.push(
+            ctx.worker
+                .infer(item.clone().into())
+                .await
+                .map_err(Refusal::infer)?,
+        );
     }
-    action_dict(&responses, &ctx.schema, ArrayForm::Openpi)
-        .map_err(|e| Refusal::internal(format!("internal error: {e}")))
+    let actions = action_dict(&responses, &ctx.schema, ArrayForm::Openpi)
+        .map_err(|e| Refusal::internal(format!("internal error: {e}")))?;
+    Ok((actions, responses))
 }

@@ -10,13 +10,14 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::answers::{Answers, Door, Outcome, Stage};
+use super::answers::{Answered, Answers, Door, Outcome};
 use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
 use super::wire::observation::{action_reply, parse, pick_schema, Schema};
 use super::wire::session::session_id;
 use super::Stop;
 use gr00t_core::auth::token_matches;
-use gr00t_core::request::{Item, Request};
+use gr00t_core::request::Request;
+use gr00t_core::response::PredictResponse;
 use gr00t_core::Queue;
 use rmpv::Value;
 use std::net::SocketAddr;
@@ -206,63 +207,52 @@ fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
     }
 }
 
-/// `get_action`'s reply, counted by outcome and timed as a whole (the `request` stage).
+/// `get_action`'s reply; the message is counted, timed and logged.
 async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Value>) -> Value {
     let t0 = Instant::now();
-    let (reply, outcome) = answer_action(ctx, obs, options).await;
-    ctx.answers.count(Door::Zmq, outcome);
-    ctx.answers
-        .observe(Stage::Request, t0.elapsed().as_secs_f64());
-    reply
+    let answer = answer_action(ctx, obs, options).await;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    let record = |answered| ctx.answers.record(Door::Zmq, "get_action", ms, answered);
+    match answer {
+        Ok((reply, responses)) => {
+            record(Answered::Served(&responses));
+            reply
+        }
+        Err((outcome, message)) => {
+            record(Answered::Refused(outcome, &message));
+            error(message)
+        }
+    }
 }
 
+/// The reply and the responses behind it, or the refusal's outcome and text.
 async fn answer_action(
     ctx: &ZmqContext,
     obs: Option<&Value>,
     options: Option<&Value>,
-) -> (Value, Outcome) {
-    let t0 = Instant::now();
+) -> Result<(Value, Vec<PredictResponse>), (Outcome, String)> {
     let named = match options {
         Some(Value::Map(m)) => get(m, "embodiment"),
         _ => None,
     };
-    let schema = match ctx.schema(named) {
-        Ok(s) => s,
-        Err(e) => return (error(e), Outcome::refused()),
-    };
-    let (items, form, rtc, session): (Vec<Item>, _, _, _) = match parse(obs, options, schema) {
-        Ok(p) => (p.items, p.form, p.rtc, p.session),
-        Err(e) => {
-            tracing::info!("zmq get_action refused: {e}");
-            return (error(e), Outcome::refused());
-        }
-    };
+    let refused = |e: String| (Outcome::refused(), e);
+    let schema = ctx.schema(named).map_err(refused)?;
+    let p = parse(obs, options, schema).map_err(refused)?;
+    let (items, form, rtc, session) = (p.items, p.form, p.rtc, p.session);
     // One queue entry per batch item, in order, so a batch never overflows the queue.
     let mut responses = Vec::with_capacity(items.len());
     for item in &items {
         let request = Request::from(item.clone())
             .with_rtc_plan(rtc.clone())
             .in_session(session.clone());
-        match ctx.worker.infer(request).await {
-            Ok(r) => {
-                ctx.answers.computed(&r);
-                responses.push(r);
-            }
-            Err(e) => {
-                tracing::info!("zmq get_action failed: {e}");
-                return (error(e.to_string()), Outcome::of_error(&e));
-            }
-        }
+        let r = ctx
+            .worker
+            .infer(request)
+            .await
+            .map_err(|e| (Outcome::of_error(&e), e.to_string()))?;
+        responses.push(r);
     }
-    match action_reply(&responses, schema, form) {
-        Ok(v) => {
-            tracing::info!(
-                "zmq get_action: batch {} in {:.0} ms",
-                items.len(),
-                t0.elapsed().as_secs_f64() * 1e3
-            );
-            (v, Outcome::Ok)
-        }
-        Err(e) => (error(format!("internal error: {e}")), Outcome::Internal),
-    }
+    let reply = action_reply(&responses, schema, form)
+        .map_err(|e| (Outcome::Internal, format!("internal error: {e}")))?;
+    Ok((reply, responses))
 }
