@@ -5,7 +5,9 @@ sent; the server supplies t−15).
 
 Each answer says the session's step. If it is not the client's next step, the session was lost
 or is stale (another replica, a restart, an expiry): the client resets it and sends the whole
-observation again. Uses only the standard library.
+observation again. Behind a balancer, an answer from another replica than the last one
+(`X-Gr00t-Replica`) is stale unless it is a fresh session's: that replica may still hold an
+earlier visit's state at the very step expected next. Uses only the standard library.
 
 Usage: python3 examples/http_session_client.py [--url http://127.0.0.1:20000] [--robot franka-1]
        [--steps 5] [--request BODY.json]  (default: the server's /demo request)
@@ -21,15 +23,15 @@ RTC = {"rtc_overlap_steps": 32, "rtc_frozen_steps": 4, "action_horizon": 40}
 
 
 def post(url, path, body, session):
-    """POST JSON with the session header; returns (status, reply)."""
+    """POST JSON with the session header; returns (status, reply, replica that answered)."""
     req = urllib.request.Request(
         url + path, data=json.dumps(body).encode(), method="POST",
         headers={"Content-Type": "application/json", "X-Session-Id": session})
     try:
         with urllib.request.urlopen(req, timeout=600) as r:
-            return r.status, json.load(r)
+            return r.status, json.load(r), r.headers.get("X-Gr00t-Replica")
     except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
+        return e.code, json.load(e), e.headers.get("X-Gr00t-Replica")
 
 
 def current_only(body):
@@ -42,10 +44,12 @@ class SessionRobot:
 
     def __init__(self, url, session):
         self.url, self.session, self.step = url, session, 0
+        # The replica that gave the last accepted answer (None without --replica-id).
+        self.replica = None
         self.resets = 0
 
     def reset(self):
-        status, reply = post(self.url, "/reset", {"session_id": self.session}, self.session)
+        status, reply, _ = post(self.url, "/reset", {"session_id": self.session}, self.session)
         assert status == 200, reply
         self.step = 0
         self.resets += 1
@@ -54,14 +58,17 @@ class SessionRobot:
         """The answer to `observation` (a /predict body with [t−15, t] frames)."""
         while True:
             body = observation if self.step == 0 else {**current_only(observation), **RTC}
-            status, reply = post(self.url, "/predict", body, self.session)
+            status, reply, replica = post(self.url, "/predict", body, self.session)
             if status == 409:
                 # A newer observation of this session replaced this one: it was not computed.
                 return None
             if status != 200:
                 raise RuntimeError(f"{status}: {reply.get('error')}")
-            if reply["session"]["step"] == self.step + 1:
+            # Our next step, from the replica that has our session (any one at the start).
+            if reply["session"]["step"] == self.step + 1 and (
+                    self.step == 0 or replica == self.replica):
                 self.step += 1
+                self.replica = replica
                 return reply
             # The server's session is not ours (lost or stale): start it over, whole.
             self.reset()

@@ -2,8 +2,9 @@
 """examples/http_session_client.py against the server: a session's first step is the whole
 observation without RTC, the next ones send the frame at t only and join onto the session's
 last chunk; two robots doing the same get the same answers; a session reset behind the
-client's back is detected by its step and started over, giving the first answer again; the
-example runs end to end. Prints `N passed, M failed`.
+client's back is detected by its step and started over, giving the first answer again; so is
+an answer at the expected step from another replica than the last one; the example runs end to
+end. Prints `N passed, M failed`.
 """
 import json
 import subprocess
@@ -50,13 +51,24 @@ def main():
 
         def a_lost_session_is_started_over():
             # The server forgets robot a (as a restarted or another replica would).
-            status, reply = hsc.post(url, "/reset", {"session_id": "py-arm-a"}, "py-arm-a")
+            status, reply, _ = hsc.post(url, "/reset", {"session_id": "py-arm-a"}, "py-arm-a")
             assert status == 200 and reply["reset"] is True, reply
             resets = a.resets
             r = a.act(body)
             assert a.resets == resets + 1 and a.step == 1, (a.resets, a.step)
             assert r["session"]["step"] == 1 and "rtc_source" not in r, r
             tp.assert_equal(groups(r), groups(answers["a"][0]), "after the reset")
+
+        def another_replicas_state_is_started_over():
+            # As if robot a's last answer had come from a replica that has since gone: this
+            # server's session stands at the step a expects next, but it is not a's state.
+            assert a.step == 1, a.step
+            a.replica = "a-replica-gone"
+            resets = a.resets
+            r = a.act(body)
+            assert a.resets == resets + 1 and a.step == 1, (a.resets, a.step)
+            assert r["session"]["step"] == 1 and "rtc_source" not in r, r
+            tp.assert_equal(groups(r), groups(answers["a"][0]), "after the replica change")
 
         def the_example_runs():
             out = subprocess.run([sys.executable, str(tp.ROOT / "examples/http_session_client.py"),
@@ -73,6 +85,8 @@ def main():
                  another_robot_gets_the_same)
         tp.check("a session lost on the server is detected by its step and started over",
                  a_lost_session_is_started_over)
+        tp.check("an answer from another replica than the last is started over, even at the "
+                 "expected step", another_replicas_state_is_started_over)
         tp.check("examples/http_session_client.py runs end to end", the_example_runs)
     finally:
         server.stop()

@@ -14,8 +14,9 @@
 //! episodes. The answer's `session.step` tells the robot where the server stands: its next
 //! step, or 1 when the session is new there (another replica, or a restarted one: a new
 //! episode starts), or anything else when it reached a replica that still holds an earlier
-//! visit's state: then it resets the session and sends again. An answer is right when it
-//! equals the solo answer of that step.
+//! visit's state: then it resets the session and sends again. After a replica change
+//! (`X-Gr00t-Replica`) only 1 is fresh: an earlier visit's state may stand at the very step
+//! the robot expects next. An answer is right when it equals the solo answer of that step.
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -383,9 +384,14 @@ fn main() {
                         match r {
                             Ok(r) if r.status == 200 => {
                                 let step = if episode > 0 { step_of(&r.body) } else { 0 };
-                                // Neither our next step nor a fresh session: the state of an
-                                // earlier visit to this replica. Reset it and send again.
-                                if episode > 0 && step != done_steps + 1 && step != 1 {
+                                // Sessions live per replica: on another replica than the last
+                                // answer's, anything but a fresh session is an earlier visit's
+                                // state, even at the step we expect next.
+                                let here = r.replica.as_deref().unwrap_or("?");
+                                let moved = path.last().is_some_and(|last| last != here);
+                                // Neither our next step (on the same replica) nor a fresh
+                                // session: an earlier visit's state. Reset it and send again.
+                                if episode > 0 && step != 1 && (moved || step != done_steps + 1) {
                                     mine.stale += 1;
                                     if reset(&addr, token.as_deref(), &session, max_attempts) {
                                         mine.resets += 1;
