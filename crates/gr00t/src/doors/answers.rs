@@ -318,11 +318,6 @@ impl Answers {
         put(Stage::Compute, Some(t.total));
     }
 
-    /// Adds a computed answer's stage timings and its queue wait.
-    pub fn computed(&self, r: &PredictResponse) {
-        self.observe_timings(&r.timing_ms, r.queue_ms);
-    }
-
     /// Records one prediction message of the ZMQ or websocket door (`what`: its endpoint or
     /// path; `ms`: the whole message): counted, timed (each computed item's stages, the
     /// message as `request`) and logged as HTTP requests are, one line per computed item with
@@ -345,7 +340,7 @@ impl Answers {
         let outcome = match answered {
             Answered::Served(responses) => {
                 for r in responses {
-                    self.computed(r);
+                    self.observe_timings(&r.timing_ms, r.queue_ms);
                     line(200, None, PredictFields::served(r, r.queue_ms));
                 }
                 Outcome::Ok

@@ -192,7 +192,7 @@ mod tests {
     use super::*;
     use crate::doors::answers::Outcome;
     use axum::http::HeaderValue;
-    use gr00t_core::response::{ActionGroups, TimingMs};
+    use gr00t_core::response::TimingMs;
     use serde_json::Value;
     use std::io::Write;
     use std::sync::Mutex;
@@ -230,18 +230,11 @@ mod tests {
     }
 
     fn response() -> PredictResponse {
+        // Only what the log line carries; the rest as `Default` gives it.
         PredictResponse {
-            actions: ActionGroups(vec![
-                ("eef_9d".into(), vec![]),
-                ("gripper_position".into(), vec![]),
-                ("joint_position".into(), vec![]),
-            ]),
-            action_horizon: 40,
-            embodiment: String::new(),
             seq_len: 517,
             noise_source: "seed",
             seed: Some(42),
-            actions_normalized: None,
             timing_ms: TimingMs {
                 decode: 1.5,
                 encode: 2.5,

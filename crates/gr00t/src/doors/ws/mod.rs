@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use gr00t_core::auth::token_matches;
+use gr00t_core::response::PredictResponse;
 use gr00t_core::{InferError, Queue};
 use std::sync::Arc;
 use std::time::Instant;
@@ -103,6 +104,36 @@ impl Refusal {
         Refusal {
             message,
             outcome: Outcome::Internal,
+        }
+    }
+}
+
+/// A dialect's answer to one message: the reply and the responses behind it (`None` for a
+/// reset), or the refusal.
+type Answer<T> = Result<(T, Option<Vec<PredictResponse>>), Refusal>;
+
+/// Runs one message's answer and records it (a reset aside) on the websocket door as `what`:
+/// counted, timed and logged.
+async fn recorded<T>(
+    ctx: &WsContext,
+    what: &str,
+    answer: impl std::future::Future<Output = Answer<T>>,
+) -> Result<T, Refusal> {
+    let t0 = Instant::now();
+    let answer = answer.await;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    match answer {
+        Ok((reply, responses)) => {
+            if let Some(responses) = responses {
+                ctx.answers
+                    .record(Door::Ws, what, ms, Answered::Served(&responses));
+            }
+            Ok(reply)
+        }
+        Err(r) => {
+            let refused = Answered::Refused(r.outcome.clone(), &r.message);
+            ctx.answers.record(Door::Ws, what, ms, refused);
+            Err(r)
         }
     }
 }

@@ -12,8 +12,8 @@
 
 use super::droid_obs::{parse, HISTORY_STEPS};
 use super::roboarena::{self, Endpoint};
-use super::{Refusal, Step, WsContext};
-use crate::doors::answers::{Answered, Door};
+use super::{recorded, Answer, Refusal, Step, WsContext};
+
 use crate::doors::wire::msgpack_numpy::ArrayForm;
 use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
 use crate::doors::wire::ndarray::NdArray;
@@ -97,21 +97,9 @@ impl Connection {
 
     /// Answers one binary message; counts, times and logs it unless it was a reset.
     pub async fn handle(&mut self, ctx: &WsContext, bytes: &[u8]) -> Step {
-        let t0 = Instant::now();
-        let answer = self.answer(ctx, bytes).await;
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
-        let record = |answered| ctx.answers.record(Door::Ws, "openpi", ms, answered);
-        match answer {
-            Ok((reply, responses)) => {
-                if let Some(responses) = responses {
-                    record(Answered::Served(&responses));
-                }
-                Step::Send(reply)
-            }
-            Err(r) => {
-                record(Answered::Refused(r.outcome, &r.message));
-                Step::Fail(r.message)
-            }
+        match recorded(ctx, "openpi", self.answer(ctx, bytes)).await {
+            Ok(reply) => Step::Send(reply),
+            Err(r) => Step::Fail(r.message),
         }
     }
 
@@ -121,11 +109,7 @@ impl Connection {
     }
 
     /// The reply, and the responses behind it (`None` for a reset).
-    async fn answer(
-        &mut self,
-        ctx: &WsContext,
-        bytes: &[u8],
-    ) -> Result<(Message, Option<Vec<PredictResponse>>), Refusal> {
+    async fn answer(&mut self, ctx: &WsContext, bytes: &[u8]) -> Answer<Message> {
         let v = unpack(bytes)?;
         let Value::Map(m) = &v else {
             return Err(format!("the observation must be a dict. Got {}", type_name(&v)).into());

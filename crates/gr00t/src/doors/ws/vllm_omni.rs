@@ -13,8 +13,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::{Refusal, Step, WsContext};
-use crate::doors::answers::{Answered, Door};
+use super::{recorded, Answer, Refusal, Step, WsContext};
 use crate::doors::wire::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
 use crate::doors::wire::observation::{action_dict, parse, Schema};
 use crate::engine::EngineInfo;
@@ -24,7 +23,6 @@ use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::request::NoiseSource;
 use gr00t_embodiment::EMBODIMENT_TAG;
 use rmpv::Value;
-use std::time::Instant;
 
 /// The metadata frame, with the fields vLLM-Omni's GR00T deploy config sends.
 pub fn metadata(info: &EngineInfo, schema: &Schema) -> Vec<u8> {
@@ -73,29 +71,14 @@ pub fn error(message: String) -> Step {
 /// Answers one binary message; every failure is an error map. Counts, times and logs it
 /// unless it was a reset.
 pub async fn handle(ctx: &WsContext, bytes: &[u8]) -> Step {
-    let t0 = Instant::now();
-    let answer = answer(ctx, bytes).await;
-    let ms = t0.elapsed().as_secs_f64() * 1e3;
-    let record = |answered| ctx.answers.record(Door::Ws, "vllm-omni", ms, answered);
-    match answer {
-        Ok((v, responses)) => {
-            if let Some(responses) = responses {
-                record(Answered::Served(&responses));
-            }
-            Step::Send(Message::Binary(pack(&v).into()))
-        }
-        Err(r) => {
-            record(Answered::Refused(r.outcome, &r.message));
-            error(r.message)
-        }
+    match recorded(ctx, "vllm-omni", answer(ctx, bytes)).await {
+        Ok(v) => Step::Send(Message::Binary(pack(&v).into())),
+        Err(r) => error(r.message),
     }
 }
 
 /// The reply, and the responses behind it (`None` for a reset).
-async fn answer(
-    ctx: &WsContext,
-    bytes: &[u8],
-) -> Result<(Value, Option<Vec<PredictResponse>>), Refusal> {
+async fn answer(ctx: &WsContext, bytes: &[u8]) -> Answer<Value> {
     let v = unpack(bytes)?;
     let Value::Map(m) = &v else {
         return Err(format!("the request must be a dict. Got {}", type_name(&v)).into());
