@@ -19,10 +19,11 @@ STAGES = ["decode", "encode", "vision", "llm", "adapter", "denoise", "decode_act
 def machine(out):
     text = (out / "machine.txt").read_text()
     field = lambda name: (re.search(rf"^{name}:\s*(.+)$", text, re.M) or [None, "?"])[1].strip()
-    avx512 = re.search(r"^flags with avx512:\s*(.*)$", text, re.M)
+    # [ \t]*, not \s*: with no AVX-512 flags the line is empty and must not take the next one.
+    avx512 = re.search(r"^flags with avx512:[ \t]*(.*)$", text, re.M)
     loads = re.findall(r"load average (before|after): (.+)", text)
     return {
-        "model": field("Model name"),
+        "model": f"{field('Model name')} (family {field('CPU family')}, model {field('Model')})",
         "cpus": field(r"CPU\(s\)"),
         "avx512": (avx512[1].strip() or "none") if avx512 else "?",
         "load": "; ".join(f"{w} {v}" for w, v in loads),

@@ -56,12 +56,21 @@ echo "== fp32 GEMM peak (numpy, OpenBLAS overrides unset)" >&2
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
     "$py" "$here/gemm_peak.py" --threads "$threads" > "$out/gemm.json"
 
+# torch's bf16 on a CPU without bf16 units (AVX512-BF16 or AMX-BF16) is an emulation far slower
+# than its fp32 (tens of minutes here, one thread): no floor nor peer worth the time.
+bf16_units=0
+grep -qE '\b(avx512_bf16|amx_bf16)\b' /proc/cpuinfo && bf16_units=1
+if [[ "${SKIP_PEER:-0}" != 1 && "$bf16_units" == 0 ]]; then
+    echo "== no bf16 units on this CPU: torch's bf16 GEMM floor and bf16 peer skipped" >&2
+fi
 if [[ "${SKIP_PEER:-0}" != 1 ]]; then
-    echo "== bf16 GEMM peak (torch.matmul, oneDNN)" >&2
-    "$py" "$here/gemm_peak.py" --torch-bf16 --sizes 4096 --threads "$threads" > "$out/gemm_bf16.json"
     echo "== PyTorch eager peer (Qwen3-VL-2B cut to 16 layers, DROID shapes)" >&2
     flock "$lock" "$py" "$here/torch_backbone_peer.py" --runs "$runs" --threads "$threads" \
         | tee "$out/peer.txt" >&2
+fi
+if [[ "${SKIP_PEER:-0}" != 1 && "$bf16_units" == 1 ]]; then
+    echo "== bf16 GEMM peak (torch.matmul, oneDNN)" >&2
+    "$py" "$here/gemm_peak.py" --torch-bf16 --sizes 4096 --threads "$threads" > "$out/gemm_bf16.json"
     echo "== PyTorch eager peer, bf16" >&2
     flock "$lock" "$py" "$here/torch_backbone_peer.py" --runs "$runs" --threads "$threads" \
         --dtype bfloat16 | tee "$out/peer_bf16.txt" >&2
