@@ -8,6 +8,7 @@
 //! products under it are the `avx512` kernel's. `amx` is reserved: its kernel is not written
 //! (no AMX machine to verify it on), so the name is refused.
 
+use crate::cpu_caches::CpuCaches;
 use std::sync::OnceLock;
 
 /// Environment variable that caps the CPU GEMM kernel.
@@ -42,6 +43,28 @@ impl CpuKernel {
     /// its own).
     pub fn for_f32(self) -> CpuKernel {
         self.min(CpuKernel::Avx512)
+    }
+
+    /// This CPU's caches and the blocks this kernel's f32 products use on them, for `/info` and
+    /// the logs (`L1d 32 KiB, L2 512 KiB (sysfs); kc 640 mc 102 nc 128`).
+    pub fn blocks_description(self) -> String {
+        let c = CpuCaches::detected();
+        let caches = format!(
+            "L1d {} KiB, L2 {} KiB ({})",
+            c.l1d >> 10,
+            c.l2 >> 10,
+            c.source
+        );
+        match self.for_f32() {
+            CpuKernel::Avx2 => {
+                let b = crate::gemm_avx2::blocking();
+                format!("{caches}; kc {} mc {} nc {}", b.kc, b.mc, b.nc)
+            }
+            CpuKernel::Avx512 | CpuKernel::Avx512Bf16 => {
+                format!("{caches}; fixed blocks tuned on Zen 5")
+            }
+            CpuKernel::Library => format!("{caches}; the gemm crate's own blocks"),
+        }
     }
 
     /// The fastest kernel this CPU runs.
@@ -131,6 +154,20 @@ mod tests {
         assert!(e.contains(CPU_KERNEL_ENV) && e.contains("sse"), "{e}");
         let e = CpuKernel::cap_from_env_value(Some("amx")).unwrap_err();
         assert!(e.contains("reserved") && e.contains("avx512bf16"), "{e}");
+    }
+
+    #[test]
+    fn the_blocks_are_described_with_the_caches() {
+        for k in [CpuKernel::Library, CpuKernel::Avx2, CpuKernel::Avx512] {
+            let d = k.blocks_description();
+            assert!(d.starts_with("L1d ") && d.contains(" KiB, L2 "), "{d}");
+        }
+        let d = CpuKernel::Avx2.blocks_description();
+        let b = crate::gemm_avx2::blocking();
+        assert!(
+            d.ends_with(&format!("kc {} mc {} nc {}", b.kc, b.mc, b.nc)),
+            "{d}"
+        );
     }
 
     #[test]

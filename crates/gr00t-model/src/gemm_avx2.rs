@@ -6,15 +6,18 @@
 //!
 //! Each output element is one fused multiply-add chain over k in order from its bias (or zero),
 //! as in `gemm_avx512`: the two kernels give the same bits, whatever M, the blocks or threads.
+//! The blocks follow the CPU's caches ([`GemmBlocking::for_tile`]).
 
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
 
+use crate::cpu_caches::{CpuCaches, GemmBlocking, TileBytes};
 #[cfg(target_arch = "x86_64")]
 use crate::gemm_avx512::Seed;
 use crate::gemm_avx512::{PackLayout, PackedBf16, NR};
 use crate::out_ptr::{split_output, OutPtr};
 use std::cell::RefCell;
+use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -24,14 +27,23 @@ use std::arch::x86_64::*;
 const MR: usize = 6;
 /// Columns of C per tile: half a packed panel.
 const TW: usize = 16;
-/// K block (where C is reloaded; never a change of summation order).
-const KC: usize = 256;
-/// Rows of A packed at once (MC·KC floats stay in L2 while the weight streams past).
-const MC: usize = MR * 20;
-/// Columns per block: the block's weight (NC·KC bf16) stays in L2 while A panels pass.
-const NC: usize = NR * 8;
 /// Row blocks up to this size keep one weight panel in L1 while all their row tiles pass.
 const FEW_ROWS: usize = 8 * MR;
+
+/// The kernel's blocks on this CPU: K blocks (where C is reloaded, never a change of summation
+/// order), rows of A packed at once, weight columns per block.
+pub(crate) fn blocking() -> GemmBlocking {
+    static BLOCKS: OnceLock<GemmBlocking> = OnceLock::new();
+    *BLOCKS.get_or_init(|| GemmBlocking::for_tile(CpuCaches::detected(), TILE))
+}
+
+/// What one tile holds per k: MR f32 rows of A, a panel row of NR bf16.
+const TILE: TileBytes = TileBytes {
+    mr: MR,
+    nr: NR,
+    a: 4,
+    w: 2,
+};
 
 /// Whether this CPU runs the kernel (AVX2 and FMA).
 pub(crate) fn available() -> bool {
@@ -54,8 +66,26 @@ pub(crate) fn matmul(
     w: &PackedBf16,
     bias: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
+    matmul_blocked(a, m, k, w, bias, blocking())
+}
+
+/// [`matmul`] in the given blocks (the same bits whatever they are), or `None` also when a block
+/// is not a whole number of tiles and panels.
+pub(crate) fn matmul_blocked(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    bias: Option<&[f32]>,
+    blocks: GemmBlocking,
+) -> Option<Vec<f32>> {
     let (n, wk) = w.dims();
     if !available()
+        || blocks.kc == 0
+        || blocks.mc == 0
+        || !blocks.mc.is_multiple_of(MR)
+        || blocks.nc == 0
+        || !blocks.nc.is_multiple_of(NR)
         || wk != k
         || a.len() != m * k
         || bias.is_some_and(|v| v.len() != n)
@@ -76,7 +106,7 @@ pub(crate) fn matmul(
         // NR) from its seed without reading it, and nothing else.
         #[cfg(target_arch = "x86_64")]
         unsafe {
-            unit(&a[r0 * k..r1 * k], r1 - r0, k, w, n0, n1, bias, dst)
+            unit(&a[r0 * k..r1 * k], r1 - r0, k, w, n0, n1, bias, dst, blocks)
         }
     };
     // SAFETY: `part` writes exactly its rows × columns (above).
@@ -88,11 +118,12 @@ thread_local! {
     static PACKED_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Columns `n0..n1` of the product for the `m` rows of `a`, written through `dst` (`[m, n]`).
+/// Columns `n0..n1` of the product for the `m` rows of `a`, written through `dst` (`[m, n]`), in
+/// `blocks`.
 ///
 /// # Safety
-/// AVX2 and FMA; `n0` a multiple of NR; `dst` holds `m·n` floats that nothing else touches in
-/// columns `n0..n1` during the call; `bias` holds n.
+/// AVX2 and FMA; `n0` a multiple of NR, `blocks.mc` of MR and `blocks.nc` of NR; `dst` holds
+/// `m·n` floats that nothing else touches in columns `n0..n1` during the call; `bias` holds n.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
@@ -105,25 +136,32 @@ unsafe fn unit(
     n1: usize,
     bias: Option<&[f32]>,
     dst: OutPtr,
+    blocks: GemmBlocking,
 ) {
     let n = w.dims().0;
+    let GemmBlocking {
+        kc: kcb,
+        mc: mcb,
+        nc: ncb,
+    } = blocks;
     PACKED_A.with(|pa| {
         let mut pa = pa.borrow_mut();
-        if pa.len() < MC * KC {
-            pa.resize(MC * KC, 0.0);
+        if pa.len() < mcb * kcb {
+            pa.resize(mcb * kcb, 0.0);
         }
         // K blocks outermost, in order: each element's chain over k is unchanged.
-        for pc in (0..k).step_by(KC) {
-            let kc = KC.min(k - pc);
-            for ic in (0..m).step_by(MC) {
-                let mc = MC.min(m - ic);
-                pack_a(a, k, ic, mc, pc, kc, &mut pa);
-                for jc in (n0..n1).step_by(NC) {
+        for pc in (0..k).step_by(kcb) {
+            let kc = kcb.min(k - pc);
+            for ic in (0..m).step_by(mcb) {
+                let mc = mcb.min(m - ic);
+                // SAFETY: AVX2 per the contract.
+                unsafe { pack_a(a, k, ic, mc, pc, kc, &mut pa) };
+                for jc in (n0..n1).step_by(ncb) {
                     let blk = Block {
                         ic,
                         mc,
                         jc,
-                        nc: NC.min(n1 - jc),
+                        nc: ncb.min(n1 - jc),
                         pc,
                         kc,
                         k,
@@ -176,13 +214,17 @@ unsafe fn block(blk: Block, pa: &[f32], w: &PackedBf16, bias: Option<&[f32]>, ds
     // Otherwise an A panel stays in L1 while the block's weight streams from L2.
     let b_outer = mc <= FEW_ROWS;
     let panels = w.panels();
-    for t in 0..row_tiles * col_tiles {
-        let (rt, ct) = if b_outer {
-            (t % row_tiles, t / row_tiles)
+    let count = row_tiles * col_tiles;
+    // Tile t of the block in the chosen order, as (first row, first column).
+    let tile_at = |t: usize| {
+        if b_outer {
+            (t % row_tiles * MR, t / row_tiles * TW)
         } else {
-            (t / col_tiles, t % col_tiles)
-        };
-        let (ir, jr) = (rt * MR, ct * TW);
+            (t / col_tiles * MR, t % col_tiles * TW)
+        }
+    };
+    for t in 0..count {
+        let (ir, jr) = tile_at(t);
         let (mr, nr) = (MR.min(mc - ir), TW.min(nc - jr));
         let panel = (jc + jr) / NR;
         let bp = panels[(panel * k + pc) * NR..][..kc * NR].as_ptr();
@@ -190,6 +232,14 @@ unsafe fn block(blk: Block, pa: &[f32], w: &PackedBf16, bias: Option<&[f32]>, ds
         let next_bp = bp.wrapping_add(k * NR);
         let ap = pa[ir * kc..(ir + MR) * kc].as_ptr();
         let c = dst.add((ic + ir) * n + jc + jr);
+        // The next tile's C rows are fetched while this one computes: with long K they come
+        // back from L3 or memory at every K block.
+        let next = if t + 1 < count {
+            let (ir, jr) = tile_at(t + 1);
+            dst.add((ic + ir) * n + jc + jr)
+        } else {
+            c
+        };
         let seed = match (pc, bias) {
             (0, Some(b)) => Seed::Bias(b[jc + jr..].as_ptr()),
             (0, None) => Seed::Zero,
@@ -200,7 +250,7 @@ unsafe fn block(blk: Block, pa: &[f32], w: &PackedBf16, bias: Option<&[f32]>, ds
         // in this unit's part of `dst`; a bias seed holds nr values.
         unsafe {
             if mr == MR && nr == TW {
-                tile(high, kc, ap, bp, next_bp, seed, c, n);
+                tile(high, kc, ap, bp, next_bp, seed, c, n, next, n);
             } else {
                 // Edge tile: computed whole in a local buffer, only its valid part copied.
                 let mut buf = [0f32; MR * TW];
@@ -213,7 +263,18 @@ unsafe fn block(blk: Block, pa: &[f32], w: &PackedBf16, bias: Option<&[f32]>, ds
                         };
                     }
                 }
-                tile(high, kc, ap, bp, next_bp, Seed::C, buf.as_mut_ptr(), TW);
+                tile(
+                    high,
+                    kc,
+                    ap,
+                    bp,
+                    next_bp,
+                    Seed::C,
+                    buf.as_mut_ptr(),
+                    TW,
+                    next,
+                    n,
+                );
                 for i in 0..mr {
                     for j in 0..nr {
                         *c.add(i * n + j) = buf[i * TW + j];
@@ -224,7 +285,8 @@ unsafe fn block(blk: Block, pa: &[f32], w: &PackedBf16, bias: Option<&[f32]>, ds
     }
 }
 
-/// Dispatches to the low- or high-word tile.
+/// Prefetches the MR rows of TW floats at `next` (row stride `ld_next`; any address) and
+/// dispatches to the low- or high-word tile.
 ///
 /// # Safety
 /// As [`micro`].
@@ -240,7 +302,15 @@ unsafe fn tile(
     seed: Seed,
     c: *mut f32,
     ldc: usize,
+    next: *const f32,
+    ld_next: usize,
 ) {
+    // A row of TW floats spans up to two cache lines; prefetches never fault.
+    for i in 0..MR {
+        let r = next.wrapping_add(i * ld_next);
+        _mm_prefetch::<_MM_HINT_T0>(r.cast());
+        _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(TW - 1).cast());
+    }
     // SAFETY: forwarded contract.
     unsafe {
         if high {
@@ -323,30 +393,107 @@ unsafe fn micro<const HIGH: bool>(
 }
 
 /// Packs rows `ic..ic+mc`, k `pc..pc+kc` of `a` as MR-row panels laid out `[k][MR]`, zero rows
-/// past the end.
-fn pack_a(a: &[f32], k: usize, ic: usize, mc: usize, pc: usize, kc: usize, pa: &mut [f32]) {
+/// past the end: 8 k at a time through an 8×8 transpose in registers.
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack_a(a: &[f32], k: usize, ic: usize, mc: usize, pc: usize, kc: usize, pa: &mut [f32]) {
+    let full = kc / 8 * 8;
     for (ir, panel) in (0..mc).step_by(MR).zip(pa.chunks_exact_mut(MR * kc)) {
         let rows = MR.min(mc - ir);
+        for p0 in (0..full).step_by(8) {
+            let mut v = [_mm256_setzero_ps(); 8];
+            for (i, v) in v.iter_mut().enumerate().take(rows) {
+                let row = &a[(ic + ir + i) * k + pc + p0..][..8];
+                // SAFETY: `row` holds 8 floats.
+                *v = unsafe { _mm256_loadu_ps(row.as_ptr()) };
+            }
+            let t = transpose8(v);
+            let out = &mut panel[p0 * MR..(p0 + 8) * MR];
+            for (p, t) in t.iter().enumerate() {
+                let dst = out[p * MR..(p + 1) * MR].as_mut_ptr();
+                // SAFETY: `dst` holds MR = 6 floats: lanes 0..4, then 4..6.
+                unsafe {
+                    _mm_storeu_ps(dst, _mm256_castps256_ps128(*t));
+                    _mm_storel_pd(
+                        dst.add(4).cast(),
+                        _mm_castps_pd(_mm256_extractf128_ps::<1>(*t)),
+                    );
+                }
+            }
+        }
         for i in 0..MR {
-            if i < rows {
-                let src = &a[(ic + ir + i) * k + pc..][..kc];
-                for (p, &v) in src.iter().enumerate() {
-                    panel[p * MR + i] = v;
-                }
-            } else {
-                for p in 0..kc {
-                    panel[p * MR + i] = 0.0;
-                }
+            for p in full..kc {
+                panel[p * MR + i] = if i < rows {
+                    a[(ic + ir + i) * k + pc + p]
+                } else {
+                    0.0
+                };
             }
         }
     }
 }
 
+/// The transpose of 8 rows of 8 floats: lane i of output p is lane p of input i.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let mut out = [_mm256_setzero_ps(); 8];
+    // Rows 0..4 and 4..8 alike: in each 128-bit half, columns p and p+4 of four rows.
+    let mut cols = [[_mm256_setzero_ps(); 4]; 2];
+    for (half, cols) in cols.iter_mut().enumerate() {
+        let q = &r[half * 4..half * 4 + 4];
+        let (lo01, hi01) = (
+            _mm256_unpacklo_ps(q[0], q[1]),
+            _mm256_unpackhi_ps(q[0], q[1]),
+        );
+        let (lo23, hi23) = (
+            _mm256_unpacklo_ps(q[2], q[3]),
+            _mm256_unpackhi_ps(q[2], q[3]),
+        );
+        *cols = [
+            _mm256_shuffle_ps::<0b01_00_01_00>(lo01, lo23),
+            _mm256_shuffle_ps::<0b11_10_11_10>(lo01, lo23),
+            _mm256_shuffle_ps::<0b01_00_01_00>(hi01, hi23),
+            _mm256_shuffle_ps::<0b11_10_11_10>(hi01, hi23),
+        ];
+    }
+    for p in 0..4 {
+        out[p] = _mm256_permute2f128_ps::<0x20>(cols[0][p], cols[1][p]);
+        out[p + 4] = _mm256_permute2f128_ps::<0x31>(cols[0][p], cols[1][p]);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{available, matmul, KC, MC, MR, NC};
+    use super::{available, blocking, matmul_blocked, MR};
+    use crate::cpu_caches::GemmBlocking;
     use crate::gemm_avx512::{self, PackedBf16, Rhs, NR};
     use half::bf16;
+
+    /// Small blocks, so that the shapes below cross every block edge.
+    const BLOCKS: GemmBlocking = GemmBlocking {
+        kc: 256,
+        mc: MR * 20,
+        nc: NR * 8,
+    };
+    const KC: usize = BLOCKS.kc;
+    const MC: usize = BLOCKS.mc;
+    const NC: usize = BLOCKS.nc;
+
+    /// The product in the test blocks.
+    fn matmul(
+        a: &[f32],
+        m: usize,
+        k: usize,
+        w: &PackedBf16,
+        bias: Option<&[f32]>,
+    ) -> Option<Vec<f32>> {
+        matmul_blocked(a, m, k, w, bias, BLOCKS)
+    }
 
     /// Shapes around every edge: tiles, half panels, K and row blocks, column blocks.
     fn shapes() -> Vec<(usize, usize, usize)> {
@@ -429,6 +576,36 @@ mod tests {
                 .unwrap();
             let y = pool.install(|| matmul(&a, m, k, &packed, Some(&bias)).unwrap());
             assert_eq!(y, all, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn the_blocks_never_change_the_bits() {
+        if !available() {
+            return;
+        }
+        let (m, n, k) = (MR * 7 + 5, NC + NR + 7, KC + 101);
+        let mut rnd = crate::test_rng::lcg(5u32);
+        let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+        let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let packed = PackedBf16::new(&w, n, k).unwrap();
+        let want = matmul(&a, m, k, &packed, Some(&bias)).unwrap();
+        let b = |kc, mc, nc| GemmBlocking { kc, mc, nc };
+        for blocks in [
+            blocking(),
+            b(1, MR, NR),
+            b(7, 2 * MR, 3 * NR),
+            b(100, MR * 17, NR * 4),
+            b(640, MR * 3, NR),
+            b(4096, MR * 200, NR * 64),
+        ] {
+            let got = super::matmul_blocked(&a, m, k, &packed, Some(&bias), blocks).unwrap();
+            assert_eq!(got, want, "{blocks:?}");
+        }
+        // Blocks that are not whole tiles and panels are refused, not run.
+        for blocks in [b(0, MR, NR), b(64, MR + 1, NR), b(64, MR, NR - 1)] {
+            assert!(super::matmul_blocked(&a, m, k, &packed, None, blocks).is_none());
         }
     }
 

@@ -50,7 +50,10 @@ pub struct PackedBf16 {
     n: usize,
     k: usize,
     layout: PackLayout,
-    panels: Vec<bf16>,
+    /// The panels start `start` elements in, at a 64-byte boundary (no row load straddles a
+    /// cache line).
+    storage: Vec<bf16>,
+    start: usize,
 }
 
 /// The element order of a [`PackedBf16`].
@@ -102,7 +105,10 @@ impl PackedBf16 {
     ) -> PackedBf16 {
         let g = layout.group();
         let kp = k.next_multiple_of(g);
-        let mut panels = vec![bf16::ZERO; n.div_ceil(NR) * NR * kp];
+        let len = n.div_ceil(NR) * NR * kp;
+        let mut storage = vec![bf16::ZERO; len + PANEL_ALIGN / 2];
+        let start = storage.as_ptr().align_offset(PANEL_ALIGN);
+        let panels = &mut storage[start..start + len];
         // Position of column slot `s`, k index `p` inside a panel.
         let at = |s: usize, p: usize| match layout {
             PackLayout::Panels => p * NR + s,
@@ -136,7 +142,8 @@ impl PackedBf16 {
             n,
             k,
             layout,
-            panels,
+            storage,
+            start,
         }
     }
 
@@ -152,9 +159,13 @@ impl PackedBf16 {
 
     /// The panels, `[⌈n/NR⌉][k][NR]` or `[⌈n/NR⌉][⌈k/2⌉][NR][2]` by [`PackLayout`].
     pub(crate) fn panels(&self) -> &[bf16] {
-        &self.panels
+        let len = self.n.div_ceil(NR) * NR * self.k.next_multiple_of(self.layout.group());
+        &self.storage[self.start..self.start + len]
     }
 }
+
+/// Byte alignment of packed panels: a cache line.
+const PANEL_ALIGN: usize = 64;
 
 /// The panel column stored at position `s` of a packed row: `vpunpcklwd` with zero takes words
 /// 0..4 of each 128-bit lane (lane l → columns 4l..4l+4), `vpunpckhwd` words 4..8 (columns
@@ -292,7 +303,7 @@ unsafe fn unit(
                     for jc in (n0..n1).step_by(NC) {
                         // Units and blocks start on panel boundaries (multiples of NR).
                         debug_assert_eq!(jc % NR, 0);
-                        let panels = w.panels[(jc / NR * k + pc) * NR..].as_ptr();
+                        let panels = w.panels()[(jc / NR * k + pc) * NR..].as_ptr();
                         let blk = Block {
                             ic,
                             mc,

@@ -5,6 +5,7 @@ pub mod action_head;
 pub mod backbone;
 pub mod checkpoint;
 pub mod config;
+pub mod cpu_caches;
 pub mod cpu_kernel;
 pub(crate) mod cpu_math;
 pub mod error;

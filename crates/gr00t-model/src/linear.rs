@@ -457,6 +457,27 @@ pub fn matmul_packed_with(
     }
 }
 
+/// [`matmul_packed_with`] through the AVX2 kernel in the given blocks (the same bits whatever
+/// they are; `None` where the CPU lacks AVX2 or the blocks are not whole tiles; public for the
+/// `gemm_blocking` sweep).
+#[doc(hidden)]
+pub fn matmul_avx2_blocked(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    bias: Option<&[f32]>,
+    blocks: crate::cpu_caches::GemmBlocking,
+) -> Option<Vec<f32>> {
+    gemm_avx2::matmul_blocked(x, m, k, w, bias, blocks)
+}
+
+/// The blocks the AVX2 kernel uses on this CPU (public for the `gemm_blocking` sweep).
+#[doc(hidden)]
+pub fn avx2_blocking() -> crate::cpu_caches::GemmBlocking {
+    gemm_avx2::blocking()
+}
+
 /// Whether the hand-written kernels measured faster than the library for weights `[n, k]`: on
 /// every model shape benchmarked (`examples/gemm_shapes.rs`, all with k, n >= 1024; smaller
 /// ones were not measured). Chosen by the weight shape only, never by the row count, so a row's

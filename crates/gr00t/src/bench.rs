@@ -137,6 +137,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
             "peak_rss_mb": round3(peak_rss_mb),
             "threads": info.threads,
             "cpu_kernel": info.cpu_kernel,
+            "cpu_blocks": info.cpu_blocks,
             "dtype": info.dtype,
         });
         println!("{out}");
@@ -153,8 +154,13 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
         opts.runs, opts.warmup
     );
     println!(
-        "threads {}, dtype {}, denoise backend {}, CPU kernel {}, device {}",
-        info.threads, info.dtype, info.denoise_backend, info.cpu_kernel, info.device
+        "threads {}, dtype {}, denoise backend {}, CPU kernel {} [{}], device {}",
+        info.threads,
+        info.dtype,
+        info.denoise_backend,
+        info.cpu_kernel,
+        info.cpu_blocks,
+        info.device
     );
     if opts.control_loop {
         println!(

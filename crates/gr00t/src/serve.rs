@@ -93,10 +93,11 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
     let info = engine.info().clone();
     let model_load_s = t0.elapsed().as_secs_f64();
     tracing::info!(
-        "model loaded in {:.1} s (backend {}, CPU kernel {}, {} on {}, {} threads, digest {})",
+        "model loaded in {:.1} s (backend {}, CPU kernel {} [{}], {} on {}, {} threads, digest {})",
         t0.elapsed().as_secs_f64(),
         info.denoise_backend,
         info.cpu_kernel,
+        info.cpu_blocks,
         info.dtype,
         info.device,
         info.threads,

@@ -282,6 +282,12 @@ fn get_endpoints_and_demo_round_trip() {
         assert!(!info[k].is_null(), "/info lacks {k}: {info}");
     }
     assert_eq!(info["model_id"], "nvidia/GR00T-N1.7-3B");
+    // The f32 kernel's blocks come with the caches they were sized from.
+    let blocks = info["cpu_blocks"].as_str().unwrap_or_default();
+    assert!(
+        blocks.starts_with("L1d ") && blocks.contains("L2 "),
+        "{info}"
+    );
     assert_eq!(info["embodiment"], "oxe_droid_relative_eef_relative_joint");
     assert_eq!(info["limits"]["queue"], 8);
     assert_eq!(info["limits"]["max_body_bytes"], 16 << 20);

@@ -43,6 +43,7 @@ fn info() -> EngineInfo {
         action_horizon: 40,
         denoise_backend: "test".into(),
         cpu_kernel: "test".into(),
+        cpu_blocks: "test".into(),
         dtype: "f32".into(),
         device: "cpu".into(),
         threads: 1,
