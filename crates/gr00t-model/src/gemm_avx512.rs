@@ -103,9 +103,8 @@ impl PackedBf16 {
         layout: PackLayout,
         at_cp: impl Fn(usize, usize) -> bf16 + Sync,
     ) -> PackedBf16 {
-        let g = layout.group();
-        let kp = k.next_multiple_of(g);
-        let len = n.div_ceil(NR) * NR * kp;
+        let kp = k.next_multiple_of(layout.group());
+        let len = panels_len(n, k, layout);
         let mut storage = vec![bf16::ZERO; len + PANEL_ALIGN / 2];
         let start = storage.as_ptr().align_offset(PANEL_ALIGN);
         let panels = &mut storage[start..start + len];
@@ -159,9 +158,14 @@ impl PackedBf16 {
 
     /// The panels, `[⌈n/NR⌉][k][NR]` or `[⌈n/NR⌉][⌈k/2⌉][NR][2]` by [`PackLayout`].
     pub(crate) fn panels(&self) -> &[bf16] {
-        let len = self.n.div_ceil(NR) * NR * self.k.next_multiple_of(self.layout.group());
-        &self.storage[self.start..self.start + len]
+        &self.storage[self.start..][..panels_len(self.n, self.k, self.layout)]
     }
+}
+
+/// Elements of the panels of an `[n, k]` matrix in `layout` (columns padded to NR, k to the
+/// layout's group).
+fn panels_len(n: usize, k: usize, layout: PackLayout) -> usize {
+    n.div_ceil(NR) * NR * k.next_multiple_of(layout.group())
 }
 
 /// Byte alignment of packed panels: a cache line.
