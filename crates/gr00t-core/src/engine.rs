@@ -94,8 +94,8 @@ pub struct EngineInfo {
     pub action_horizon: usize,
     /// Denoise implementation.
     pub denoise_backend: String,
-    /// CPU GEMM kernel of the products (`avx512bf16` for `--dtype bf16` on AVX512-BF16 CPUs,
-    /// `avx512`, `avx2`, `library`; `none` on a GPU).
+    /// CPU GEMM kernel of the products (`amx` or `avx512bf16` for `--dtype bf16` on AMX or
+    /// AVX512-BF16 CPUs, `avx512`, `avx2`, `library`; `none` on a GPU).
     pub cpu_kernel: String,
     /// The CPU's L1d/L2 sizes and the blocks the f32 kernel takes from them (`none` on a GPU).
     pub cpu_blocks: String,
@@ -285,7 +285,7 @@ impl Engine {
             embodiment_weights_mib: model.embodiment_weight_bytes() as f64 / (1 << 20) as f64,
             action_horizon: ckpt.config.action_horizon,
             denoise_backend: model.denoise_backend().as_str().into(),
-            // The kernel of the products this dtype runs (f32 ones never run avx512bf16).
+            // The kernel of the products this dtype runs (f32 ones never run amx or avx512bf16).
             cpu_kernel: if device.is_cpu() && dtype == candle_core::DType::BF16 {
                 kernel.as_str().into()
             } else if device.is_cpu() {
@@ -305,7 +305,7 @@ impl Engine {
         };
         if device.is_cpu()
             && dtype == candle_core::DType::BF16
-            && kernel != cpu_kernel::CpuKernel::Avx512Bf16
+            && kernel < cpu_kernel::CpuKernel::Avx512Bf16
         {
             // Measured on Zen 3 (AVX2): 1.11× the f32 request's time, for less accuracy.
             tracing::warn!(

@@ -1,5 +1,5 @@
-//! GFLOP/s of the hand-written AVX512-BF16 (`--dtype bf16`: activations rounded to bf16, VNNI
-//! weight pairs), AVX-512 and AVX2 GEMMs (weights packed at load, as the model keeps them)
+//! GFLOP/s of the hand-written AMX and AVX512-BF16 (`--dtype bf16`: activations rounded to
+//! bf16, VNNI weight pairs), AVX-512 and AVX2 GEMMs (weights packed at load, as the model keeps them)
 //! against the `gemm`-crate path (weights widened per call) on the model's bf16-weight linear
 //! shapes: all alternate in one process; medians of several rounds. Kernels this CPU does not
 //! run print as "-".
@@ -39,20 +39,23 @@ fn main() {
         (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
     };
     println!(
-        "{:<12} {:>5} {:>5} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7}",
+        "{:<12} {:>5} {:>5} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7}",
         "stage",
         "M",
         "K",
         "N",
+        "amx",
         "bf16",
         "avx512",
         "avx2",
         "library",
+        "amx/bf16",
         "bf16/512",
         "512/lib",
         "avx2/lib"
     );
     let kernels = [
+        CpuKernel::Amx,
         CpuKernel::Avx512Bf16,
         CpuKernel::Avx512,
         CpuKernel::Avx2,
@@ -73,14 +76,16 @@ fn main() {
             for _ in 0..reps {
                 let y = match kernel {
                     CpuKernel::Library => matmul_bf16_with(kernel, &x, m, k, &w, n, Some(&b)),
-                    CpuKernel::Avx512Bf16 => matmul_packed_with(kernel, &x, m, k, &vnni, Some(&b))?,
+                    CpuKernel::Amx | CpuKernel::Avx512Bf16 => {
+                        matmul_packed_with(kernel, &x, m, k, &vnni, Some(&b))?
+                    }
                     _ => matmul_packed_with(kernel, &x, m, k, &packed, Some(&b))?,
                 };
                 std::hint::black_box(y);
             }
             Some(flops * reps as f64 / t.elapsed().as_secs_f64() / 1e9)
         };
-        let mut rates: [Vec<f64>; 4] = Default::default();
+        let mut rates: [Vec<f64>; 5] = Default::default();
         for round in 0..=rounds {
             for (kernel, rates) in kernels.iter().zip(&mut rates) {
                 // Round 0 warms up.
@@ -93,18 +98,20 @@ fn main() {
             v.sort_by(f64::total_cmp);
             v.get(v.len() / 2).copied()
         };
-        let [bf, p512, p2, lib] = rates.map(median);
+        let [amx, bf, p512, p2, lib] = rates.map(median);
         let show = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.1}"));
         let ratio = |r: Option<f64>, base: Option<f64>| match (r, base) {
             (Some(r), Some(l)) => format!("{:.3}", r / l),
             _ => "-".into(),
         };
         println!(
-            "{name:<12} {m:>5} {k:>5} {n:>5} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7}",
+            "{name:<12} {m:>5} {k:>5} {n:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7}",
+            show(amx),
             show(bf),
             show(p512),
             show(p2),
             show(lib),
+            ratio(amx, bf),
             ratio(bf, p512),
             ratio(p512, lib),
             ratio(p2, lib)

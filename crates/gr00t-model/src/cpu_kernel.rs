@@ -4,9 +4,9 @@
 //! depends on it. Every kernel computes each element as one f32 fused multiply-add chain;
 //! the hand-written ones in the same order (same bits), the library in its own.
 //!
-//! `avx512bf16` only changes the `--dtype bf16` products (bf16 activations, `vdpbf16ps`); f32
-//! products under it are the `avx512` kernel's. `amx` is reserved: its kernel is not written
-//! (no AMX machine to verify it on), so the name is refused.
+//! `avx512bf16` and `amx` only change the `--dtype bf16` products (bf16 activations,
+//! `vdpbf16ps` or AMX tiles); f32 products under them are the `avx512` kernel's. Under `amx`
+//! the attention's bf16 products stay `vdpbf16ps` (their keys and values are packed per call).
 
 use crate::cpu_caches::CpuCaches;
 use std::sync::OnceLock;
@@ -26,6 +26,9 @@ pub enum CpuKernel {
     /// As [`CpuKernel::Avx512`] for f32 products; bf16 products run `vdpbf16ps` on VNNI pairs
     /// packed at load (`gemm_avx512bf16.rs`).
     Avx512Bf16,
+    /// As [`CpuKernel::Avx512Bf16`], but the linear layers' bf16 products run AMX-BF16 tiles
+    /// on the same VNNI pairs (`gemm_amx.rs`; Sapphire, Emerald and Granite Rapids).
+    Amx,
 }
 
 impl CpuKernel {
@@ -36,11 +39,12 @@ impl CpuKernel {
             CpuKernel::Avx2 => "avx2",
             CpuKernel::Avx512 => "avx512",
             CpuKernel::Avx512Bf16 => "avx512bf16",
+            CpuKernel::Amx => "amx",
         }
     }
 
-    /// The kernel that runs f32 products under this one (`avx512bf16` has no f32 kernel of
-    /// its own).
+    /// The kernel that runs f32 products under this one (`avx512bf16` and `amx` have no f32
+    /// kernel of their own).
     pub fn for_f32(self) -> CpuKernel {
         self.min(CpuKernel::Avx512)
     }
@@ -60,7 +64,7 @@ impl CpuKernel {
                 let b = crate::gemm_avx2::blocking();
                 format!("{caches}; kc {} mc {} nc {}", b.kc, b.mc, b.nc)
             }
-            CpuKernel::Avx512 | CpuKernel::Avx512Bf16 => {
+            CpuKernel::Avx512 | CpuKernel::Avx512Bf16 | CpuKernel::Amx => {
                 format!("{caches}; fixed blocks tuned on Zen 5")
             }
             CpuKernel::Library => format!("{caches}; the gemm crate's own blocks"),
@@ -69,7 +73,9 @@ impl CpuKernel {
 
     /// The fastest kernel this CPU runs.
     pub fn detected() -> CpuKernel {
-        if crate::gemm_avx512bf16::available() {
+        if crate::gemm_amx::available() {
+            CpuKernel::Amx
+        } else if crate::gemm_avx512bf16::available() {
             CpuKernel::Avx512Bf16
         } else if crate::gemm_avx512::available() {
             CpuKernel::Avx512
@@ -86,16 +92,13 @@ impl CpuKernel {
         match value.map(str::trim) {
             None | Some("") | Some("auto") => Ok(None),
             Some("avx512bf16") => Ok(Some(CpuKernel::Avx512Bf16)),
-            Some("amx") => Err(format!(
-                "{CPU_KERNEL_ENV}=amx is reserved: this build has no AMX kernel (it could not be \
-                 verified without an AMX CPU); use auto, avx512bf16, avx512, avx2 or library"
-            )),
+            Some("amx") => Ok(Some(CpuKernel::Amx)),
             Some("avx512") => Ok(Some(CpuKernel::Avx512)),
             Some("avx2") => Ok(Some(CpuKernel::Avx2)),
             Some("library") => Ok(Some(CpuKernel::Library)),
             Some(other) => Err(format!(
-                "{CPU_KERNEL_ENV}={other:?} is not a CPU kernel; use auto, avx512bf16, avx512, avx2 \
-                 or library"
+                "{CPU_KERNEL_ENV}={other:?} is not a CPU kernel; use auto, amx, avx512bf16, avx512, \
+                 avx2 or library"
             )),
         }
     }
@@ -147,13 +150,13 @@ mod tests {
             CpuKernel::Avx2,
             CpuKernel::Avx512,
             CpuKernel::Avx512Bf16,
+            CpuKernel::Amx,
         ] {
             assert_eq!(CpuKernel::cap_from_env_value(Some(k.as_str())), Ok(Some(k)));
         }
         let e = CpuKernel::cap_from_env_value(Some("sse")).unwrap_err();
         assert!(e.contains(CPU_KERNEL_ENV) && e.contains("sse"), "{e}");
-        let e = CpuKernel::cap_from_env_value(Some("amx")).unwrap_err();
-        assert!(e.contains("reserved") && e.contains("avx512bf16"), "{e}");
+        assert!(e.contains("amx") && e.contains("avx512bf16"), "{e}");
     }
 
     #[test]
@@ -172,6 +175,7 @@ mod tests {
 
     #[test]
     fn f32_products_never_run_the_bf16_kernel() {
+        assert_eq!(CpuKernel::Amx.for_f32(), CpuKernel::Avx512);
         assert_eq!(CpuKernel::Avx512Bf16.for_f32(), CpuKernel::Avx512);
         assert_eq!(CpuKernel::Avx512.for_f32(), CpuKernel::Avx512);
         assert_eq!(CpuKernel::Avx2.for_f32(), CpuKernel::Avx2);

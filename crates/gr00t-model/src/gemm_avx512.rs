@@ -63,18 +63,19 @@ pub enum PackLayout {
     /// with zero widen it exactly into columns 0..16 and 16..32 (the f32 kernels, AVX-512 and
     /// AVX2).
     Panels,
-    /// `[⌈N/NR⌉][⌈K/2⌉][NR][2]`: VNNI pairs for `vdpbf16ps` (`gemm_avx512bf16.rs`), k padded
-    /// to even with zero. Each pair holds k+1 in its low and k in its high half: the
-    /// instruction adds the high product first, so each chain runs over k in order.
+    /// `[⌈N/NR⌉][⌈K/32⌉·16][NR][2]`: VNNI pairs for `vdpbf16ps` (`gemm_avx512bf16.rs`) and
+    /// AMX tiles (`gemm_amx.rs`), k padded with zero to a whole tile of 16 pairs. Each pair
+    /// holds k+1 in its low and k in its high half: `vdpbf16ps` adds the high product first,
+    /// so each chain runs over k in order.
     VnniPairs,
 }
 
 impl PackLayout {
-    /// k values per group stored together for one column.
-    fn group(self) -> usize {
+    /// The stored length of each column's k values.
+    fn padded_k(self, k: usize) -> usize {
         match self {
-            PackLayout::Panels => 1,
-            PackLayout::VnniPairs => 2,
+            PackLayout::Panels => k,
+            PackLayout::VnniPairs => k.next_multiple_of(32),
         }
     }
 }
@@ -103,7 +104,7 @@ impl PackedBf16 {
         layout: PackLayout,
         at_cp: impl Fn(usize, usize) -> bf16 + Sync,
     ) -> PackedBf16 {
-        let kp = k.next_multiple_of(layout.group());
+        let kp = layout.padded_k(k);
         let len = panels_len(n, k, layout);
         let mut storage = vec![bf16::ZERO; len + PANEL_ALIGN / 2];
         let start = storage.as_ptr().align_offset(PANEL_ALIGN);
@@ -156,16 +157,21 @@ impl PackedBf16 {
         self.layout
     }
 
-    /// The panels, `[⌈n/NR⌉][k][NR]` or `[⌈n/NR⌉][⌈k/2⌉][NR][2]` by [`PackLayout`].
+    /// Rows of pairs per panel of a [`PackLayout::VnniPairs`] matrix (a multiple of 16).
+    pub(crate) fn pair_rows(&self) -> usize {
+        PackLayout::VnniPairs.padded_k(self.k) / 2
+    }
+
+    /// The panels, `[⌈n/NR⌉][k][NR]` or `[⌈n/NR⌉][pair rows][NR][2]` by [`PackLayout`].
     pub(crate) fn panels(&self) -> &[bf16] {
         &self.storage[self.start..][..panels_len(self.n, self.k, self.layout)]
     }
 }
 
-/// Elements of the panels of an `[n, k]` matrix in `layout` (columns padded to NR, k to the
-/// layout's group).
+/// Elements of the panels of an `[n, k]` matrix in `layout` (columns padded to NR, k as the
+/// layout pads it).
 fn panels_len(n: usize, k: usize, layout: PackLayout) -> usize {
-    n.div_ceil(NR) * NR * k.next_multiple_of(layout.group())
+    n.div_ceil(NR) * NR * layout.padded_k(k)
 }
 
 /// Byte alignment of packed panels: a cache line.

@@ -193,7 +193,7 @@ unsafe fn unit(
     let Lhs { a, lda, m, k } = lhs;
     // Pair rows of A used, and of a whole weight panel (its stride).
     let pairs = k.div_ceil(2);
-    let panel_pairs = w.dims().1.div_ceil(2);
+    let panel_pairs = w.pair_rows();
     PACK_A.with(|p| {
         let mut p = p.borrow_mut();
         let pa = p.take(MC * KC_ROWS);
@@ -681,16 +681,18 @@ mod tests {
     }
 
     #[test]
-    fn vnni_pairs_hold_k_high_and_k_plus_one_low_zero_padded() {
+    fn vnni_pairs_hold_k_high_and_k_plus_one_low_zero_padded_to_a_tile() {
         // [n=2, k=3]: rows (1, 2, 3) and (4, 5, 6).
         let w: Vec<bf16> = (1..=6).map(|v| bf16::from_f32(v as f32)).collect();
         let p = vnni(&w, 2, 3);
         let v: Vec<f32> = p.panels().iter().map(|x| x.to_f32()).collect();
-        assert_eq!(v.len(), NR * 4);
+        // One whole tile of 16 pair rows.
+        assert_eq!(v.len(), NR * 32);
         // Pair row 0: column 0 = (k1 low, k0 high), column 1 likewise.
         assert_eq!(&v[..4], &[2.0, 1.0, 5.0, 4.0]);
         // Pair row 1: k = 2 high, the padding k = 3 low.
         assert_eq!(&v[NR * 2..NR * 2 + 4], &[0.0, 3.0, 0.0, 6.0]);
         assert!(v[4..NR * 2].iter().all(|&x| x == 0.0));
+        assert!(v[NR * 2 + 4..].iter().all(|&x| x == 0.0));
     }
 }

@@ -11,6 +11,7 @@ pub(crate) mod cpu_math;
 pub mod error;
 pub mod flash;
 pub mod flops;
+pub(crate) mod gemm_amx;
 pub(crate) mod gemm_avx2;
 pub(crate) mod gemm_avx512;
 pub(crate) mod gemm_avx512bf16;

@@ -8,10 +8,11 @@
 //! A model loaded for bf16 products on the CPU ([`loading_with`], `--dtype bf16`) rounds each
 //! product's activations to bf16 (round to nearest even) and keeps everything else f32: on
 //! AVX512-BF16 CPUs `vdpbf16ps` multiplies them by weights packed at load as VNNI pairs
-//! (`gemm_avx512bf16.rs`); elsewhere the f32 kernels multiply the rounded values (the same
+//! (`gemm_avx512bf16.rs`), on AMX CPUs tiles of the same pairs (`gemm_amx.rs`); elsewhere the f32 kernels multiply the rounded values (the same
 //! numbers at f32 speed).
 
 use crate::cpu_kernel::{self, CpuKernel};
+use crate::gemm_amx;
 use crate::gemm_avx2;
 use crate::gemm_avx512::{self, Rhs};
 use crate::gemm_avx512bf16;
@@ -119,7 +120,7 @@ impl Linear {
         } else {
             weight
         };
-        let layout = if bf16_inputs && kernel == CpuKernel::Avx512Bf16 {
+        let layout = if bf16_inputs && kernel >= CpuKernel::Avx512Bf16 {
             PackLayout::VnniPairs
         } else {
             PackLayout::Panels
@@ -435,7 +436,7 @@ pub use crate::gemm_avx512::{PackLayout, PackedBf16};
 
 /// `x` `[m, k]` · a packed weight ᵀ (+ `bias`) through `kernel`: f32 `x` for
 /// [`PackLayout::Panels`] (the f32 kernel under `kernel`), `x` rounded to bf16 for
-/// [`PackLayout::VnniPairs`] (`avx512bf16` only); `None` for the library or when the CPU does
+/// [`PackLayout::VnniPairs`] (`avx512bf16` and `amx` only); `None` for the library or when the CPU does
 /// not run the kernel (public for the `gemm_shapes` benchmark).
 #[doc(hidden)]
 pub fn matmul_packed_with(
@@ -447,6 +448,7 @@ pub fn matmul_packed_with(
     bias: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
     match (w.layout(), kernel) {
+        (PackLayout::VnniPairs, CpuKernel::Amx) => gemm_amx::matmul(x, m, k, w, bias),
         (PackLayout::VnniPairs, CpuKernel::Avx512Bf16) => gemm_avx512bf16::matmul(x, m, k, w, bias),
         (PackLayout::VnniPairs, _) => None,
         (PackLayout::Panels, kernel) => match kernel.for_f32() {
@@ -623,7 +625,7 @@ mod tests {
         let (l16, y16) = run(Products::Bf16);
         let (_, y32) = run(Products::F32);
         // On an AVX512-BF16 CPU the bf16 layer multiplies VNNI pairs packed at load.
-        if super::cpu_kernel::current() == CpuKernel::Avx512Bf16 {
+        if super::cpu_kernel::current() >= CpuKernel::Avx512Bf16 {
             assert_eq!(l16.pack_layout(), Some(PackLayout::VnniPairs));
         }
         for i in 0..m {
@@ -656,6 +658,7 @@ mod tests {
     #[test]
     fn bf16_products_give_the_same_bits_through_the_f32_kernel_on_rounded_activations() {
         // What `GR00T_CPU_KERNEL=avx512 --dtype bf16` runs against the native kernel.
+        // Under `amx` the VNNI layer runs tiles, which round in their own order.
         if super::cpu_kernel::current() != CpuKernel::Avx512Bf16 {
             return;
         }

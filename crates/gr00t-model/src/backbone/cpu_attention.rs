@@ -82,7 +82,8 @@ enum Mul<'a> {
 }
 
 /// [`attention`] with bf16 products run by `kernel` (`vdpbf16ps` for
-/// [`CpuKernel::Avx512Bf16`] on a CPU that has it, the f32 GEMMs otherwise).
+/// [`CpuKernel::Avx512Bf16`] or [`CpuKernel::Amx`] on a CPU that has it, the f32 GEMMs
+/// otherwise).
 #[allow(clippy::too_many_arguments)]
 fn attention_with(
     q: &Tensor,
@@ -108,7 +109,7 @@ fn attention_with(
         candle_core::bail!("attention: {hq} query heads do not share {hkv} kv heads evenly");
     }
     let vnni = products == Products::Bf16
-        && kernel == CpuKernel::Avx512Bf16
+        && kernel >= CpuKernel::Avx512Bf16
         && gemm_avx512bf16::available();
     // The kernel reads q rows of at least Dh at a positive stride.
     let unit_last = |t: &Tensor| -> candle_core::Result<Tensor> {

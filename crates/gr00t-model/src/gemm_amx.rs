@@ -1,0 +1,556 @@
+//! Hand-written AMX-BF16 GEMM `C[M, N] = bf16(A)[M, K]·Bᵀ (+ bias)` for a row-major f32 `A`,
+//! rounded to bf16 (round to nearest even) while it is packed, and a bf16 `B` packed once at
+//! load as VNNI pairs ([`PackLayout::VnniPairs`], the layout `gemm_avx512bf16.rs` reads: a
+//! 32-column panel row of pairs is two B tiles side by side). Sapphire, Emerald and Granite
+//! Rapids multiply a 16×32 bf16 tile by a 32×16 one into 16×16 f32 in one `tdpbf16ps`, 16
+//! times the multiply-adds of an AVX-512 FMA per cycle.
+//!
+//! Blocks of 2×2 tiles (32×32 of C in tmm0-3, two A tiles in tmm4-5, two B tiles in tmm6-7)
+//! each run one `asm!` loop over a K block; stable Rust has no AMX intrinsics. C lives in the
+//! output (or a scratch tile at the edges) between K blocks, exactly as f32.
+//!
+//! Bits: `tdpbf16ps` rounds in its own order (not an FMA chain: 1–2 ulp from `vdpbf16ps`), but
+//! every element's sequence of tile operations depends only on K, so they do not depend on M,
+//! on the block a row falls in, nor on the thread count, and repeats are identical.
+
+// Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
+
+use crate::gemm_avx512::{PackLayout, PackedBf16, NR};
+use crate::out_ptr::{split_output, OutPtr};
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Rows of a C or A tile, and pair rows of a B tile.
+const TILE: usize = 16;
+/// Rows (and columns: one weight panel) of C per 2×2 block.
+const MB: usize = 2 * TILE;
+/// K block in pairs, a multiple of [`TILE`] (only where C is stored and reloaded, never the
+/// order of the sums): a panel's B slice (KC·128 bytes) stays in L1 across the row blocks.
+const KC: usize = 256;
+/// Rows of A packed at once (a multiple of [`MB`]): MC·KC·4 bytes stay in L2 across panels.
+const MC: usize = 256;
+/// Row counts from which the threads split rows (each packs only its own A) instead of
+/// columns (each streams only its own weights).
+const SPLIT_ROWS_FROM: usize = 256;
+
+/// Whether this CPU runs the kernel: AMX-TILE and AMX-BF16 by CPUID, AVX-512F/BW/BF16 for
+/// packing A, and the Linux kernel's leave to use the tile data (asked once per process;
+/// refused where the kernel or a sandbox denies it).
+pub(crate) fn available() -> bool {
+    static GRANTED: OnceLock<bool> = OnceLock::new();
+    *GRANTED.get_or_init(|| {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            cpu_has_amx_bf16()
+                && crate::gemm_avx512bf16::available()
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                // SAFETY: the arch_prctl requests below only read or set this process's
+                // XSTATE permissions.
+                && unsafe { request_tile_data() }
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        {
+            false
+        }
+    })
+}
+
+/// CPUID leaf 7: AMX-BF16 (EDX bit 22) and AMX-TILE (EDX bit 24).
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_amx_bf16() -> bool {
+    // Leaf 7 is read only when the CPU has it.
+    if __cpuid(0).eax < 7 {
+        return false;
+    }
+    let edx = __cpuid_count(7, 0).edx;
+    edx & (1 << 22) != 0 && edx & (1 << 24) != 0
+}
+
+/// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, then `ARCH_GET_XCOMP_PERM` to see
+/// the permission granted (without it the first tile instruction kills the process).
+///
+/// # Safety
+/// Linux on x86-64.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+unsafe fn request_tile_data() -> bool {
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_GET_XCOMP_PERM: u64 = 0x1022;
+    const ARCH_REQ_XCOMP_PERM: u64 = 0x1023;
+    const XFEATURE_XTILEDATA: u64 = 18;
+    let call = |code: u64, arg: u64| -> i64 {
+        let ret: i64;
+        // SAFETY: a raw syscall; rcx and r11 are clobbered by `syscall` itself.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") SYS_ARCH_PRCTL => ret,
+                in("rdi") code,
+                in("rsi") arg,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            )
+        };
+        ret
+    };
+    if call(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0 {
+        return false;
+    }
+    let mut perm = 0u64;
+    call(ARCH_GET_XCOMP_PERM, &mut perm as *mut u64 as u64) == 0
+        && perm & (1 << XFEATURE_XTILEDATA) != 0
+}
+
+/// `bf16(a)` `[m, k]` · `w`ᵀ (+ `bias` `[n]` on every row) → `[m, n]` row-major, or `None`
+/// when the CPU lacks AMX-BF16, `w` is not in VNNI pairs or the lengths do not match.
+pub(crate) fn matmul(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    bias: Option<&[f32]>,
+) -> Option<Vec<f32>> {
+    let (n, wk) = w.dims();
+    if wk != k
+        || a.len() != m * k
+        || bias.is_some_and(|v| v.len() != n)
+        || w.layout() != PackLayout::VnniPairs
+        || !available()
+    {
+        return None;
+    }
+    if m == 0 || n == 0 || k == 0 {
+        return Some(match bias {
+            Some(v) => v.repeat(m),
+            None => vec![0f32; m * n],
+        });
+    }
+    let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
+        // SAFETY: AMX was granted and AVX-512F/BW/BF16 detected above; `dst` points at row r0
+        // of the m·n output; every element of rows r0..r1 × columns n0..n1 lies in exactly one
+        // block, whose first K block writes it from the bias (or zero) without reading it.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            unit(&a[r0 * k..r1 * k], r1 - r0, k, w, n0, n1, bias, dst, n)
+        }
+    };
+    // `split_output` splits rows when m/MB > (n/NR)·rows_over_cols: 0 forces rows, m columns.
+    let rows_over_cols = if m >= SPLIT_ROWS_FROM { 0 } else { m };
+    // SAFETY: `part` writes exactly its rows × columns (above).
+    Some(unsafe { split_output(m, n, (MB, NR), rows_over_cols, part) })
+}
+
+/// A 64-byte aligned 32×32 f32 tile block (a C edge or the seed of a block).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Block32([f32; MB * NR]);
+
+/// Per-thread buffers, reused across calls.
+struct Scratch {
+    /// Packed A block, `[MC][KC]` pairs at most (plus room to align).
+    pa: Vec<u32>,
+    /// The first K block's C: the bias (or zero) on every row.
+    seed: Box<Block32>,
+    /// C of a block at the edge of the output.
+    edge: Box<Block32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
+        pa: Vec::new(),
+        seed: Box::new(Block32([0.0; MB * NR])),
+        edge: Box::new(Block32([0.0; MB * NR])),
+    });
+}
+
+/// The palette-1 tile configuration: all eight tiles 16 rows of 64 bytes.
+#[repr(C, align(64))]
+struct TileConfig([u8; 64]);
+
+impl TileConfig {
+    fn full_tiles() -> TileConfig {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        for t in 0..8 {
+            c[16 + 2 * t] = 64;
+            c[48 + t] = TILE as u8;
+        }
+        TileConfig(c)
+    }
+}
+
+/// Columns `n0..n1` of the product of the `m` rows of `a` (`k` each) and `w`, written through
+/// `dst` at row stride `ldc`.
+///
+/// # Safety
+/// AMX granted and AVX-512F/BW/BF16; `dst + i·ldc + j` writable for `i < m`, `j` in `n0..n1`,
+/// with nothing else touching those elements during the call; `n0` a multiple of NR, `n1` ≤
+/// the weight's n; `k` the weight's k; `bias` holds n.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn unit(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    n0: usize,
+    n1: usize,
+    bias: Option<&[f32]>,
+    dst: OutPtr,
+    ldc: usize,
+) {
+    let pair_rows = w.pair_rows();
+    let panels = w.panels().as_ptr().cast::<u32>();
+    let cfg = TileConfig::full_tiles();
+    // SAFETY: a valid 64-byte palette-1 configuration; AMX is granted (contract).
+    unsafe { std::arch::asm!("ldtilecfg [{}]", in(reg) &cfg, options(nostack, readonly)) };
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        let Scratch { pa, seed, edge } = &mut *s;
+        if pa.len() < MC * KC + 16 {
+            pa.resize(MC * KC + 16, 0);
+        }
+        let off = pa.as_ptr().align_offset(64).min(16);
+        let pa = &mut pa[off..off + MC * KC];
+        for ic in (0..m).step_by(MC) {
+            let mc = MC.min(m - ic);
+            let mcp = mc.next_multiple_of(MB);
+            for pc in (0..pair_rows).step_by(KC) {
+                let kc = KC.min(pair_rows - pc);
+                // SAFETY: AVX-512F/BF16 (contract); `pa` holds MC·KC ≥ mcp·kc words.
+                unsafe { pack_a(a, k, ic, mc, mcp, pc, kc, pa) };
+                for jc in (n0..n1).step_by(NR) {
+                    let nr = NR.min(n1 - jc);
+                    if pc == 0 {
+                        seed_block(&mut seed.0, bias.map(|b| &b[jc..jc + nr]));
+                    }
+                    // Pair row pc of panel jc/NR.
+                    let bp = panels.wrapping_add((jc / NR * pair_rows + pc) * NR);
+                    for i2 in (0..mcp).step_by(MB) {
+                        let mr = MB.min(mc.saturating_sub(i2));
+                        if mr == 0 {
+                            break;
+                        }
+                        let c = dst.add((ic + i2) * ldc + jc);
+                        let whole = mr == MB && nr == NR;
+                        let row_bytes = ldc * 4;
+                        let (cin, cin_stride) = if pc == 0 {
+                            (seed.0.as_ptr(), NR * 4)
+                        } else if whole {
+                            (c.cast_const(), row_bytes)
+                        } else {
+                            for i in 0..mr {
+                                // SAFETY: row i's nr columns are this unit's (contract).
+                                let row = unsafe { std::slice::from_raw_parts(c.add(i * ldc), nr) };
+                                edge.0[i * NR..i * NR + nr].copy_from_slice(row);
+                            }
+                            (edge.0.as_ptr(), NR * 4)
+                        };
+                        let (cout, cout_stride) = if whole {
+                            (c, row_bytes)
+                        } else {
+                            (edge.0.as_mut_ptr(), NR * 4)
+                        };
+                        // SAFETY: `pa` rows i2..i2+32 hold kc pairs (mcp ≥ i2+32); the panel
+                        // holds kc pair rows of NR from `bp`; `cin`/`cout` are 32 rows of 32
+                        // valid floats at their strides (the output's only for whole blocks).
+                        unsafe {
+                            block_2x2(
+                                pa.as_ptr().add(i2 * kc),
+                                kc * 4,
+                                bp,
+                                kc / TILE,
+                                cin,
+                                cin_stride,
+                                cout,
+                                cout_stride,
+                            )
+                        };
+                        if !whole {
+                            for i in 0..mr {
+                                // SAFETY: as above.
+                                let row =
+                                    unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), nr) };
+                                row.copy_from_slice(&edge.0[i * NR..i * NR + nr]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+    // SAFETY: marks the tiles unused (a smaller state to save on a context switch).
+    unsafe { std::arch::asm!("tilerelease", options(nostack, nomem)) };
+}
+
+/// A block's first C: `bias` (zero past its end, or zero throughout) on all 32 rows.
+fn seed_block(seed: &mut [f32; MB * NR], bias: Option<&[f32]>) {
+    let mut row = [0f32; NR];
+    if let Some(b) = bias {
+        row[..b.len()].copy_from_slice(b);
+    }
+    for r in seed.chunks_exact_mut(NR) {
+        r.copy_from_slice(&row);
+    }
+}
+
+/// Rows `ic..ic+mc` of `a`, pair rows `pc..pc+kc` of its k, as `[mcp][kc]` words of two bf16
+/// (RNE) with k in the high and k+1 in the low half, zero past row mc and past k.
+///
+/// # Safety
+/// AVX-512F/BF16; `pa` holds `mcp·kc` words; `kc` a multiple of 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_a(
+    a: &[f32],
+    k: usize,
+    ic: usize,
+    mc: usize,
+    mcp: usize,
+    pc: usize,
+    kc: usize,
+    pa: &mut [u32],
+) {
+    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
+    for (i, dst) in pa[..mcp * kc].chunks_exact_mut(kc).enumerate() {
+        if i >= mc {
+            dst.fill(0);
+            continue;
+        }
+        let row = &a[(ic + i) * k..][..k];
+        for (q, out) in (0..kc).step_by(16).zip(dst.chunks_exact_mut(16)) {
+            // 32 values of k from p: 16 pairs.
+            let p = 2 * (pc + q);
+            let valid = k.saturating_sub(p);
+            let src = row.as_ptr().wrapping_add(p);
+            // SAFETY: only the lanes below k are read, inside the row.
+            let (lo, hi) = unsafe {
+                (
+                    _mm512_maskz_loadu_ps(lanes(valid), src),
+                    _mm512_maskz_loadu_ps(lanes(valid.saturating_sub(16)), src.wrapping_add(16)),
+                )
+            };
+            // Word 2j is k = p+2j; rotating each dword by 16 puts it in the high half.
+            let bh: __m512i = unsafe { std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo)) };
+            // SAFETY: `out` holds 16 words.
+            unsafe {
+                _mm512_storeu_si512(out.as_mut_ptr().cast(), _mm512_rol_epi32::<16>(bh));
+            }
+        }
+    }
+}
+
+/// One 32×32 block of C: loads it from `cin` (row stride `cin_stride` bytes), adds the
+/// products of `steps` tiles of 16 pairs of A (`a`, rows at stride `lda` bytes, 64 bytes per
+/// step) and of the panel at `b` (128-byte rows, 2048 bytes per step), stores it at `cout`.
+///
+/// # Safety
+/// AMX granted and the full-tile configuration loaded; 32 rows of `steps·64` bytes at `a`,
+/// `steps·16` rows of 128 bytes at `b`, 32 rows of 128 bytes at `cin` and `cout`; `steps ≥ 1`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_2x2(
+    a: *const u32,
+    lda: usize,
+    b: *const u32,
+    steps: usize,
+    cin: *const f32,
+    cin_stride: usize,
+    cout: *mut f32,
+    cout_stride: usize,
+) {
+    // SAFETY: the contract; tile registers are declared clobbered.
+    unsafe {
+        std::arch::asm!(
+            "tileloadd tmm0, [{ci} + {cis}*1]",
+            "tileloadd tmm1, [{ci} + {cis}*1 + 64]",
+            "mov {t}, {cis}",
+            "shl {t}, 4",
+            "add {t}, {ci}",
+            "tileloadd tmm2, [{t} + {cis}*1]",
+            "tileloadd tmm3, [{t} + {cis}*1 + 64]",
+            "mov {a2}, {lda}",
+            "shl {a2}, 4",
+            "add {a2}, {a}",
+            "mov {bs}, 128",
+            "2:",
+            "tileloadd tmm4, [{a} + {lda}*1]",
+            "tileloadd tmm6, [{b} + {bs}*1]",
+            "tileloadd tmm7, [{b} + {bs}*1 + 64]",
+            "tileloadd tmm5, [{a2} + {lda}*1]",
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "tdpbf16ps tmm2, tmm5, tmm6",
+            "tdpbf16ps tmm3, tmm5, tmm7",
+            "add {a}, 64",
+            "add {a2}, 64",
+            "add {b}, 2048",
+            "dec {n}",
+            "jnz 2b",
+            "tilestored [{co} + {cos}*1], tmm0",
+            "tilestored [{co} + {cos}*1 + 64], tmm1",
+            "mov {t}, {cos}",
+            "shl {t}, 4",
+            "add {t}, {co}",
+            "tilestored [{t} + {cos}*1], tmm2",
+            "tilestored [{t} + {cos}*1 + 64], tmm3",
+            a = inout(reg) a => _,
+            b = inout(reg) b => _,
+            n = inout(reg) steps => _,
+            lda = in(reg) lda,
+            ci = in(reg) cin,
+            cis = in(reg) cin_stride,
+            co = in(reg) cout,
+            cos = in(reg) cout_stride,
+            t = out(reg) _,
+            a2 = out(reg) _,
+            bs = out(reg) _,
+            out("tmm0") _,
+            out("tmm1") _,
+            out("tmm2") _,
+            out("tmm3") _,
+            out("tmm4") _,
+            out("tmm5") _,
+            out("tmm6") _,
+            out("tmm7") _,
+            options(nostack),
+        )
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{available, matmul, KC, MB, MC, NR};
+    use crate::gemm_avx512::{PackLayout, PackedBf16};
+    use half::bf16;
+
+    fn vnni(w: &[bf16], n: usize, k: usize) -> PackedBf16 {
+        PackedBf16::with_layout(w, n, k, PackLayout::VnniPairs).unwrap()
+    }
+
+    /// Odd shapes around every block edge (tile, block, K block in pairs, odd K, A block,
+    /// the row/column split).
+    fn shapes() -> Vec<(usize, usize, usize)> {
+        vec![
+            (1, 1, 1),
+            (1, 33, 20),
+            (5, 1, 7),
+            (3, 17, 1),
+            (MB + 1, NR + 1, 33),
+            (MB - 1, NR - 1, 4 * KC + 3),
+            (41, 300, 70),
+            (MC + 3, 48, 4 * KC + 5),
+            (2 * MC + 40, 70, 64),
+            (29, 3 * NR + 8, 31),
+            (16, 16, 32),
+        ]
+    }
+
+    #[test]
+    fn exact_on_dyadic_inputs_with_and_without_bias() {
+        if !available() {
+            return;
+        }
+        for (m, n, k) in shapes() {
+            // Activations with more than 8 significant bits: the rounding to bf16 is part of
+            // the product.
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 37 % 1021) as f32 - 510.0) / 512.0)
+                .collect();
+            let w: Vec<bf16> = (0..n * k)
+                .map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 4.0))
+                .collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 / 16.0).collect();
+            let packed = vnni(&w, n, k);
+            for bias in [None, Some(&bias[..])] {
+                let y = matmul(&a, m, k, &packed, bias).unwrap();
+                for i in 0..m {
+                    for j in 0..n {
+                        let dot: f64 = (0..k)
+                            .map(|t| bf16::from_f32(a[i * k + t]).to_f64() * w[j * k + t].to_f64())
+                            .sum();
+                        let want = dot + bias.map_or(0.0, |b| b[j] as f64);
+                        // Every partial sum is exact in f32, whatever the order.
+                        assert_eq!(y[i * n + j] as f64, want, "{m}x{n}x{k} ({i}, {j})");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn within_f32_rounding_of_the_exact_product_of_the_rounded_activations() {
+        if !available() {
+            return;
+        }
+        let mut rnd = crate::test_rng::xorshift(0x2545_f491_u32);
+        for (m, n, k) in shapes() {
+            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+            let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+            let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let y = matmul(&a, m, k, &vnni(&w, n, k), Some(&bias)).unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    let (mut dot, mut mag) = (bias[j] as f64, bias[j].abs() as f64);
+                    for t in 0..k {
+                        let p = bf16::from_f32(a[i * k + t]).to_f64() * w[j * k + t].to_f64();
+                        dot += p;
+                        mag += p.abs();
+                    }
+                    // f32 sums: at most k+1 roundings of the running magnitude.
+                    let tol = (k as f64 + 1.0) * f32::EPSILON as f64 * mag + 1e-30;
+                    let got = y[i * n + j] as f64;
+                    assert!(
+                        (got - dot).abs() <= tol,
+                        "{m}x{n}x{k} ({i}, {j}): {got} vs {dot}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bits_do_not_depend_on_rows_threads_or_repeats() {
+        if !available() {
+            return;
+        }
+        let (m, n, k) = (2 * MC + 20, 3 * NR + 5, 4 * KC + 9);
+        let mut rnd = crate::test_rng::lcg(7u32);
+        let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
+        let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let p = vnni(&w, n, k);
+        let all = matmul(&a, m, k, &p, Some(&bias)).unwrap();
+        assert_eq!(matmul(&a, m, k, &p, Some(&bias)).unwrap(), all, "repeat");
+        for (r0, r1) in [(0, 1), (3, 3 + MB + 2), (MC - 1, m), (5, 5 + 200)] {
+            let part = matmul(&a[r0 * k..r1 * k], r1 - r0, k, &p, Some(&bias)).unwrap();
+            assert_eq!(part, all[r0 * n..r1 * n], "rows {r0}..{r1}");
+        }
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let y = pool.install(|| matmul(&a, m, k, &p, Some(&bias)).unwrap());
+            assert_eq!(y, all, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn refuses_other_layouts_and_mismatched_lengths() {
+        let w = [bf16::ONE; 6];
+        let a = [1f32; 6];
+        let panels = PackedBf16::new(&w, 2, 3).unwrap();
+        assert!(matmul(&a, 2, 3, &panels, None).is_none());
+        let p = vnni(&w, 2, 3);
+        assert!(matmul(&a, 3, 3, &p, None).is_none());
+        assert!(matmul(&a, 2, 3, &p, Some(&[0.0])).is_none());
+    }
+}
