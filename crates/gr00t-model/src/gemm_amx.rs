@@ -135,13 +135,74 @@ pub(crate) fn matmul(
         // block, whose first K block writes it from the bias (or zero) without reading it.
         #[cfg(target_arch = "x86_64")]
         unsafe {
-            unit(&a[r0 * k..r1 * k], r1 - r0, k, w, n0, n1, bias, dst, n)
+            let lhs = Lhs {
+                a: &a[r0 * k..r1 * k],
+                lda: k,
+                m: r1 - r0,
+                k,
+            };
+            unit(lhs, w, n0, n1, bias, dst, n)
         }
     };
     // `split_output` splits rows when m/MB > (n/NR)·rows_over_cols: 0 forces rows, m columns.
     let rows_over_cols = if m >= SPLIT_ROWS_FROM { 0 } else { m };
     // SAFETY: `part` writes exactly its rows × columns (above).
     Some(unsafe { split_output(m, n, (MB, NR), rows_over_cols, part) })
+}
+
+/// On the calling thread (for callers already inside their own parallel tasks, such as the
+/// attention's): `dst[i·ldc + j] = Σ_{p<k} bf16(a[i·lda + p])·w[j, p]` for `i < m`, `j < n`,
+/// over the first `n` columns and the first `k` of K of `w` (a causal block's visible keys).
+/// `false` (nothing written) when the CPU lacks AMX-BF16, `w` is not in VNNI pairs or the
+/// sizes do not fit.
+///
+/// # Safety
+/// `dst` must be valid for writes at `i·ldc + j` for `i < m`, `j < n`, and nothing else may
+/// access those elements during the call.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn matmul_to(
+    a: &[f32],
+    lda: usize,
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    n: usize,
+    dst: *mut f32,
+    ldc: usize,
+) -> bool {
+    let (wn, wk) = w.dims();
+    let fits =
+        n <= wn && k <= wk && lda >= k && ldc >= n && (m == 0 || a.len() >= (m - 1) * lda + k);
+    if w.layout() != PackLayout::VnniPairs || !fits || !available() {
+        return false;
+    }
+    if m == 0 || n == 0 {
+        return true;
+    }
+    if k == 0 {
+        for i in 0..m {
+            // SAFETY: row i's first n elements are the caller's (contract).
+            unsafe { std::slice::from_raw_parts_mut(dst.add(i * ldc), n).fill(0.0) };
+        }
+        return true;
+    }
+    // SAFETY: AMX granted and AVX-512F/BW/BF16 detected above; `dst` is valid for rows 0..m ×
+    // columns 0..n at stride ldc (contract), every element of which lies in exactly one block,
+    // the first K block writing it from zero.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        unit(Lhs { a, lda, m, k }, w, 0, n, None, OutPtr(dst), ldc)
+    };
+    true
+}
+
+/// The rows of A a unit multiplies: `m` rows of `k` values at row stride `lda`.
+#[derive(Clone, Copy)]
+struct Lhs<'a> {
+    a: &'a [f32],
+    lda: usize,
+    m: usize,
+    k: usize,
 }
 
 /// A 64-byte aligned 32×32 f32 tile block (a C edge or the seed of a block).
@@ -183,20 +244,17 @@ impl TileConfig {
     }
 }
 
-/// Columns `n0..n1` of the product of the `m` rows of `a` (`k` each) and `w`, written through
-/// `dst` at row stride `ldc`.
+/// Columns `n0..n1` of the product of `lhs` (its k ≤ the weight's K: the first k of every
+/// column) and `w`, written through `dst` at row stride `ldc`.
 ///
 /// # Safety
-/// AMX granted and AVX-512F/BW/BF16; `dst + i·ldc + j` writable for `i < m`, `j` in `n0..n1`,
-/// with nothing else touching those elements during the call; `n0` a multiple of NR, `n1` ≤
-/// the weight's n; `k` the weight's k; `bias` holds n.
+/// AMX granted and AVX-512F/BW/BF16; `dst + i·ldc + j` writable for `i < lhs.m`, `j` in
+/// `n0..n1`, with nothing else touching those elements during the call; `n0` a multiple of
+/// NR, `n1` ≤ the weight's n; `bias` holds n.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn unit(
-    a: &[f32],
-    m: usize,
-    k: usize,
+    lhs: Lhs,
     w: &PackedBf16,
     n0: usize,
     n1: usize,
@@ -204,6 +262,9 @@ unsafe fn unit(
     dst: OutPtr,
     ldc: usize,
 ) {
+    let Lhs { a, lda, m, k } = lhs;
+    // Pair rows of A (whole tiles; ≤ the panel's) and of a weight panel (its stride).
+    let pairs = k.div_ceil(2).next_multiple_of(TILE);
     let pair_rows = w.pair_rows();
     let panels = w.panels().as_ptr().cast::<u32>();
     let cfg = TileConfig::full_tiles();
@@ -220,10 +281,10 @@ unsafe fn unit(
         for ic in (0..m).step_by(MC) {
             let mc = MC.min(m - ic);
             let mcp = mc.next_multiple_of(MB);
-            for pc in (0..pair_rows).step_by(KC) {
-                let kc = KC.min(pair_rows - pc);
+            for pc in (0..pairs).step_by(KC) {
+                let kc = KC.min(pairs - pc);
                 // SAFETY: AVX-512F/BF16 (contract); `pa` holds MC·KC ≥ mcp·kc words.
-                unsafe { pack_a(a, k, ic, mc, mcp, pc, kc, pa) };
+                unsafe { pack_a(Lhs { a, lda, m, k }, ic, mc, mcp, pc, kc, pa) };
                 for jc in (n0..n1).step_by(NR) {
                     let nr = NR.min(n1 - jc);
                     if pc == 0 {
@@ -299,31 +360,22 @@ fn seed_block(seed: &mut [f32; MB * NR], bias: Option<&[f32]>) {
     }
 }
 
-/// Rows `ic..ic+mc` of `a`, pair rows `pc..pc+kc` of its k, as `[mcp][kc]` words of two bf16
-/// (RNE) with k in the high and k+1 in the low half, zero past row mc and past k.
+/// Rows `ic..ic+mc` of `lhs`, pair rows `pc..pc+kc` of its k, as `[mcp][kc]` words of two
+/// bf16 (RNE) with k in the high and k+1 in the low half, zero past row mc and past k.
 ///
 /// # Safety
 /// AVX-512F/BF16; `pa` holds `mcp·kc` words; `kc` a multiple of 16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn pack_a(
-    a: &[f32],
-    k: usize,
-    ic: usize,
-    mc: usize,
-    mcp: usize,
-    pc: usize,
-    kc: usize,
-    pa: &mut [u32],
-) {
+unsafe fn pack_a(lhs: Lhs, ic: usize, mc: usize, mcp: usize, pc: usize, kc: usize, pa: &mut [u32]) {
+    let Lhs { a, lda, k, .. } = lhs;
     let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
     for (i, dst) in pa[..mcp * kc].chunks_exact_mut(kc).enumerate() {
         if i >= mc {
             dst.fill(0);
             continue;
         }
-        let row = &a[(ic + i) * k..][..k];
+        let row = &a[(ic + i) * lda..][..k];
         for (q, out) in (0..kc).step_by(16).zip(dst.chunks_exact_mut(16)) {
             // 32 values of k from p: 16 pairs.
             let p = 2 * (pc + q);
@@ -540,6 +592,79 @@ mod tests {
                 .unwrap();
             let y = pool.install(|| matmul(&a, m, k, &p, Some(&bias)).unwrap());
             assert_eq!(y, all, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn matmul_to_reads_strided_rows_and_a_prefix_of_the_weight() {
+        if !available() {
+            return;
+        }
+        let mut rnd = crate::test_rng::xorshift(0x77u32);
+        // (m, lda, k, weight n, weight k, n, ldc): odd k prefixes, partial panels, strides.
+        for (m, lda, k, wn, wk, n, ldc) in [
+            (64, 200, 48, 150, 48, 150, 150),
+            (64, 150, 149, 48, 150, 48, 4 * 48),
+            (3, 9, 7, 40, 9, 33, 40),
+            (
+                MB + 2,
+                2 * KC + 5,
+                2 * KC + 3,
+                NR + 3,
+                2 * KC + 4,
+                NR + 1,
+                NR + 7,
+            ),
+        ] {
+            let a: Vec<f32> = (0..(m - 1) * lda + k).map(|_| rnd()).collect();
+            let w: Vec<bf16> = (0..wn * wk).map(|_| bf16::from_f32(rnd())).collect();
+            let p = vnni(&w, wn, wk);
+            let sentinel = -7.25f32;
+            let mut c = vec![sentinel; m * ldc];
+            // SAFETY: c holds m rows of ldc.
+            assert!(unsafe { super::matmul_to(&a, lda, m, k, &p, n, c.as_mut_ptr(), ldc) });
+            for i in 0..m {
+                for j in 0..ldc {
+                    let got = c[i * ldc + j];
+                    if j >= n {
+                        assert_eq!(got, sentinel, "({i}, {j}) written past n");
+                        continue;
+                    }
+                    let (mut dot, mut mag) = (0f64, 0f64);
+                    for t in 0..k {
+                        let x = bf16::from_f32(a[i * lda + t]).to_f64() * w[j * wk + t].to_f64();
+                        dot += x;
+                        mag += x.abs();
+                    }
+                    let tol = (k as f64 + 1.0) * f32::EPSILON as f64 * mag + 1e-30;
+                    assert!(
+                        (got as f64 - dot).abs() <= tol,
+                        "{m}x{n}x{k} ({i}, {j}): {got} vs {dot}"
+                    );
+                }
+            }
+        }
+        // Too wide a prefix, a short stride or the wrong layout: refused.
+        let w = [bf16::ONE; 6];
+        let p = vnni(&w, 2, 3);
+        let mut c = [0f32; 8];
+        let a = [1f32; 8];
+        // SAFETY: c holds every element the calls could write.
+        unsafe {
+            assert!(!super::matmul_to(&a, 3, 2, 4, &p, 2, c.as_mut_ptr(), 2));
+            assert!(!super::matmul_to(&a, 3, 2, 3, &p, 3, c.as_mut_ptr(), 3));
+            assert!(!super::matmul_to(&a, 2, 2, 3, &p, 2, c.as_mut_ptr(), 2));
+            let panels = PackedBf16::new(&w, 2, 3).unwrap();
+            assert!(!super::matmul_to(
+                &a,
+                3,
+                2,
+                3,
+                &panels,
+                2,
+                c.as_mut_ptr(),
+                2
+            ));
         }
     }
 

@@ -105,10 +105,8 @@ impl PackedBf16 {
         at_cp: impl Fn(usize, usize) -> bf16 + Sync,
     ) -> PackedBf16 {
         let kp = layout.padded_k(k);
-        let len = panels_len(n, k, layout);
-        let mut storage = vec![bf16::ZERO; len + PANEL_ALIGN / 2];
-        let start = storage.as_ptr().align_offset(PANEL_ALIGN);
-        let panels = &mut storage[start..start + len];
+        let mut packed = PackedBf16::zeroed(n, k, layout);
+        let panels = packed.panels_mut();
         // Position of column slot `s`, k index `p` inside a panel.
         let at = |s: usize, p: usize| match layout {
             PackLayout::Panels => p * NR + s,
@@ -138,6 +136,15 @@ impl PackedBf16 {
                     }
                 });
         }
+        packed
+    }
+
+    /// An all-zero `[n, k]` matrix in `layout`, to be filled through
+    /// [`PackedBf16::panels_mut`].
+    pub(crate) fn zeroed(n: usize, k: usize, layout: PackLayout) -> PackedBf16 {
+        let len = panels_len(n, k, layout);
+        let storage = vec![bf16::ZERO; len + PANEL_ALIGN / 2];
+        let start = storage.as_ptr().align_offset(PANEL_ALIGN);
         PackedBf16 {
             n,
             k,
@@ -145,6 +152,12 @@ impl PackedBf16 {
             storage,
             start,
         }
+    }
+
+    /// The panels, writable (see [`PackedBf16::panels`]).
+    pub(crate) fn panels_mut(&mut self) -> &mut [bf16] {
+        let len = panels_len(self.n, self.k, self.layout);
+        &mut self.storage[self.start..][..len]
     }
 
     /// `(n, k)` of the logical matrix.

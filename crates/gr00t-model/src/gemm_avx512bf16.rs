@@ -138,6 +138,131 @@ pub(crate) unsafe fn matmul_to(
     true
 }
 
+/// The `[n, k]` matrix whose element `(c, p)` is `bf16(src[c·cs + p·ps])` (round to nearest
+/// even) in [`PackLayout::VnniPairs`]: the attention's keys (`ps = 1`) and values (`cs = 1`),
+/// sixteen at a time on an AVX512-BF16 CPU, one by one otherwise (the same values).
+///
+/// # Panics
+/// When an element lies outside `src`.
+pub(crate) fn pack_vnni_f32(src: &[f32], cs: usize, ps: usize, n: usize, k: usize) -> PackedBf16 {
+    if n > 0 && k > 0 {
+        assert!(
+            (n - 1) * cs + (k - 1) * ps < src.len(),
+            "pack_vnni_f32: out of range"
+        );
+    }
+    let fast = available() && n > 0 && k > 0 && (ps == 1 || cs == 1);
+    if !fast {
+        return PackedBf16::from_fn(n, k, PackLayout::VnniPairs, |c, p| {
+            half::bf16::from_f32(src[c * cs + p * ps])
+        });
+    }
+    let mut packed = PackedBf16::zeroed(n, k, PackLayout::VnniPairs);
+    let pair_rows = packed.pair_rows();
+    let words = packed.panels_mut();
+    // SAFETY: AVX-512F/BF16 were detected; every read is inside `src` (asserted above: only
+    // elements with c < n, p < k are loaded) and every write inside the panels.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        let dst = words.as_mut_ptr().cast::<u32>();
+        if ps == 1 {
+            pack_rows(src, cs, n, k, dst, pair_rows)
+        } else {
+            pack_columns(src, ps, n, k, dst, pair_rows)
+        }
+    };
+    packed
+}
+
+/// [`pack_vnni_f32`] for contiguous rows (`ps = 1`): 16 columns × 16 pairs, transposed.
+///
+/// # Safety
+/// AVX-512F/BF16; `src` holds row c's k values from `c·cs` for c < n; `dst` the zeroed panels
+/// of an `[n, k]` VNNI matrix with `pair_rows` pair rows each.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn pack_rows(src: &[f32], cs: usize, n: usize, k: usize, dst: *mut u32, pair_rows: usize) {
+    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
+    for c0 in (0..n).step_by(16) {
+        let cols = 16.min(n - c0);
+        // Panel c0/NR, slots c0%NR.. (16 of a panel's NR).
+        let panel = dst.wrapping_add(c0 / NR * pair_rows * NR + c0 % NR);
+        for q0 in (0..k.div_ceil(2)).step_by(16) {
+            let p = 2 * q0;
+            let valid = k - p;
+            let mut v = [_mm512_setzero_ps(); 16];
+            for (i, v) in v.iter_mut().enumerate().take(cols) {
+                let row = src.as_ptr().wrapping_add((c0 + i) * cs + p);
+                // SAFETY: only the lanes below k of row c0+i are read.
+                let (lo, hi) = unsafe {
+                    (
+                        _mm512_maskz_loadu_ps(lanes(valid), row),
+                        _mm512_maskz_loadu_ps(
+                            lanes(valid.saturating_sub(16)),
+                            row.wrapping_add(16),
+                        ),
+                    )
+                };
+                // Word 2j is k = p+2j; rotating each dword by 16 puts it in the high half.
+                let bh: __m512i = unsafe { std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo)) };
+                *v = _mm512_castsi512_ps(_mm512_rol_epi32::<16>(bh));
+            }
+            // SAFETY: pair rows q0..q0+16 ≤ pair_rows (a multiple of 16) of the panel, 16 slots
+            // from c0 % NR (0 or 16).
+            unsafe {
+                crate::gemm_avx512::transpose_store(
+                    v,
+                    panel.wrapping_add(q0 * NR).cast(),
+                    NR,
+                    0xFFFF,
+                )
+            };
+        }
+    }
+}
+
+/// [`pack_vnni_f32`] for contiguous columns (`cs = 1`): rows p and p+1 interleaved, 16 columns
+/// at a time.
+///
+/// # Safety
+/// AVX-512F/BF16; `src` holds row p's n values from `p·ps` for p < k; `dst` as for
+/// [`pack_rows`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn pack_columns(
+    src: &[f32],
+    ps: usize,
+    n: usize,
+    k: usize,
+    dst: *mut u32,
+    pair_rows: usize,
+) {
+    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
+    for c0 in (0..n).step_by(16) {
+        let m = lanes(n - c0);
+        let panel = dst.wrapping_add(c0 / NR * pair_rows * NR + c0 % NR);
+        for q in 0..k.div_ceil(2) {
+            let (p0, p1) = (2 * q, 2 * q + 1);
+            let at = |p: usize| src.as_ptr().wrapping_add(p * ps + c0);
+            // SAFETY: only columns below n of rows p0 and (if < k) p1 are read.
+            let (even, odd) = unsafe {
+                (
+                    _mm512_maskz_loadu_ps(m, at(p0)),
+                    _mm512_maskz_loadu_ps(if p1 < k { m } else { 0 }, at(p1)),
+                )
+            };
+            let widen = |x: __m512| -> __m512i {
+                let h: __m256i = unsafe { std::mem::transmute(_mm512_cvtneps_pbh(x)) };
+                _mm512_cvtepu16_epi32(h)
+            };
+            // k = p0 in the high half, p1 in the low.
+            let pairs = _mm512_or_si512(_mm512_slli_epi32::<16>(widen(even)), widen(odd));
+            // SAFETY: pair row q < pair_rows of the panel, 16 slots from c0 % NR.
+            unsafe { _mm512_storeu_si512(panel.wrapping_add(q * NR).cast(), pairs) };
+        }
+    }
+}
+
 /// The rows of A a unit multiplies: `m` rows of `k` values at row stride `lda`.
 #[derive(Clone, Copy)]
 struct Lhs<'a> {
@@ -660,6 +785,39 @@ mod tests {
                 c.as_mut_ptr(),
                 2
             ));
+        }
+    }
+
+    #[test]
+    fn f32_sources_pack_as_the_element_by_element_rounding() {
+        let mut rnd = crate::test_rng::xorshift(0x99u32);
+        for (n, k) in [
+            (1, 1),
+            (5, 3),
+            (17, 33),
+            (40, 64),
+            (33, 70),
+            (150, 48),
+            (48, 151),
+        ] {
+            // Rows of k at stride k + 3, and the transposed reading at stride n + 5.
+            let rows: Vec<f32> = (0..n * (k + 3)).map(|_| rnd() * 3.0).collect();
+            let cols: Vec<f32> = (0..k * (n + 5)).map(|_| rnd() * 3.0).collect();
+            for (src, cs, ps) in [(&rows, k + 3, 1), (&cols, 1, n + 5)] {
+                let got = super::pack_vnni_f32(src, cs, ps, n, k);
+                let want = PackedBf16::from_fn(n, k, PackLayout::VnniPairs, |c, p| {
+                    bf16::from_f32(src[c * cs + p * ps])
+                });
+                assert_eq!(got.dims(), (n, k));
+                assert_eq!(got.layout(), PackLayout::VnniPairs);
+                assert!(
+                    got.panels()
+                        .iter()
+                        .zip(want.panels())
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{n}x{k} cs {cs} ps {ps}"
+                );
+            }
         }
     }
 

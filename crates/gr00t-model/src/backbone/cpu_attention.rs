@@ -13,12 +13,12 @@
 //! elsewhere the f32 GEMMs multiply the rounded values (the same numbers).
 
 use crate::cpu_kernel::{self, CpuKernel};
-use crate::gemm_avx512::{PackLayout, PackedBf16};
+use crate::gemm_amx;
+use crate::gemm_avx512::PackedBf16;
 use crate::gemm_avx512bf16;
 use crate::linear::Products;
 use crate::out_ptr::OutPtr;
 use candle_core::{DType, Layout, Storage, Tensor};
-use half::bf16;
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -75,11 +75,16 @@ enum Mul<'a> {
     /// bf16-rounded q, k, v (already) and softmax weights (rounded here) through the `gemm`
     /// crate.
     RoundedF32,
-    /// `vdpbf16ps`: per (batch, kv head), the keys `[Lk, Dh]` and the values transposed
+    /// `vdpbf16ps` or AMX tiles (the `matmul_to` given): per (batch, kv head), the keys
+    /// `[Lk, Dh]` and the values transposed
     /// `[Dh, Lk]` as VNNI pairs; q is rounded while the kernel packs it, the weights in place
     /// (for their sum).
-    Vnni(&'a [(PackedBf16, PackedBf16)]),
+    Vnni(&'a [(PackedBf16, PackedBf16)], VnniMatmul),
 }
+
+/// `matmul_to` of `gemm_avx512bf16` or `gemm_amx` (the same contract).
+type VnniMatmul =
+    unsafe fn(&[f32], usize, usize, usize, &PackedBf16, usize, *mut f32, usize) -> bool;
 
 /// [`attention`] with bf16 products run by `kernel` (`vdpbf16ps` for
 /// [`CpuKernel::Avx512Bf16`] or [`CpuKernel::Amx`] on a CPU that has it, the f32 GEMMs
@@ -147,12 +152,8 @@ fn attention_with(
                     vv.index(bh / hkv, bh % hkv, 0),
                 );
                 let (ks, vs) = (kv.st[2], vv.st[2]);
-                let keys = PackedBf16::from_fn(lk, dh, PackLayout::VnniPairs, |j, d| {
-                    bf16::from_f32(kv.data[k0 + j * ks + d])
-                });
-                let values = PackedBf16::from_fn(dh, lk, PackLayout::VnniPairs, |d, j| {
-                    bf16::from_f32(vv.data[v0 + j * vs + d])
-                });
+                let keys = gemm_avx512bf16::pack_vnni_f32(&kv.data[k0..], ks, 1, lk, dh);
+                let values = gemm_avx512bf16::pack_vnni_f32(&vv.data[v0..], 1, vs, dh, lk);
                 (keys, values)
             })
             .collect()
@@ -161,7 +162,14 @@ fn attention_with(
     };
     let mul = match products {
         Products::F32 => Mul::F32,
-        Products::Bf16 if vnni => Mul::Vnni(&packed),
+        Products::Bf16 if vnni => Mul::Vnni(
+            &packed,
+            if kernel == CpuKernel::Amx && gemm_amx::available() {
+                gemm_amx::matmul_to
+            } else {
+                gemm_avx512bf16::matmul_to
+            },
+        ),
         Products::Bf16 => Mul::RoundedF32,
     };
     let out = blocks(
@@ -231,12 +239,12 @@ fn blocks(
                             );
                         }
                     }
-                    Mul::Vnni(packed) => {
+                    Mul::Vnni(packed, matmul_to) => {
                         let q0 = qv.index(bi, h, r0);
                         let q_rows = &qv.data[q0..];
                         // SAFETY: s is rows×lk at row stride lk, this task's own buffer.
                         let done = unsafe {
-                            gemm_avx512bf16::matmul_to(
+                            matmul_to(
                                 q_rows,
                                 qv.st[2],
                                 rows,
@@ -281,10 +289,10 @@ fn blocks(
                             );
                         }
                     }
-                    Mul::Vnni(packed) => {
+                    Mul::Vnni(packed, matmul_to) => {
                         // SAFETY: as above; the first lk keys of the packed values.
                         let done = unsafe {
-                            gemm_avx512bf16::matmul_to(
+                            matmul_to(
                                 s,
                                 lk,
                                 rows,
@@ -611,8 +619,13 @@ mod tests {
             let p = problem(lq, lk, causal, dh, 0x1234 + n as u32);
             let want = bf16_reference(&p.q, &p.k, &p.v, p.dims, 0.125, &p.mask);
             let f32_path = run(&p, Products::F32, CpuKernel::Avx512Bf16, false);
-            // vdpbf16ps (where the CPU has it) and the f32 GEMMs on rounded operands.
-            for kernel in [CpuKernel::Avx512Bf16, CpuKernel::Avx512, CpuKernel::Library] {
+            // AMX and vdpbf16ps (where the CPU has them) and the f32 GEMMs on rounded operands.
+            for kernel in [
+                CpuKernel::Amx,
+                CpuKernel::Avx512Bf16,
+                CpuKernel::Avx512,
+                CpuKernel::Library,
+            ] {
                 for strided_q in [false, true] {
                     let got = run(&p, Products::Bf16, kernel, strided_q);
                     let w = worst(&got, &want);
@@ -630,7 +643,7 @@ mod tests {
     #[test]
     fn bf16_bits_do_not_depend_on_threads_or_repeats() {
         let p = problem(150, 170, true, 64, 9);
-        for kernel in [CpuKernel::Avx512Bf16, CpuKernel::Avx512] {
+        for kernel in [CpuKernel::Amx, CpuKernel::Avx512Bf16, CpuKernel::Avx512] {
             let once = run(&p, Products::Bf16, kernel, false);
             assert_eq!(
                 run(&p, Products::Bf16, kernel, false),
