@@ -59,7 +59,7 @@ impl CpuKernel {
             c.l2 >> 10,
             c.source
         );
-        match self.for_f32() {
+        let f32_blocks = match self.for_f32() {
             CpuKernel::Avx2 => {
                 let b = crate::gemm_avx2::blocking();
                 format!("{caches}; kc {} mc {} nc {}", b.kc, b.mc, b.nc)
@@ -68,6 +68,15 @@ impl CpuKernel {
                 format!("{caches}; fixed blocks tuned on Zen 5")
             }
             CpuKernel::Library => format!("{caches}; the gemm crate's own blocks"),
+        };
+        // The bf16 products' own blocks, where they differ.
+        if self == CpuKernel::Amx {
+            format!(
+                "{f32_blocks}; bf16 {}",
+                crate::gemm_amx::blocks_description()
+            )
+        } else {
+            f32_blocks
         }
     }
 
@@ -161,10 +170,18 @@ mod tests {
 
     #[test]
     fn the_blocks_are_described_with_the_caches() {
-        for k in [CpuKernel::Library, CpuKernel::Avx2, CpuKernel::Avx512] {
+        for k in [
+            CpuKernel::Library,
+            CpuKernel::Avx2,
+            CpuKernel::Avx512,
+            CpuKernel::Amx,
+        ] {
             let d = k.blocks_description();
             assert!(d.starts_with("L1d ") && d.contains(" KiB, L2 "), "{d}");
         }
+        assert!(CpuKernel::Amx
+            .blocks_description()
+            .contains("; bf16 AMX tiles"));
         let d = CpuKernel::Avx2.blocks_description();
         let b = crate::gemm_avx2::blocking();
         assert!(

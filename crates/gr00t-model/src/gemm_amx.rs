@@ -35,6 +35,8 @@ const MB: usize = 2 * TILE;
 const KC: usize = 1024;
 /// Rows of A packed at once (a multiple of [`MB`]).
 const MC: usize = 256;
+/// Words past each packed row of A, so that a tile's 16 rows do not share a cache set.
+const ROW_PAD: usize = 16;
 /// Row counts from which the threads split rows (each packs only its own A) instead of
 /// columns (each streams only its own weights).
 const SPLIT_ROWS_FROM: usize = 256;
@@ -105,6 +107,11 @@ unsafe fn request_tile_data() -> bool {
     let mut perm = 0u64;
     call(ARCH_GET_XCOMP_PERM, &mut perm as *mut u64 as u64) == 0
         && perm & (1 << XFEATURE_XTILEDATA) != 0
+}
+
+/// The kernel's fixed blocks, for `/info` and the logs.
+pub(crate) fn blocks_description() -> String {
+    format!("AMX tiles 32x32, kc {KC} pairs, mc {MC}")
 }
 
 /// `bf16(a)` `[m, k]` · `w`ᵀ (+ `bias` `[n]` on every row) → `[m, n]` row-major, or `None`
@@ -275,11 +282,11 @@ unsafe fn unit(
     SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
         let Scratch { pa, seed, edge } = &mut *s;
-        if pa.len() < MC * KC + 16 {
-            pa.resize(MC * KC + 16, 0);
+        if pa.len() < MC * (KC + ROW_PAD) + 16 {
+            pa.resize(MC * (KC + ROW_PAD) + 16, 0);
         }
         let off = pa.as_ptr().align_offset(64).min(16);
-        let pa = &mut pa[off..off + MC * KC];
+        let pa = &mut pa[off..off + MC * (KC + ROW_PAD)];
         for ic in (0..m).step_by(MC) {
             let mc = MC.min(m - ic);
             let mcp = mc.next_multiple_of(MB);
@@ -319,13 +326,16 @@ unsafe fn unit(
                         } else {
                             (edge.0.as_mut_ptr(), NR * 4)
                         };
-                        // SAFETY: `pa` rows i2..i2+32 hold kc pairs (mcp ≥ i2+32); the panel
+                        // SAFETY: `pa` rows i2..i2+32 hold kc pairs (mcp ≥ i2+32; 16 rows for
+                        // block_1x2); the panel
                         // holds kc pair rows of NR from `bp`; `cin`/`cout` are 32 rows of 32
                         // valid floats at their strides (the output's only for whole blocks).
+                        // At most 16 rows left: one row of tiles (the DiT's 41 = 32 + 9).
+                        let block = if mr <= TILE { block_1x2 } else { block_2x2 };
                         unsafe {
-                            block_2x2(
-                                pa.as_ptr().add(i2 * kc),
-                                kc * 4,
+                            block(
+                                pa.as_ptr().add(i2 * (kc + ROW_PAD)),
+                                (kc + ROW_PAD) * 4,
                                 bp,
                                 kc / TILE,
                                 cin,
@@ -372,7 +382,11 @@ fn seed_block(seed: &mut [f32; MB * NR], bias: Option<&[f32]>) {
 unsafe fn pack_a(lhs: Lhs, ic: usize, mc: usize, mcp: usize, pc: usize, kc: usize, pa: &mut [u32]) {
     let Lhs { a, lda, k, .. } = lhs;
     let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
-    for (i, dst) in pa[..mcp * kc].chunks_exact_mut(kc).enumerate() {
+    for (i, dst) in pa[..mcp * (kc + ROW_PAD)]
+        .chunks_exact_mut(kc + ROW_PAD)
+        .map(|r| &mut r[..kc])
+        .enumerate()
+    {
         if i >= mc {
             dst.fill(0);
             continue;
@@ -472,6 +486,61 @@ unsafe fn block_2x2(
             out("tmm3") _,
             out("tmm4") _,
             out("tmm5") _,
+            out("tmm6") _,
+            out("tmm7") _,
+            options(nostack),
+        )
+    };
+}
+
+/// [`block_2x2`] for the first 16 rows only (C in tmm0-1, A in tmm4): rows 16..32 of `cin`
+/// and `cout` are neither read nor written.
+///
+/// # Safety
+/// As for [`block_2x2`], with 16 rows in place of 32 at `a`, `cin` and `cout`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_1x2(
+    a: *const u32,
+    lda: usize,
+    b: *const u32,
+    steps: usize,
+    cin: *const f32,
+    cin_stride: usize,
+    cout: *mut f32,
+    cout_stride: usize,
+) {
+    // SAFETY: the contract; tile registers are declared clobbered.
+    unsafe {
+        std::arch::asm!(
+            "tileloadd tmm0, [{ci} + {cis}*1]",
+            "tileloadd tmm1, [{ci} + {cis}*1 + 64]",
+            "mov {bs}, 128",
+            "2:",
+            "tileloadd tmm4, [{a} + {lda}*1]",
+            "tileloadd tmm6, [{b} + {bs}*1]",
+            "tileloadd tmm7, [{b} + {bs}*1 + 64]",
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "add {a}, 64",
+            "add {b}, 2048",
+            "dec {n}",
+            "jnz 2b",
+            "tilestored [{co} + {cos}*1], tmm0",
+            "tilestored [{co} + {cos}*1 + 64], tmm1",
+            a = inout(reg) a => _,
+            b = inout(reg) b => _,
+            n = inout(reg) steps => _,
+            lda = in(reg) lda,
+            ci = in(reg) cin,
+            cis = in(reg) cin_stride,
+            co = in(reg) cout,
+            cos = in(reg) cout_stride,
+            bs = out(reg) _,
+            out("tmm0") _,
+            out("tmm1") _,
+            out("tmm4") _,
             out("tmm6") _,
             out("tmm7") _,
             options(nostack),
