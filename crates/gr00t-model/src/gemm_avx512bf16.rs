@@ -581,11 +581,8 @@ unsafe fn micro(
 mod tests {
     use super::{available, matmul, KC, MC, MR, NC, NR};
     use crate::gemm_avx512::{PackLayout, PackedBf16};
+    use crate::vnni_checks::{self, vnni};
     use half::bf16;
-
-    fn vnni(w: &[bf16], n: usize, k: usize) -> PackedBf16 {
-        PackedBf16::with_layout(w, n, k, PackLayout::VnniPairs).unwrap()
-    }
 
     /// Scalar reference: the f32 fused multiply-add chain over k in order of the bf16-rounded
     /// activation and the weight, from the bias (or zero).
@@ -616,33 +613,8 @@ mod tests {
 
     #[test]
     fn exact_on_dyadic_inputs_with_and_without_bias() {
-        if !available() {
-            return;
-        }
-        for (m, n, k) in shapes() {
-            // Activations with more than 8 significant bits: the rounding to bf16 is part of
-            // the product (odd multiples of 1/512 round to even multiples of 1/256 or so).
-            let a: Vec<f32> = (0..m * k)
-                .map(|i| ((i * 37 % 1021) as f32 - 510.0) / 512.0)
-                .collect();
-            let w: Vec<bf16> = (0..n * k)
-                .map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 4.0))
-                .collect();
-            let bias: Vec<f32> = (0..n).map(|j| j as f32 / 16.0).collect();
-            let packed = vnni(&w, n, k);
-            for bias in [None, Some(&bias[..])] {
-                let y = matmul(&a, m, k, &packed, bias).unwrap();
-                for i in 0..m {
-                    for j in 0..n {
-                        let dot: f64 = (0..k)
-                            .map(|t| bf16::from_f32(a[i * k + t]).to_f64() * w[j * k + t].to_f64())
-                            .sum();
-                        let want = dot + bias.map_or(0.0, |b| b[j] as f64);
-                        // bf16 times a quarter: every partial sum is exact in f32.
-                        assert_eq!(y[i * n + j] as f64, want, "{m}x{n}x{k} ({i}, {j})");
-                    }
-                }
-            }
+        if available() {
+            vnni_checks::exact_on_dyadic_inputs(matmul, &shapes());
         }
     }
 
@@ -699,28 +671,12 @@ mod tests {
 
     #[test]
     fn bits_do_not_depend_on_rows_threads_or_repeats() {
-        if !available() {
-            return;
-        }
-        let (m, n, k) = (MC + 20, 3 * NR + 5, 4 * KC + 9);
-        let mut rnd = crate::test_rng::lcg(7u32);
-        let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-        let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
-        let p = vnni(&w, n, k);
-        let all = matmul(&a, m, k, &p, Some(&bias)).unwrap();
-        assert_eq!(matmul(&a, m, k, &p, Some(&bias)).unwrap(), all, "repeat");
-        for (r0, r1) in [(0, 1), (3, 3 + MR + 2), (MC - 1, m)] {
-            let part = matmul(&a[r0 * k..r1 * k], r1 - r0, k, &p, Some(&bias)).unwrap();
-            assert_eq!(part, all[r0 * n..r1 * n], "rows {r0}..{r1}");
-        }
-        for threads in [1, 3] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            let y = pool.install(|| matmul(&a, m, k, &p, Some(&bias)).unwrap());
-            assert_eq!(y, all, "{threads} threads");
+        if available() {
+            vnni_checks::bits_do_not_depend_on_rows_threads_or_repeats(
+                matmul,
+                (MC + 20, 3 * NR + 5, 4 * KC + 9),
+                &[(0, 1), (3, 3 + MR + 2), (MC - 1, MC + 20)],
+            );
         }
     }
 
@@ -729,12 +685,8 @@ mod tests {
         if !available() {
             return;
         }
-        let mut rnd = crate::test_rng::xorshift(0x77u32);
-        // (m, lda, k, weight n, weight k, n, ldc): odd k prefixes, partial panels, strides.
-        for (m, lda, k, wn, wk, n, ldc) in [
-            (64, 200, 48, 150, 48, 150, 150),
-            (64, 150, 149, 48, 150, 48, 4 * 48),
-            (3, 9, 7, 40, 9, 33, 40),
+        vnni_checks::matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
+            super::matmul_to,
             (
                 MR + 2,
                 2 * KC + 5,
@@ -744,48 +696,8 @@ mod tests {
                 NR + 1,
                 NR + 7,
             ),
-        ] {
-            let a: Vec<f32> = (0..(m - 1) * lda + k).map(|_| rnd()).collect();
-            let w: Vec<bf16> = (0..wn * wk).map(|_| bf16::from_f32(rnd())).collect();
-            let p = vnni(&w, wn, wk);
-            let sentinel = -7.25f32;
-            let mut c = vec![sentinel; m * ldc];
-            // SAFETY: c holds m rows of ldc.
-            assert!(unsafe { super::matmul_to(&a, lda, m, k, &p, n, c.as_mut_ptr(), ldc) });
-            for i in 0..m {
-                for j in 0..ldc {
-                    let got = c[i * ldc + j];
-                    if j >= n {
-                        assert_eq!(got, sentinel, "({i}, {j}) written past n");
-                        continue;
-                    }
-                    let want = chain(&a[i * lda..][..k], &w[j * wk..][..k], None);
-                    assert_eq!(got.to_bits(), want.to_bits(), "{m}x{n}x{k} ({i}, {j})");
-                }
-            }
-        }
-        // Too wide a prefix, a short stride or the wrong layout: refused.
-        let w = [bf16::ONE; 6];
-        let p = vnni(&w, 2, 3);
-        let mut c = [0f32; 8];
-        let a = [1f32; 8];
-        // SAFETY: c holds every element the calls could write.
-        unsafe {
-            assert!(!super::matmul_to(&a, 3, 2, 4, &p, 2, c.as_mut_ptr(), 2));
-            assert!(!super::matmul_to(&a, 3, 2, 3, &p, 3, c.as_mut_ptr(), 3));
-            assert!(!super::matmul_to(&a, 2, 2, 3, &p, 2, c.as_mut_ptr(), 2));
-            let panels = PackedBf16::new(&w, 2, 3).unwrap();
-            assert!(!super::matmul_to(
-                &a,
-                3,
-                2,
-                3,
-                &panels,
-                2,
-                c.as_mut_ptr(),
-                2
-            ));
-        }
+            |got, a, w| assert_eq!(got.to_bits(), chain(a, w, None).to_bits(), "{got}"),
+        );
     }
 
     #[test]
@@ -823,14 +735,9 @@ mod tests {
 
     #[test]
     fn refuses_other_layouts_and_mismatched_lengths() {
-        let w = [bf16::ONE; 6];
-        let a = [1f32; 6];
-        let panels = PackedBf16::new(&w, 2, 3).unwrap();
-        assert!(matmul(&a, 2, 3, &panels, None).is_none());
-        let p = vnni(&w, 2, 3);
-        assert!(matmul(&a, 3, 3, &p, None).is_none());
-        assert!(matmul(&a, 2, 3, &p, Some(&[0.0])).is_none());
+        vnni_checks::refuses_other_layouts_and_mismatched_lengths(matmul);
         // The f32 kernels refuse VNNI pairs.
+        let (a, p) = ([1f32; 6], vnni(&[bf16::ONE; 6], 2, 3));
         assert!(
             crate::gemm_avx512::matmul(&a, 2, 3, crate::gemm_avx512::Rhs::Packed(&p), 2, None)
                 .is_none()

@@ -29,6 +29,8 @@ mod test_rng;
 pub mod text;
 pub mod vision;
 pub mod vision_cache;
+#[cfg(test)]
+mod vnni_checks;
 pub mod weights;
 
 pub use checkpoint::Checkpoint;
