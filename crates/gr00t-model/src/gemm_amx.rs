@@ -14,7 +14,10 @@
 //! on the block a row falls in, nor on the thread count, and repeats are identical.
 
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
+#![cfg_attr(
+    not(target_arch = "x86_64"),
+    allow(dead_code, unused_variables, unused_macros)
+)]
 
 use crate::gemm_avx512::{PackLayout, PackedBf16, NR};
 use crate::out_ptr::{split_output, OutPtr};
@@ -414,6 +417,31 @@ unsafe fn pack_a(lhs: Lhs, ic: usize, mc: usize, mcp: usize, pc: usize, kc: usiz
     }
 }
 
+/// The asm lines that prefetch the weight panel two steps (4 096 bytes) past `{b}`, one line in
+/// each 128-byte row of the step's 2 048 bytes.
+macro_rules! prefetch_b_two_steps_ahead {
+    () => {
+        concat!(
+            "prefetcht0 [{b} + 4096]\n",
+            "prefetcht0 [{b} + 4224]\n",
+            "prefetcht0 [{b} + 4352]\n",
+            "prefetcht0 [{b} + 4480]\n",
+            "prefetcht0 [{b} + 4608]\n",
+            "prefetcht0 [{b} + 4736]\n",
+            "prefetcht0 [{b} + 4864]\n",
+            "prefetcht0 [{b} + 4992]\n",
+            "prefetcht0 [{b} + 5120]\n",
+            "prefetcht0 [{b} + 5248]\n",
+            "prefetcht0 [{b} + 5376]\n",
+            "prefetcht0 [{b} + 5504]\n",
+            "prefetcht0 [{b} + 5632]\n",
+            "prefetcht0 [{b} + 5760]\n",
+            "prefetcht0 [{b} + 5888]\n",
+            "prefetcht0 [{b} + 6016]\n",
+        )
+    };
+}
+
 /// One 32×32 block of C: loads it from `cin` (row stride `cin_stride` bytes), adds the
 /// products of `steps` tiles of 16 pairs of A (`a`, rows at stride `lda` bytes, 64 bytes per
 /// step) and of the panel at `b` (128-byte rows, 2048 bytes per step), stores it at `cout`.
@@ -460,22 +488,7 @@ unsafe fn block_2x2(
             // B two steps ahead, a line in each 128-byte row: a whole bf16 request 0.97x
             // without (four interleaved pairs), most on the DiT, whose weights stream from
             // memory.
-            "prefetcht0 [{b} + 4096]",
-            "prefetcht0 [{b} + 4224]",
-            "prefetcht0 [{b} + 4352]",
-            "prefetcht0 [{b} + 4480]",
-            "prefetcht0 [{b} + 4608]",
-            "prefetcht0 [{b} + 4736]",
-            "prefetcht0 [{b} + 4864]",
-            "prefetcht0 [{b} + 4992]",
-            "prefetcht0 [{b} + 5120]",
-            "prefetcht0 [{b} + 5248]",
-            "prefetcht0 [{b} + 5376]",
-            "prefetcht0 [{b} + 5504]",
-            "prefetcht0 [{b} + 5632]",
-            "prefetcht0 [{b} + 5760]",
-            "prefetcht0 [{b} + 5888]",
-            "prefetcht0 [{b} + 6016]",
+            prefetch_b_two_steps_ahead!(),
             "add {a}, 64",
             "add {a2}, 64",
             "add {b}, 2048",
@@ -542,22 +555,7 @@ unsafe fn block_1x2(
             "tileloadd tmm7, [{b} + {bs}*1 + 64]",
             "tdpbf16ps tmm0, tmm4, tmm6",
             "tdpbf16ps tmm1, tmm4, tmm7",
-            "prefetcht0 [{b} + 4096]",
-            "prefetcht0 [{b} + 4224]",
-            "prefetcht0 [{b} + 4352]",
-            "prefetcht0 [{b} + 4480]",
-            "prefetcht0 [{b} + 4608]",
-            "prefetcht0 [{b} + 4736]",
-            "prefetcht0 [{b} + 4864]",
-            "prefetcht0 [{b} + 4992]",
-            "prefetcht0 [{b} + 5120]",
-            "prefetcht0 [{b} + 5248]",
-            "prefetcht0 [{b} + 5376]",
-            "prefetcht0 [{b} + 5504]",
-            "prefetcht0 [{b} + 5632]",
-            "prefetcht0 [{b} + 5760]",
-            "prefetcht0 [{b} + 5888]",
-            "prefetcht0 [{b} + 6016]",
+            prefetch_b_two_steps_ahead!(),
             "add {a}, 64",
             "add {b}, 2048",
             "dec {n}",
