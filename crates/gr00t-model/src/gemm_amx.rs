@@ -136,10 +136,7 @@ pub(crate) fn matmul(
         return None;
     }
     if m == 0 || n == 0 || k == 0 {
-        return Some(match bias {
-            Some(v) => v.repeat(m),
-            None => vec![0f32; m * n],
-        });
+        return Some(crate::out_ptr::product_without_terms(m, n, bias));
     }
     let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
         // SAFETY: AMX was granted and AVX-512F/BW/BF16 detected above; `dst` points at row r0
@@ -182,21 +179,14 @@ pub(crate) unsafe fn matmul_to(
     dst: *mut f32,
     ldc: usize,
 ) -> bool {
-    let (wn, wk) = w.dims();
-    let fits =
-        n <= wn && k <= wk && lda >= k && ldc >= n && (m == 0 || a.len() >= (m - 1) * lda + k);
-    if w.layout() != PackLayout::VnniPairs || !fits || !available() {
+    if !available() {
         return false;
     }
-    if m == 0 || n == 0 {
-        return true;
-    }
-    if k == 0 {
-        for i in 0..m {
-            // SAFETY: row i's first n elements are the caller's (contract).
-            unsafe { std::slice::from_raw_parts_mut(dst.add(i * ldc), n).fill(0.0) };
-        }
-        return true;
+    // SAFETY: forwarded contract.
+    if let Some(answer) =
+        unsafe { crate::gemm_avx512bf16::matmul_to_without_kernel(a, lda, m, k, w, n, dst, ldc) }
+    {
+        return answer;
     }
     // SAFETY: AMX granted and AVX-512F/BW/BF16 detected above; `dst` is valid for rows 0..m ×
     // columns 0..n at stride ldc (contract), every element of which lies in exactly one block,

@@ -94,10 +94,7 @@ pub(crate) fn matmul_blocked(
         return None;
     }
     if m == 0 || n == 0 || k == 0 {
-        return Some(match bias {
-            Some(v) => v.repeat(m),
-            None => vec![0f32; m * n],
-        });
+        return Some(crate::out_ptr::product_without_terms(m, n, bias));
     }
     // Rows split in MR tiles, columns in whole panels.
     let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {

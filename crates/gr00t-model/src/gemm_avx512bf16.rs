@@ -67,10 +67,7 @@ pub(crate) fn matmul(
         return None;
     }
     if m == 0 || n == 0 || k == 0 {
-        return Some(match bias {
-            Some(v) => v.repeat(m),
-            None => vec![0f32; m * n],
-        });
+        return Some(crate::out_ptr::product_without_terms(m, n, bias));
     }
     let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
         // SAFETY: AVX-512F/BW/BF16 were detected above; `dst` points at row r0 of the m·n
@@ -112,21 +109,12 @@ pub(crate) unsafe fn matmul_to(
     dst: *mut f32,
     ldc: usize,
 ) -> bool {
-    let (wn, wk) = w.dims();
-    let fits =
-        n <= wn && k <= wk && lda >= k && ldc >= n && (m == 0 || a.len() >= (m - 1) * lda + k);
-    if !available() || w.layout() != PackLayout::VnniPairs || !fits {
+    if !available() {
         return false;
     }
-    if m == 0 || n == 0 {
-        return true;
-    }
-    if k == 0 {
-        for i in 0..m {
-            // SAFETY: row i's first n elements are the caller's (contract).
-            unsafe { std::slice::from_raw_parts_mut(dst.add(i * ldc), n).fill(0.0) };
-        }
-        return true;
+    // SAFETY: forwarded contract.
+    if let Some(answer) = unsafe { matmul_to_without_kernel(a, lda, m, k, w, n, dst, ldc) } {
+        return answer;
     }
     // SAFETY: AVX-512F/BW/BF16 were detected above; `dst` is valid for rows 0..m × columns
     // 0..n at stride ldc (contract), every element of which lies in exactly one tile, the
@@ -136,6 +124,42 @@ pub(crate) unsafe fn matmul_to(
         unit(Lhs { a, lda, m, k }, w, 0, n, None, OutPtr(dst), ldc)
     };
     true
+}
+
+/// What a VNNI kernel's `matmul_to` answers without multiplying: `Some(false)` (nothing
+/// written) when `w` is not in VNNI pairs or the sizes do not fit, `Some(true)` once it has
+/// written an empty product (k = 0: zeros), `None` when the kernel has work to do.
+///
+/// # Safety
+/// As for [`matmul_to`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn matmul_to_without_kernel(
+    a: &[f32],
+    lda: usize,
+    m: usize,
+    k: usize,
+    w: &PackedBf16,
+    n: usize,
+    dst: *mut f32,
+    ldc: usize,
+) -> Option<bool> {
+    let (wn, wk) = w.dims();
+    let fits =
+        n <= wn && k <= wk && lda >= k && ldc >= n && (m == 0 || a.len() >= (m - 1) * lda + k);
+    if w.layout() != PackLayout::VnniPairs || !fits {
+        return Some(false);
+    }
+    if m == 0 || n == 0 {
+        return Some(true);
+    }
+    if k == 0 {
+        for i in 0..m {
+            // SAFETY: row i's first n elements are the caller's (contract).
+            unsafe { std::slice::from_raw_parts_mut(dst.add(i * ldc), n).fill(0.0) };
+        }
+        return Some(true);
+    }
+    None
 }
 
 /// The `[n, k]` matrix whose element `(c, p)` is `bf16(src[c·cs + p·ps])` (round to nearest

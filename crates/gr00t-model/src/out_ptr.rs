@@ -67,3 +67,12 @@ where
     unsafe { out.set_len(m * n) };
     out
 }
+
+/// The `[m, n]` product over an empty K (or of no rows or columns): the bias on every row, or
+/// zero.
+pub(crate) fn product_without_terms(m: usize, n: usize, bias: Option<&[f32]>) -> Vec<f32> {
+    match bias {
+        Some(v) => v.repeat(m),
+        None => vec![0f32; m * n],
+    }
+}
