@@ -84,23 +84,89 @@ macro_rules! dispatch {
     };
 }
 
+/// What a row of raw attention scores still needs before its exponentials: a scale (when the
+/// product did not apply it) and an additive mask row read at a stride (0 = broadcast).
+#[derive(Clone, Copy)]
+pub(crate) struct ScoreTerms<'a> {
+    /// Multiplies every score first.
+    pub(crate) scale: Option<f32>,
+    /// Added after the scale: element j is `mask.0[j · mask.1]`.
+    pub(crate) mask: Option<(&'a [f32], usize)>,
+}
+
 dispatch! {
-    /// `e^(x − max)` of one row in place, returning their sum: a softmax before its division
-    /// (attention divides its output rows instead, dh values rather than Lk).
-    exp_minus_max(row: &mut [f32]) -> f32 {
-        // Max and sum over LANES interleaved partial results, so that the loops vectorise.
-        let mut lanes = [f32::NEG_INFINITY; LANES];
-        let mut chunks = row.chunks_exact(LANES);
-        for c in &mut chunks {
-            for (l, &v) in lanes.iter_mut().zip(c) {
-                *l = if v > *l { v } else { *l };
+    /// A softmax's numerators of one row of scores, in place, returning their sum (attention
+    /// divides its output rows instead, dh values rather than Lk): the `terms` applied
+    /// (`x·scale`, then `+ mask`, two roundings), then `e^(x − max)`, rounded to bf16 when
+    /// `round` (weights entering a bf16 product, summed as rounded: normalised by what is
+    /// multiplied). Two passes over the row whatever the terms.
+    softmax_numerators(row: &mut [f32], terms: ScoreTerms, round: bool) -> f32 {
+        let max = match terms {
+            ScoreTerms { scale: None, mask: None } => map_max(row, |v| v),
+            ScoreTerms { scale: Some(s), mask: None } => map_max(row, |v| v * s),
+            ScoreTerms { scale: None, mask: Some((m, 0)) } => map_max(row, |v| v + m[0]),
+            ScoreTerms { scale: Some(s), mask: Some((m, 0)) } => map_max(row, |v| v * s + m[0]),
+            ScoreTerms { scale: None, mask: Some((m, 1)) } => map2_max(row, m, |v, m| v + m),
+            ScoreTerms { scale: Some(s), mask: Some((m, 1)) } => {
+                map2_max(row, m, |v, m| v * s + m)
             }
-        }
-        let tail = chunks.remainder().iter();
-        let max = lanes.iter().chain(tail).fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            ScoreTerms { scale, mask: Some((m, st)) } => {
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = scale.map_or(*v, |s| *v * s) + m[j * st];
+                }
+                map_max(row, |v| v)
+            }
+        };
         // One pass: exponentials written and summed together.
-        map_sum(row, |v| exp(v - max))
+        if round {
+            map_sum(row, |v| round_bf16(exp(v - max)))
+        } else {
+            map_sum(row, |v| exp(v - max))
+        }
     }
+}
+
+/// Replaces each value by `f` of it and returns their maximum, over LANES interleaved partial
+/// maxima (so that the loop vectorises).
+#[inline(always)]
+fn map_max(row: &mut [f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *v = f(*v);
+            *l = if *v > *l { *v } else { *l };
+        }
+    }
+    let tail = chunks.into_remainder();
+    tail.iter_mut().for_each(|v| *v = f(*v));
+    lanes
+        .iter()
+        .chain(tail.iter())
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+}
+
+/// [`map_max`] of `f(value, other[j])` (`other` at least as long as the row).
+#[inline(always)]
+fn map2_max(row: &mut [f32], other: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let other = &other[..row.len()];
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    let mut others = other.chunks_exact(LANES);
+    for (c, o) in (&mut chunks).zip(&mut others) {
+        for ((l, v), &o) in lanes.iter_mut().zip(c).zip(o) {
+            *v = f(*v, o);
+            *l = if *v > *l { *v } else { *l };
+        }
+    }
+    let tail = chunks.into_remainder();
+    for (v, &o) in tail.iter_mut().zip(others.remainder()) {
+        *v = f(*v, o);
+    }
+    lanes
+        .iter()
+        .chain(tail.iter())
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v))
 }
 
 /// Replaces each value by `f` of it and returns the sum of the new values, over LANES
@@ -132,14 +198,6 @@ pub(crate) fn round_bf16(x: f32) -> f32 {
         x
     } else {
         f32::from_bits(r)
-    }
-}
-
-dispatch! {
-    /// Rounds a row to bf16 in place and returns the f32 sum of the rounded values (softmax
-    /// weights entering a bf16 product: normalised by what is multiplied).
-    round_bf16_sum(row: &mut [f32]) -> f32 {
-        map_sum(row, round_bf16)
     }
 }
 
@@ -414,7 +472,7 @@ mod tests {
     }
 
     #[test]
-    fn bf16_rounding_is_half_s_round_to_nearest_even_and_sums_what_it_rounds() {
+    fn bf16_rounding_is_half_s_round_to_nearest_even() {
         let mut rnd = crate::test_rng::xorshift(99u32);
         let mut row: Vec<f32> = (0..37).map(|_| rnd() * 1e3).collect();
         // Ties both ways, NaN, infinities, a denormal, the largest finite.
@@ -427,40 +485,101 @@ mod tests {
             f32::from_bits(0x0000_8001),
             f32::MAX,
         ]);
-        let want: Vec<f32> = row
-            .iter()
-            .map(|&x| half::bf16::from_f32(x).to_f32())
-            .collect();
-        let finite = &mut row[..37];
-        let sum = round_bf16_sum(finite);
-        let expect: f64 = want[..37].iter().map(|&x| x as f64).sum();
-        assert!((sum as f64 - expect).abs() <= 1e-6 * expect.abs().max(1.0));
-        for (x, w) in row.iter().zip(&want) {
-            let got = round_bf16(*x);
+        for &x in &row {
+            let (got, want) = (round_bf16(x), half::bf16::from_f32(x).to_f32());
             assert!(
-                got.to_bits() == w.to_bits() || (got.is_nan() && w.is_nan()),
-                "{x:e}: {got:e} vs {w:e}"
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{x:e}: {got:e} vs {want:e}"
+            );
+        }
+    }
+
+    /// 37 scores (two full lanes of 16 and a tail of 5), one of them −∞, and a mask row of 74.
+    fn scores_and_mask() -> (Vec<f32>, Vec<f32>) {
+        let mut row: Vec<f32> = (0..37).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.7).collect();
+        row[3] = f32::NEG_INFINITY;
+        let mut mask: Vec<f32> = (0..74).map(|i| (i % 5) as f32 * -0.3).collect();
+        mask[8] = f32::NEG_INFINITY;
+        (row, mask)
+    }
+
+    /// Every kind of terms: none, scale, a mask row (stride 1), a broadcast value (stride 0),
+    /// a strided mask, and the scale with each mask.
+    fn every_terms(mask: &[f32]) -> Vec<ScoreTerms<'_>> {
+        let mut all = Vec::new();
+        for scale in [None, Some(0.125f32)] {
+            for m in [
+                None,
+                Some((mask, 1)),
+                Some((&mask[5..], 0)),
+                Some((mask, 2)),
+            ] {
+                all.push(ScoreTerms { scale, mask: m });
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn softmax_numerators_match_f64_with_every_kind_of_terms() {
+        let (row, mask) = scores_and_mask();
+        for terms in every_terms(&mask) {
+            // The terms in f32 by their definition, then the exponentials in f64.
+            let t: Vec<f32> = (0..row.len())
+                .map(|j| {
+                    let x = terms.scale.map_or(row[j], |s| row[j] * s);
+                    terms.mask.map_or(x, |(m, st)| x + m[j * st])
+                })
+                .collect();
+            let max = t.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+            let want: Vec<f64> = t.iter().map(|&v| (v as f64 - max).exp()).collect();
+            let mut got = row.clone();
+            let sum = softmax_numerators(&mut got, terms, false);
+            for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!((*g as f64 - w).abs() <= 8e-7 * w, "{j}: {g} vs {w}");
+            }
+            assert_eq!(got[3], 0.0, "a −∞ score has no weight");
+            let total: f64 = want.iter().sum();
+            assert!(
+                (sum as f64 - total).abs() <= 1e-6 * total,
+                "{sum} vs {total}"
             );
         }
     }
 
     #[test]
-    fn exp_minus_max_matches_f64_and_masks() {
-        // 37 values: two full lanes of 16 and a tail of 5.
-        let mut row: Vec<f32> = (0..37).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.7).collect();
-        row[3] = f32::NEG_INFINITY;
-        let x: Vec<f64> = row.iter().map(|&v| v as f64).collect();
-        let max = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let sum = exp_minus_max(&mut row);
-        assert_eq!(row[3], 0.0);
-        let want: Vec<f64> = x.iter().map(|v| (v - max).exp()).collect();
-        for (got, want) in row.iter().zip(&want) {
-            assert!((*got as f64 - want).abs() <= 8e-7 * want, "{got} vs {want}");
+    fn softmax_terms_and_rounding_in_the_pass_give_the_bits_of_separate_passes() {
+        let (row, mask) = scores_and_mask();
+        for terms in every_terms(&mask) {
+            // The terms applied first by hand, then the plain numerators.
+            let mut by_hand: Vec<f32> = (0..row.len())
+                .map(|j| {
+                    let x = terms.scale.map_or(row[j], |s| row[j] * s);
+                    terms.mask.map_or(x, |(m, st)| x + m[j * st])
+                })
+                .collect();
+            let plain = ScoreTerms {
+                scale: None,
+                mask: None,
+            };
+            let sum_by_hand = softmax_numerators(&mut by_hand, plain, false);
+            let mut fused = row.clone();
+            let sum = softmax_numerators(&mut fused, terms, false);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fused), bits(&by_hand));
+            assert_eq!(sum.to_bits(), sum_by_hand.to_bits());
+            // Rounded: each weight is the rounded exponential; the sum is of the rounded ones.
+            let mut rounded = row.clone();
+            let sum_rounded = softmax_numerators(&mut rounded, terms, true);
+            let want: Vec<f32> = by_hand.iter().map(|&x| round_bf16(x)).collect();
+            assert_eq!(bits(&rounded), bits(&want));
+            let total: f64 = want.iter().map(|&x| x as f64).sum();
+            assert!((sum_rounded as f64 - total).abs() <= 1e-6 * total);
+            assert_ne!(
+                sum_rounded.to_bits(),
+                sum.to_bits(),
+                "rounding changed nothing"
+            );
         }
-        let total: f64 = want.iter().sum();
-        assert!(
-            (sum as f64 - total).abs() <= 1e-6 * total,
-            "{sum} vs {total}"
-        );
     }
 }

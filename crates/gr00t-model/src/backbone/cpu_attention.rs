@@ -13,6 +13,7 @@
 //! elsewhere the f32 GEMMs multiply the rounded values (the same numbers).
 
 use crate::cpu_kernel::{self, CpuKernel};
+use crate::cpu_math::{softmax_numerators, ScoreTerms};
 use crate::gemm_amx;
 use crate::gemm_avx512::PackedBf16;
 use crate::gemm_avx512bf16;
@@ -256,23 +257,22 @@ fn blocks(
                             )
                         };
                         assert!(done, "attention: the bf16 kernel refused q·kᵀ");
-                        let scale = scale as f32;
-                        s.iter_mut().for_each(|x| *x *= scale);
                     }
                 }
+                // The bf16 kernels' products leave the scale to the softmax pass.
+                let unscaled = matches!(mul, Mul::Vnni(..)).then_some(scale as f32);
                 for (i, row) in s.chunks_exact_mut(lk).enumerate() {
-                    if let Some(m) = mask_view {
+                    let mask = mask_view.map(|m| {
                         let base = m.off + bi * m.st[0] + h * m.st[1] + (r0 + i) * m.st[2];
-                        for (j, x) in row.iter_mut().enumerate() {
-                            *x += m.data[base + j * m.st[3]];
-                        }
-                    }
-                    let sum = crate::cpu_math::exp_minus_max(row);
-                    // bf16 products: normalised by the sum of the weights they multiply.
-                    sums[i] = match mul {
-                        Mul::F32 => sum,
-                        _ => crate::cpu_math::round_bf16_sum(row),
+                        (&m.data[base..], m.st[3])
+                    });
+                    let terms = ScoreTerms {
+                        scale: unscaled,
+                        mask,
                     };
+                    // bf16 products: weights rounded, normalised by the sum of what they
+                    // multiply.
+                    sums[i] = softmax_numerators(row, terms, !matches!(mul, Mul::F32));
                 }
                 match mul {
                     Mul::F32 | Mul::RoundedF32 => {
