@@ -5,8 +5,12 @@ ratios against the floor, the PyTorch eager peer and the issue's targets.
 With cold_bf16.json (`gr00t bench --dtype bf16`), a bf16 block: per-stage bf16 vs fp32 of the
 same run and the issue 16 targets.
 
+With mem.json (bench/mem_peak.py) and the bench's `denoise_weight_gb`, the denoise's memory
+floor: the DiT weights its Euler steps stream (41 rows per product keep nothing in cache between
+steps) over the machine's read bandwidth, beside its GEMM floor.
+
 Usage: python3 report.py OUT_DIR   (reads gemm.json, cold.json, loop.json, peer.txt, machine.txt,
-                                    cold_bf16.json when present)
+                                    cold_bf16.json and mem.json when present)
 """
 import json
 import re
@@ -40,6 +44,15 @@ def peer(out, name="peer.txt"):
     head = re.search(r"threads (\d+)", p.read_text())
     return {"vision": float(m[1]), "llm": float(m[2]), "backbone": float(m[3]),
             "threads": int(head[1]) if head else None}
+
+
+def memory_floor(out, run):
+    """(GB/s, threads, denoise memory floor ms) from mem.json and a bench run, or None."""
+    p = out / "mem.json"
+    if not p.exists() or "denoise_weight_gb" not in run:
+        return None
+    mem = json.loads(p.read_text())
+    return mem["read_gbps"], mem.get("threads"), run["denoise_weight_gb"] / mem["read_gbps"] * 1e3
 
 
 def main():
@@ -82,6 +95,14 @@ def main():
         else:
             lines.append(f"| {name} | {ms:.1f} | - | - | - | - | {loop_ms:.1f} |")
     lines.append("")
+    mf = memory_floor(out, cold)
+    if mf:
+        gbps, threads, floor = mf
+        lines.append(f"Memory read: {gbps:.1f} GB/s ({threads} threads). The denoise streams "
+                     f"{cold['denoise_weight_gb']:.2f} GB of bf16 DiT weights: memory floor "
+                     f"{floor:.0f} ms beside its GEMM floor of "
+                     f"{floor_ms(cold['stages']['denoise']['gflop']):.0f} ms (the larger binds).")
+        lines.append("")
     if pr:
         lines.append(f"PyTorch eager peer ({pr['threads']} threads): "
                      f"vision {pr['vision']:.0f} ms, llm {pr['llm']:.0f} ms, backbone {pr['backbone']:.0f} ms")
@@ -149,6 +170,15 @@ def bf16_block(out, f32, bf16):
                      f"{floor:.0f} ms")
         checks.append(("bf16 whole request ≤ 1.3 × its bf16 GEMM floor (AMX machines)",
                        bf16["total_ms"] / floor, 1.3))
+        mf = memory_floor(out, bf16)
+        if mf:
+            # The denoise cannot beat the stream of its weights, however fast the tiles.
+            gemm_denoise = bf16["stages"]["denoise"]["gflop"] / g["best_gflops"] * 1e3
+            bound = floor - gemm_denoise + max(gemm_denoise, mf[2])
+            lines.append(f"With the denoise's memory floor ({mf[2]:.0f} ms at {mf[0]:.1f} GB/s against "
+                         f"{gemm_denoise:.0f} ms of GEMM): whole-request bf16 floor {bound:.0f} ms, "
+                         f"ours {bf16['total_ms'] / bound:.2f}× it; denoise "
+                         f"{bf16['stages']['denoise']['median_ms'] / max(gemm_denoise, mf[2]):.2f}× its floor")
     pb = peer(out, "peer_bf16.txt")
     if pb:
         lines.append(f"PyTorch eager bf16 peer ({pb['threads']} threads): vision {pb['vision']:.0f} ms, "

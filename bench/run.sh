@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CPU performance run, all in one go on one machine: the best fp32 GEMM rate (numpy/OpenBLAS) and
-# bf16 GEMM rate (torch/oneDNN), the PyTorch eager peer of our backbone in fp32 and bf16
+# bf16 GEMM rate (torch/oneDNN), the memory read bandwidth (the denoise's weight stream), the PyTorch eager peer of our backbone in fp32 and bf16
 # (torch_backbone_peer.py), and `gr00t bench` (cold
 # requests, then the control loop, then cold requests with --dtype bf16), then a report with per-stage GFLOP/s, GEMM-bound floors and
 # ratios (bench/report.py). Everything uses the same thread count.
@@ -55,6 +55,9 @@ echo "== fp32 GEMM peak (numpy, OpenBLAS overrides unset)" >&2
 # OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE pin a kernel; unset them for this command only.
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
     "$py" "$here/gemm_peak.py" --threads "$threads" > "$out/gemm.json"
+
+echo "== memory read bandwidth (numpy, one slice per thread)" >&2
+"$py" "$here/mem_peak.py" --threads "$threads" > "$out/mem.json"
 
 # torch's bf16 on a CPU without bf16 units (AVX512-BF16 or AMX-BF16) is an emulation far slower
 # than its fp32 (tens of minutes here, one thread): no floor nor peer worth the time.

@@ -167,6 +167,31 @@ fn denoise_flops(
     }
 }
 
+/// Weight elements of the DiT blocks that one Euler step multiplies by: per block the query and
+/// output projections and the feed-forward, and the self-attention blocks' keys and values;
+/// the reference backend also reads the AdaLN rows and the cross-attention keys/values every
+/// step (the fused one has them from before the loop). With only the action tokens as rows
+/// (41) nothing keeps them in cache between steps: they stream from memory every step (the
+/// full model's 1.66 GB of bf16), a floor of their own beside the FLOPs.
+pub fn denoise_step_weights(cfg: &Gr00tConfig, backend: DenoiseBackend) -> f64 {
+    let dc = &cfg.diffusion_model_cfg;
+    let d = dc.inner_dim() as f64;
+    let reference = backend == DenoiseBackend::Reference;
+    (0..dc.num_layers)
+        .map(|b| {
+            let keys_values = if b % 2 == 1 {
+                2.0 * d * d
+            } else if reference {
+                2.0 * cfg.backbone_embedding_dim as f64 * d
+            } else {
+                0.0
+            };
+            let ada = if reference { 2.0 * d * d } else { 0.0 };
+            2.0 * d * d + 8.0 * d * d + keys_values + ada
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,5 +240,24 @@ mod tests {
             reference.denoise - fused.denoise,
             3.0 * memory + 4.0 * modulation
         );
+    }
+
+    // Expected: the 2-D weights under `action_head.model.transformer_blocks.` in the
+    // safetensors headers of the bundled tiny checkpoint and of `synth-checkpoint --size full`
+    // (a script), all of them for the reference backend, without `norm1.linear` and the
+    // cross blocks' `to_k`/`to_v` (input width ≠ `to_q`'s) for the fused one.
+    #[test]
+    fn denoise_step_weights_match_the_checkpoint_headers() {
+        for (size, fused, reference) in [
+            (SynthSize::Tiny, 811_008.0, 983_040.0),
+            (SynthSize::Full, 830_472_192.0, 1_082_130_432.0),
+        ] {
+            let (cfg, _) = synth_configs(size).unwrap();
+            assert_eq!(denoise_step_weights(&cfg, DenoiseBackend::Fused), fused);
+            assert_eq!(
+                denoise_step_weights(&cfg, DenoiseBackend::Reference),
+                reference
+            );
+        }
     }
 }

@@ -18,7 +18,7 @@ use gr00t_core::response::TimingMs;
 use gr00t_core::InferError;
 use gr00t_embodiment::image::decode::decode_base64_frame;
 use gr00t_model::action_head::DenoiseBackend;
-use gr00t_model::flops::{request_flops, RequestShape, StageFlops};
+use gr00t_model::flops::{denoise_step_weights, request_flops, RequestShape, StageFlops};
 use gr00t_model::Checkpoint;
 use serde_json::{json, Value};
 use std::error::Error;
@@ -121,6 +121,11 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
     if summary.hits + summary.misses > 0 {
         flops.vision *= summary.misses as f64 / (summary.hits + summary.misses) as f64;
     }
+    // The DiT blocks' bf16 weights the Euler steps read, each step from memory.
+    let denoise_weight_gb = ckpt.config.num_inference_timesteps as f64
+        * denoise_step_weights(&ckpt.config, backend)
+        * 2.0
+        / 1e9;
     let peak_rss_mb = peak_rss_mb()?;
     if opts.json {
         let mut stages = serde_json::Map::new();
@@ -134,6 +139,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
             "stages": stages,
             "total_ms": round3(summary.total_ms),
             "cpu_ms": round3(summary.cpu_ms),
+            "denoise_weight_gb": round3(denoise_weight_gb),
             "peak_rss_mb": round3(peak_rss_mb),
             "threads": info.threads,
             "cpu_kernel": info.cpu_kernel,
@@ -190,6 +196,16 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
         "total",
         summary.total_ms,
         total_gflop / (summary.total_ms / 1e3)
+    );
+    let denoise_ms = STAGES
+        .iter()
+        .zip(&summary.stages)
+        .find(|(name, _)| **name == "denoise")
+        .map_or(f64::NAN, |(_, &ms)| ms);
+    println!(
+        "denoise streams {denoise_weight_gb:.2} GB of bf16 DiT weights ({} steps): {:.1} GB/s",
+        ckpt.config.num_inference_timesteps,
+        denoise_weight_gb / (denoise_ms / 1e3)
     );
     println!(
         "end to end over {} runs: median {:.1} ms, p90 {:.1} ms",
