@@ -102,7 +102,7 @@ dispatch! {
     /// multiplied). Two passes over the row whatever the terms.
     softmax_numerators(row: &mut [f32], terms: ScoreTerms, round: bool) -> f32 {
         let max = match terms {
-            ScoreTerms { scale: None, mask: None } => map_max(row, |v| v),
+            ScoreTerms { scale: None, mask: None } => lane_max(row),
             ScoreTerms { scale: Some(s), mask: None } => map_max(row, |v| v * s),
             ScoreTerms { scale: None, mask: Some((m, 0)) } => map_max(row, |v| v + m[0]),
             ScoreTerms { scale: Some(s), mask: Some((m, 0)) } => map_max(row, |v| v * s + m[0]),
@@ -114,7 +114,7 @@ dispatch! {
                 for (j, v) in row.iter_mut().enumerate() {
                     *v = scale.map_or(*v, |s| *v * s) + m[j * st];
                 }
-                map_max(row, |v| v)
+                lane_max(row)
             }
         };
         // One pass: exponentials written and summed together.
@@ -140,9 +140,28 @@ fn map_max(row: &mut [f32], f: impl Fn(f32) -> f32) -> f32 {
     }
     let tail = chunks.into_remainder();
     tail.iter_mut().for_each(|v| *v = f(*v));
+    max_of_lanes_and(&lanes, tail)
+}
+
+/// The maximum of a row left as it is (read only), over LANES interleaved partial maxima.
+#[inline(always)]
+fn lane_max(row: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = if v > *l { v } else { *l };
+        }
+    }
+    max_of_lanes_and(&lanes, chunks.remainder())
+}
+
+/// The partial maxima and the row's tail folded in order (NaN ignored, as `f32::max`).
+#[inline(always)]
+fn max_of_lanes_and(lanes: &[f32; LANES], tail: &[f32]) -> f32 {
     lanes
         .iter()
-        .chain(tail.iter())
+        .chain(tail)
         .fold(f32::NEG_INFINITY, |m, &v| m.max(v))
 }
 
@@ -163,10 +182,7 @@ fn map2_max(row: &mut [f32], other: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 
     for (v, &o) in tail.iter_mut().zip(others.remainder()) {
         *v = f(*v, o);
     }
-    lanes
-        .iter()
-        .chain(tail.iter())
-        .fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+    max_of_lanes_and(&lanes, tail)
 }
 
 /// Replaces each value by `f` of it and returns the sum of the new values, over LANES
