@@ -110,11 +110,12 @@ dispatch! {
             ScoreTerms { scale: Some(s), mask: Some((m, 1)) } => {
                 map2_max(row, m, |v, m| v * s + m)
             }
+            // A mask view strided along the keys (rare): terms and max in one scalar pass.
             ScoreTerms { scale, mask: Some((m, st)) } => {
-                for (j, v) in row.iter_mut().enumerate() {
+                row.iter_mut().enumerate().fold(f32::NEG_INFINITY, |max, (j, v)| {
                     *v = scale.map_or(*v, |s| *v * s) + m[j * st];
-                }
-                lane_max(row)
+                    max.max(*v)
+                })
             }
         };
         // One pass: exponentials written and summed together.
