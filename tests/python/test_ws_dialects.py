@@ -2,9 +2,9 @@
 """The websocket door's dialects, driven by clients built on the published `openpi-client`.
 
 - RoboArena's DROID evaluation client (openpi-client + `endpoint`, `session_id`): its
-  `PolicyServerConfig` metadata, per-session frame history shared across connections, `reset`,
-  int32 session ids, the same actions as HTTP and as a plain openpi client, errors as a text
-  frame then close 1011.
+  `PolicyServerConfig` metadata, per-session frame history (a connection's own without a
+  token), `reset`, int32 session ids, the same actions as HTTP and as a plain openpi client,
+  errors as a text frame then close 1011.
 - vLLM-Omni's GR00T dialect on `/v1/realtime/robot/openpi`: its metadata, the nested GR00T
   observation giving HTTP's actions bit for bit, `reset`, errors as `{"type": "error"}` with the
   connection kept open.
@@ -65,16 +65,22 @@ def main():
             assert got == want, got
 
         def roboarena_session_history():
-            # t-15 on one connection, t0 on another: the session, not the connection, keys it.
-            rc.RoboArenaClient(host, port).infer(rc.case0_observation("t-15", "ep-A"))
-            reply = rc.RoboArenaClient(host, port).infer(rc.case0_observation("t0", "ep-A"))
+            # t-15 then t0 in one session: the session's history pairs them. Without
+            # --api-token a session is its connection's own: another client's "ep-A" is apart.
+            c = rc.RoboArenaClient(host, port)
+            c.infer(rc.case0_observation("t-15", "ep-A"))
+            other = rc.RoboArenaClient(host, port).infer(rc.case0_observation("t0", "ep-A"))
+            reply = c.infer(rc.case0_observation("t0", "ep-A"))
             same(reply, http42, "RoboArena [t-15, t0] vs HTTP")
+            assert not np.array_equal(other["actions"], reply["actions"]), \
+                "another connection's ep-A used this one's frames"
             acts = reply["actions"]
             assert acts.dtype == np.float32 and acts.shape == (40, 8), (acts.dtype, acts.shape)
             assert np.array_equal(acts, chunk(http42)), "actions != [joints | gripper]"
 
         def roboarena_sessions_and_reset():
             c = rc.RoboArenaClient(host, port)
+            c.infer(rc.case0_observation("t-15", "ep-A"))
             first_b = c.infer(rc.case0_observation("t0", "ep-B"))  # paired with itself
             with_ab = c.infer(rc.case0_observation("t0", "ep-A"))  # ep-A's oldest is t-15
             same(with_ab, http42, "ep-A after ep-B")
@@ -110,7 +116,7 @@ def main():
             assert "server_timing" in reply and reply["actions"].shape == (40, 8)
 
         tp.check("RoboArena metadata: PolicyServerConfig fields", roboarena_metadata)
-        tp.check("RoboArena session history across connections == HTTP (bit-equal)",
+        tp.check("RoboArena session history == HTTP (bit-equal), apart per connection",
                  roboarena_session_history)
         tp.check("RoboArena sessions are separate; reset clears one", roboarena_sessions_and_reset)
         tp.check("RoboArena int32 session_id (1,)", roboarena_int32_session)

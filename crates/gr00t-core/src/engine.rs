@@ -571,6 +571,7 @@ impl Engine {
             observation_age_ms: 0.0,
             rtc_source: None,
             session: None,
+            session_token: None,
             chunk: out.action_pred,
         })
     }

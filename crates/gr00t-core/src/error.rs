@@ -21,6 +21,9 @@ pub enum InferError {
     },
     /// A newer observation of the same session replaced this one while it waited (HTTP 409).
     Superseded,
+    /// The request echoed a session token, and the server no longer holds that session, or
+    /// holds another one of its name (HTTP 409); the text says which.
+    SessionRestarted(String),
     /// The inference thread is gone (HTTP 500).
     Stopped,
     /// Something failed inside the server (HTTP 500).
@@ -40,6 +43,7 @@ impl fmt::Display for InferError {
                  {retry_after_s} s"
             ),
             InferError::Superseded => write!(f, "superseded by a newer observation"),
+            InferError::SessionRestarted(m) => write!(f, "session restarted: {m}"),
             InferError::Stopped => write!(f, "internal error: the inference worker has stopped"),
             InferError::Internal(m) => write!(f, "internal error: {m}"),
         }

@@ -13,7 +13,7 @@ use crate::error::InferError;
 use crate::request::Request;
 use crate::response::{PredictResponse, SessionReply};
 use crate::rtc::RtcPlan;
-use crate::session::{LastChunk, SessionStats, Sessions};
+use crate::session::{LastChunk, Restarted, SessionKey, SessionStats, Sessions};
 use gr00t_embodiment::frame_history::FrameHistory;
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -33,7 +33,7 @@ struct Job {
     request: Box<Request>,
     reply: oneshot::Sender<Outcome>,
     /// The session whose newest observation this is.
-    session: Option<String>,
+    session: Option<SessionKey>,
     /// When the door queued it.
     queued: Instant,
 }
@@ -184,16 +184,10 @@ fn run(shared: &Shared, mut predict: PredictFn) {
         let (request, session) = (*job.request, job.session);
         // The door decoded it before queueing.
         let door_ms = request.decode_ms;
-        let outcome = catch_unwind(AssertUnwindSafe(|| match session.as_deref() {
-            Some(id) => in_session(&shared.sessions, id, request, t0, &mut predict),
-            None => predict(request, None),
-        }))
-        .unwrap_or_else(|payload| {
-            Err(InferError::Internal(format!(
-                "inference panicked: {}",
-                panic_text(&*payload)
-            )))
-        })
+        let outcome = match &session {
+            Some(key) => in_session(&shared.sessions, key, request, t0, &mut predict),
+            None => guarded(&mut predict, request, None),
+        }
         .map(|mut r| {
             let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
             r.queue_ms = ms(job.queued, t0);
@@ -210,31 +204,68 @@ fn run(shared: &Shared, mut predict: PredictFn) {
     }
 }
 
-/// One request of session `id`: RTC gets the session's last chunk, and the answer becomes it.
+/// Runs the model on one request; a panic becomes an internal error.
+fn guarded(
+    predict: &mut PredictFn,
+    request: Request,
+    history: Option<&mut FrameHistory>,
+) -> Outcome {
+    catch_unwind(AssertUnwindSafe(|| predict(request, history))).unwrap_or_else(|payload| {
+        Err(InferError::Internal(format!(
+            "inference panicked: {}",
+            panic_text(&*payload)
+        )))
+    })
+}
+
+/// One request of session `key`: RTC gets the session's last chunk, and the answer becomes it;
+/// a refusal leaves the session as it was (and a missing one uncreated).
 fn in_session(
     sessions: &Sessions,
-    id: &str,
+    key: &SessionKey,
     mut request: Request,
     now: Instant,
     predict: &mut PredictFn,
 ) -> Outcome {
-    let mut view = sessions.begin(id, now);
+    let token = request.session_token.take();
+    let mut view = match sessions.begin(key, token.as_deref(), now) {
+        Ok(view) => view,
+        Err(why) => return Err(restarted(key, why)),
+    };
     if let Some(RtcPlan::SessionChunk { last, .. }) = request.rtc.as_mut() {
         *last = view.last_chunk.take();
     }
-    let outcome = predict(request, Some(&mut view.frames));
+    let outcome = guarded(predict, request, Some(&mut view.frames));
     let chunk = outcome.as_ref().ok().map(|r| LastChunk {
         tag: r.embodiment.clone(),
         rows: r.action_horizon,
         values: r.chunk.clone(),
     });
-    let step = sessions.record(id, view.epoch, view.frames, chunk, Instant::now());
+    let (before, since_last) = (view.step, view.since_last);
+    let token = (!view.token.is_empty()).then(|| view.token.clone());
+    let step = sessions.record(key, view, chunk);
     let mut response = outcome?;
     response.session = Some(SessionReply {
-        step: step.unwrap_or(view.step + 1),
-        since_last_ms: view.since_last.map(|d| d.as_secs_f64() * 1e3),
+        step: step.unwrap_or(before + 1),
+        since_last_ms: since_last.map(|d| d.as_secs_f64() * 1e3),
     });
+    response.session_token = token;
     Ok(response)
+}
+
+/// The refusal of a request whose session token no longer names a session held here.
+fn restarted(key: &SessionKey, why: Restarted) -> InferError {
+    let id = key.id();
+    InferError::SessionRestarted(match why {
+        Restarted::Unknown => format!(
+            "this server holds no session {id:?} (it expired, was reset or evicted, or this is \
+             another or a restarted server): start over without session_token"
+        ),
+        Restarted::Replaced => format!(
+            "the session {id:?} held here is another one than session_token names (it was \
+             reset and began again): start over without session_token"
+        ),
+    })
 }
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
@@ -272,10 +303,10 @@ impl Queue {
         if jobs.stopped {
             return Err(InferError::Stopped);
         }
-        let older = job.session.as_deref().and_then(|id| {
+        let older = job.session.as_ref().and_then(|key| {
             jobs.waiting
                 .iter()
-                .position(|j| j.session.as_deref() == Some(id))
+                .position(|j| j.session.as_ref() == Some(key))
         });
         if let Some(i) = older {
             let old = std::mem::replace(&mut jobs.waiting[i], job);
@@ -336,14 +367,14 @@ impl Queue {
         self.shared.sessions.stats()
     }
 
-    /// Clears session `id` (a request of it computing now keeps nothing); whether it existed.
-    pub fn reset_session(&self, id: &str) -> bool {
-        self.shared.sessions.reset(id)
+    /// Clears session `key` (a request of it computing now keeps nothing); whether it existed.
+    pub fn reset_session(&self, key: &SessionKey) -> bool {
+        self.shared.sessions.reset(key)
     }
 
-    /// Drops session `id`, whose connection ended.
-    pub fn close_session(&self, id: &str) {
-        self.shared.sessions.close(id);
+    /// Drops session `key`, whose connection ended.
+    pub fn close_session(&self, key: &SessionKey) {
+        self.shared.sessions.close(key);
     }
 
     /// Seconds a refused client should wait: the queue's expected drain time, at least 1.
@@ -489,8 +520,13 @@ mod tests {
         drop(handle);
         worker.join();
     }
+
+    fn key(id: &str) -> SessionKey {
+        SessionKey::named("test", id)
+    }
+
     fn in_session(tag: &[u8], id: &str) -> Request {
-        req(tag).in_session(Some(id.to_string()))
+        req(tag).in_session(Some(key(id)))
     }
 
     #[test]
@@ -572,11 +608,55 @@ mod tests {
         let a2s = a2.session.unwrap();
         assert_eq!(a2s.step, 2);
         assert!(a2s.since_last_ms.is_some());
-        assert!(handle.reset_session("A"));
+        assert!(handle.reset_session(&key("A")));
         let a3 = wait(handle.submit(rtc(b"d", "A")).unwrap()).unwrap();
         assert_eq!((a3.seq_len, a3.session.map(|s| s.step)), (0, Some(1)));
         let st = handle.session_stats();
         assert_eq!((st.active, st.created, st.resets), (2, 3, 1));
+        drop(handle);
+        worker.join();
+    }
+
+    #[test]
+    fn a_session_begins_with_its_first_answer_and_its_token_says_when_it_is_gone() {
+        // 'e' is refused, 'p' panics, anything else is answered.
+        let f: PredictFn = Box::new(|r: Request, _| match first_byte(&r) {
+            b'e' => Err(InferError::Internal("refused".into())),
+            b'p' => panic!("boom"),
+            b => Ok(response(b)),
+        });
+        let (worker, handle) = start(f, 4).unwrap();
+        for tag in [b"e", b"p"] {
+            assert!(wait(handle.submit(in_session(tag, "A")).unwrap()).is_err());
+        }
+        assert_eq!(handle.session_stats().created, 0);
+        let first = wait(handle.submit(in_session(b"a", "A")).unwrap()).unwrap();
+        let token = first.session_token.clone().unwrap();
+        assert_eq!(first.session.unwrap().step, 1);
+        // A panic inside the session leaves it usable, its step as it was.
+        assert!(wait(handle.submit(in_session(b"p", "A")).unwrap()).is_err());
+        let echo = |tag: &[u8], id: &str, t: &str| {
+            in_session(tag, id).with_session_token(Some(t.to_string()))
+        };
+        let second = wait(handle.submit(echo(b"b", "A", &token)).unwrap()).unwrap();
+        assert_eq!(
+            (second.session.unwrap().step, second.session_token),
+            (2, Some(token.clone()))
+        );
+        // Gone, or another incarnation: 409-style refusals naming the session.
+        assert!(handle.reset_session(&key("A")));
+        match wait(handle.submit(echo(b"c", "A", &token)).unwrap()) {
+            Err(InferError::SessionRestarted(m)) => assert!(m.contains("\"A\""), "{m}"),
+            other => panic!("expected a restart, got {other:?}"),
+        }
+        let fresh = wait(handle.submit(in_session(b"d", "A")).unwrap()).unwrap();
+        assert_ne!(fresh.session_token, Some(token.clone()));
+        assert!(matches!(
+            wait(handle.submit(echo(b"f", "A", &token)).unwrap()),
+            Err(InferError::SessionRestarted(_))
+        ));
+        let st = handle.session_stats();
+        assert_eq!((st.active, st.created, st.restarted), (1, 2, 2));
         drop(handle);
         worker.join();
     }

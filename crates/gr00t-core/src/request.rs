@@ -3,6 +3,7 @@
 //! bytes.
 
 use crate::rtc::RtcPlan;
+use crate::session::SessionKey;
 use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::request::{NoiseSource, PredictRequest};
 use gr00t_model::Rtc;
@@ -51,7 +52,10 @@ pub struct Request {
     pub rtc: Option<RtcPlan>,
     /// The client's session ([`crate::session`]): its last chunk serves RTC, and a newer
     /// observation of it replaces this one while this one waits.
-    pub session: Option<String>,
+    pub session: Option<SessionKey>,
+    /// The session token the client echoed: the request is refused if the server no longer
+    /// holds that session ([`crate::InferError::SessionRestarted`]).
+    pub session_token: Option<String>,
 }
 
 impl Request {
@@ -63,6 +67,7 @@ impl Request {
             decode_ms: 0.0,
             rtc: None,
             session: None,
+            session_token: None,
         }
     }
 
@@ -79,8 +84,14 @@ impl Request {
     }
 
     /// The request in the client's session.
-    pub fn in_session(mut self, session: Option<String>) -> Request {
+    pub fn in_session(mut self, session: Option<SessionKey>) -> Request {
         self.session = session;
+        self
+    }
+
+    /// The request continuing the session incarnation `token` names (none: any).
+    pub fn with_session_token(mut self, token: Option<String>) -> Request {
+        self.session_token = token;
         self
     }
 }

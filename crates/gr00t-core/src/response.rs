@@ -72,6 +72,10 @@ pub struct PredictResponse {
     /// The request's session after it (absent outside a session).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionReply>,
+    /// The session's token (absent outside a session): a client that echoes it as
+    /// `session_token` is told when the server no longer holds this session (409).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_token: Option<String>,
     /// The model's whole normalised chunk, `horizon × action_dim` row-major and padded like
     /// upstream's `action_pred` (what RTC reads as the previous chunk); not sent.
     #[serde(skip)]

@@ -1,12 +1,19 @@
 //! Per-robot sessions: what the server keeps between the observations of one robot (its last
 //! chunk for real-time chunking, its step count and the time of its last observation), so a
-//! control loop need not re-send them. Sessions are named by the client (`session_id`), expire
-//! after a time-to-live and are bounded, the least recently used evicted first. Only the
-//! inference thread changes a session's contents; the doors reset and count them.
+//! control loop need not re-send them. Sessions are named by a [`SessionKey`]: the door's
+//! namespace and the client's id, or an id the server drew for a connection, so no client can
+//! name another door's or another connection's session. They expire after a time-to-live and
+//! are bounded, the least recently used evicted first. A session exists from its first
+//! answered observation: a refused one neither creates nor touches it. Each carries a token
+//! drawn at creation; a client that echoes it learns when the server no longer holds the
+//! session it was in ([`Restarted`]). Only the inference thread changes a session's
+//! contents; the doors reset and count them.
 
 use gr00t_embodiment::frame_history::FrameHistory;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::fmt;
+use std::io::Read;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -14,7 +21,7 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_TTL_S: u64 = 300;
 /// Default `--max-sessions`.
 pub const DEFAULT_MAX_SESSIONS: usize = 256;
-/// Longest accepted session id, in bytes.
+/// Longest accepted session id (and session token), in bytes.
 pub const MAX_SESSION_ID_BYTES: usize = 256;
 
 /// How long sessions live and how many are kept.
@@ -35,7 +42,8 @@ impl Default for SessionLimits {
     }
 }
 
-/// Checks a client's session id: 1 to [`MAX_SESSION_ID_BYTES`] bytes of printable ASCII.
+/// Checks a client's session id (or session token): 1 to [`MAX_SESSION_ID_BYTES`] bytes of
+/// printable ASCII.
 pub fn check_session_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {
         return Err(format!(
@@ -47,6 +55,64 @@ pub fn check_session_id(id: &str) -> Result<(), String> {
         return Err("expected printable ASCII without spaces".into());
     }
     Ok(())
+}
+
+/// 128 random bits from the operating system, as 32 hex digits.
+pub fn random_id() -> std::io::Result<String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A session's name in the table: a namespace the door chose (never client text) and an id
+/// within it. Keys of different namespaces never meet, whatever the ids.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionKey {
+    namespace: String,
+    id: String,
+}
+
+impl SessionKey {
+    /// The client's `id` in the door's `namespace`.
+    pub fn named(namespace: &str, id: &str) -> SessionKey {
+        SessionKey {
+            namespace: namespace.to_string(),
+            id: id.to_string(),
+        }
+    }
+
+    /// A fresh key in `namespace` with a random 128-bit id (a connection's own session).
+    pub fn private(namespace: &str) -> std::io::Result<SessionKey> {
+        Ok(SessionKey::named(namespace, &random_id()?))
+    }
+
+    /// The client's `id` in `namespace` under this key (sessions a connection's clients name,
+    /// reachable through that connection only).
+    pub fn within(&self, namespace: &str, id: &str) -> SessionKey {
+        SessionKey::named(&format!("{self}/{namespace}"), id)
+    }
+
+    /// The id within the namespace (the client's own name for a named session).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.id)
+    }
+}
+
+/// Why a request that echoed a session token cannot continue its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restarted {
+    /// The server holds no session of that name (expired, evicted, reset, or never here:
+    /// another replica or a restarted one).
+    Unknown,
+    /// The server holds a session of that name, but another one (it was reset and began
+    /// again, or another client created it).
+    Replaced,
 }
 
 /// The last chunk a session was answered.
@@ -66,27 +132,37 @@ struct Session {
     /// Which incarnation: a reset and a new session get a new one, so a request computed
     /// across a reset does not write into the fresh session.
     epoch: u64,
+    /// Drawn at creation, echoed by clients that want to know of a restart.
+    token: String,
     last_chunk: Option<LastChunk>,
     /// Earlier frames of each view.
     frames: FrameHistory,
     /// Observations answered.
     step: u64,
+    /// When the last answered observation began computing.
     last_seen: Instant,
+    /// A request of it is computing: neither expired nor evicted meanwhile.
+    busy: bool,
 }
 
 /// What a request of a session starts from, taken on the inference thread before it runs.
 #[derive(Debug, Clone)]
 pub struct SessionView {
-    /// The session's incarnation (hand it back to [`Sessions::record`]).
-    pub epoch: u64,
+    /// The session's incarnation (hand it back to [`Sessions::record`]); `None`: the session
+    /// does not exist yet, and is created when this request is answered.
+    pub epoch: Option<u64>,
+    /// The session's token (drawn now for a session not created yet).
+    pub token: String,
     /// The last chunk, if one was answered.
     pub last_chunk: Option<LastChunk>,
     /// The frame history, taken out for the request (hand it back to [`Sessions::record`]).
     pub frames: FrameHistory,
     /// Observations answered before this one.
     pub step: u64,
-    /// Time since the session's previous observation (none for its first).
+    /// Time since the session's previous answered observation began (none for its first).
     pub since_last: Option<Duration>,
+    /// When this request began.
+    pub began: Instant,
 }
 
 /// Session counts, as `/info` and `/metrics` report them.
@@ -106,11 +182,13 @@ pub struct SessionStats {
     pub evicted: u64,
     /// Sessions cleared by a client's reset.
     pub resets: u64,
+    /// Requests refused because the session their token named is gone or another one.
+    pub restarted: u64,
 }
 
 #[derive(Debug, Default)]
 struct Table {
-    map: HashMap<String, Session>,
+    map: HashMap<SessionKey, Session>,
     next_epoch: u64,
     stats: SessionStats,
 }
@@ -154,45 +232,62 @@ impl Sessions {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Drops the sessions unused for longer than the time-to-live.
+    /// Drops the sessions unused for longer than the time-to-live (not one computing now).
     fn expire(&self, t: &mut Table, now: Instant) {
         let ttl = self.limits.ttl;
         let before = t.map.len();
         t.map
-            .retain(|_, s| now.saturating_duration_since(s.last_seen) <= ttl);
+            .retain(|_, s| s.busy || now.saturating_duration_since(s.last_seen) <= ttl);
         t.stats.expired += (before - t.map.len()) as u64;
     }
 
-    /// The session `id` as a request starts (created, evicting the least recently used one
-    /// when full), marked used at `now`.
-    pub fn begin(&self, id: &str, now: Instant) -> SessionView {
+    /// The session `key` as a request starts at `now`. With the client's `token`, a session
+    /// that is gone or another one is refused ([`Restarted`]); without, a missing session is
+    /// begun, and created only once the request is answered ([`Sessions::record`]).
+    pub fn begin(
+        &self,
+        key: &SessionKey,
+        token: Option<&str>,
+        now: Instant,
+    ) -> Result<SessionView, Restarted> {
         let mut t = self.lock();
         self.expire(&mut t, now);
-        if !t.map.contains_key(id) {
-            self.make_room(&mut t);
-            t.next_epoch += 1;
-            t.stats.created += 1;
+        let Some(s) = t.map.get_mut(key) else {
+            if token.is_some() {
+                t.stats.restarted += 1;
+                return Err(Restarted::Unknown);
+            }
+            // A token the client can echo from this answer on; drawing it cannot fail in
+            // practice, and a session without one still serves clients that send none.
+            let token = random_id().unwrap_or_default();
+            return Ok(SessionView {
+                epoch: None,
+                token,
+                last_chunk: None,
+                frames: FrameHistory::default(),
+                step: 0,
+                since_last: None,
+                began: now,
+            });
+        };
+        if token.is_some_and(|given| given != s.token) {
+            t.stats.restarted += 1;
+            return Err(Restarted::Replaced);
         }
-        let epoch = t.next_epoch;
-        let s = t.map.entry(id.to_string()).or_insert_with(|| Session {
-            epoch,
-            last_chunk: None,
-            frames: FrameHistory::default(),
-            step: 0,
-            last_seen: now,
-        });
+        s.busy = true;
         let since_last = (s.step > 0).then(|| now.saturating_duration_since(s.last_seen));
-        s.last_seen = now;
-        SessionView {
-            epoch: s.epoch,
+        Ok(SessionView {
+            epoch: Some(s.epoch),
+            token: s.token.clone(),
             last_chunk: s.last_chunk.clone(),
             frames: std::mem::take(&mut s.frames),
             step: s.step,
             since_last,
-        }
+            began: now,
+        })
     }
 
-    /// Evicts the least recently used session when the table is full.
+    /// Evicts the least recently used session when the table is full (never one computing).
     fn make_room(&self, t: &mut Table) {
         if t.map.len() < self.limits.max {
             return;
@@ -200,50 +295,70 @@ impl Sessions {
         let oldest = t
             .map
             .iter()
+            .filter(|(_, s)| !s.busy)
             .min_by_key(|(_, s)| s.last_seen)
             .map(|(k, _)| k.clone());
         if let Some(k) = oldest {
             t.map.remove(&k);
             t.stats.evicted += 1;
-            tracing::info!("session {k:?} evicted (--max-sessions {})", self.limits.max);
+            tracing::info!("session {k} evicted (--max-sessions {})", self.limits.max);
         }
     }
 
-    /// Hands back the frame history of a request that began at `epoch`, with its answered
-    /// chunk (`None`: it was refused, and the step count stays); returns the session's step
-    /// count, or `None` when the session was reset or dropped meanwhile (then nothing is kept).
+    /// Ends a request that began as `view`: with its answered chunk the session keeps the
+    /// request's frame history and chunk (and is created, if it began missing); refused
+    /// (`None`), the session is as before the request. Returns the session's step count, or
+    /// `None` when nothing is kept (refused, or the session was reset or dropped meanwhile).
     pub fn record(
         &self,
-        id: &str,
-        epoch: u64,
-        frames: FrameHistory,
+        key: &SessionKey,
+        view: SessionView,
         chunk: Option<LastChunk>,
-        now: Instant,
     ) -> Option<u64> {
         let mut t = self.lock();
-        let s = t.map.get_mut(id).filter(|s| s.epoch == epoch)?;
-        s.frames = frames;
-        if let Some(chunk) = chunk {
-            s.last_chunk = Some(chunk);
-            s.step += 1;
-        }
-        s.last_seen = now;
+        let Some(epoch) = view.epoch else {
+            let chunk = chunk?;
+            self.make_room(&mut t);
+            t.next_epoch += 1;
+            t.stats.created += 1;
+            let epoch = t.next_epoch;
+            t.map.insert(
+                key.clone(),
+                Session {
+                    epoch,
+                    token: view.token,
+                    last_chunk: Some(chunk),
+                    frames: view.frames,
+                    step: 1,
+                    last_seen: view.began,
+                    busy: false,
+                },
+            );
+            return Some(1);
+        };
+        let s = t.map.get_mut(key).filter(|s| s.epoch == epoch)?;
+        s.frames = view.frames;
+        s.busy = false;
+        let chunk = chunk?;
+        s.last_chunk = Some(chunk);
+        s.step += 1;
+        s.last_seen = view.began;
         Some(s.step)
     }
 
-    /// Clears the session `id`; whether it existed.
-    pub fn reset(&self, id: &str) -> bool {
+    /// Clears the session `key`; whether it existed.
+    pub fn reset(&self, key: &SessionKey) -> bool {
         let mut t = self.lock();
-        let existed = t.map.remove(id).is_some();
+        let existed = t.map.remove(key).is_some();
         if existed {
             t.stats.resets += 1;
         }
         existed
     }
 
-    /// Drops the session `id` because its connection ended (not counted as a reset).
-    pub fn close(&self, id: &str) {
-        self.lock().map.remove(id);
+    /// Drops the session `key` because its connection ended (not counted as a reset).
+    pub fn close(&self, key: &SessionKey) {
+        self.lock().map.remove(key);
     }
 
     /// The counts now (expired sessions dropped first).
@@ -269,47 +384,143 @@ mod tests {
         }
     }
 
+    fn key(id: &str) -> SessionKey {
+        SessionKey::named("http", id)
+    }
+
+    /// One answered observation of `id` at `at`; its step.
+    fn answer(s: &Sessions, id: &str, v: f32, at: Instant) -> Option<u64> {
+        let view = s.begin(&key(id), None, at).unwrap();
+        s.record(&key(id), view, Some(chunk(v)))
+    }
+
     #[test]
     fn a_session_keeps_its_last_chunk_and_counts_steps() {
         let s = Sessions::default();
         let t0 = Instant::now();
-        let v = s.begin("a", t0);
+        let v = s.begin(&key("a"), None, t0).unwrap();
         assert_eq!(
-            (v.step, v.last_chunk.is_none(), v.since_last),
-            (0, true, None)
+            (v.step, v.last_chunk.is_none(), v.since_last, v.epoch),
+            (0, true, None, None)
         );
-        assert_eq!(
-            s.record("a", v.epoch, v.frames, Some(chunk(1.0)), t0),
-            Some(1)
-        );
+        assert_eq!(s.record(&key("a"), v, Some(chunk(1.0))), Some(1));
         let later = t0 + Duration::from_millis(250);
-        let v = s.begin("a", later);
+        let v = s.begin(&key("a"), None, later).unwrap();
         assert_eq!(v.step, 1);
         assert_eq!(v.last_chunk, Some(chunk(1.0)));
         assert_eq!(v.since_last, Some(Duration::from_millis(250)));
         // Another session sees none of it.
-        assert_eq!(s.begin("b", later).last_chunk, None);
-        assert_eq!(s.stats().created, 2);
+        assert_eq!(s.begin(&key("b"), None, later).unwrap().last_chunk, None);
+        assert_eq!(s.stats().created, 1);
+    }
+
+    #[test]
+    fn namespaces_keep_equal_ids_apart() {
+        let s = Sessions::default();
+        let now = Instant::now();
+        let http = SessionKey::named("http", "ws/1");
+        let zmq = SessionKey::named("zmq", "ws/1");
+        let ws = SessionKey::named("ws", "1");
+        let v = s.begin(&http, None, now).unwrap();
+        s.record(&http, v, Some(chunk(1.0)));
+        for other in [&zmq, &ws] {
+            assert_eq!(s.begin(other, None, now).unwrap().last_chunk, None);
+        }
+        // The same text, other keys: "http/ws/1" is not "ws/1" in any namespace.
+        assert_eq!(http.to_string(), "http/ws/1");
+        assert_ne!(http, SessionKey::named("http/ws", "1"));
+        let conn = SessionKey::private("ws").unwrap();
+        assert_eq!(conn.id().len(), 32);
+        assert_ne!(conn, SessionKey::private("ws").unwrap());
+        assert_ne!(
+            conn.within("roboarena", "7"),
+            SessionKey::named("roboarena", "7")
+        );
+    }
+
+    #[test]
+    fn a_refused_observation_creates_and_touches_nothing() {
+        let s = Sessions::new(SessionLimits {
+            ttl: Duration::from_secs(10),
+            max: 1,
+        });
+        let t0 = Instant::now();
+        answer(&s, "robot", 1.0, t0);
+        // 50 refused observations of new sessions: none created, the robot's stays.
+        for i in 0..50 {
+            let k = key(&format!("x{i}"));
+            let v = s.begin(&k, None, t0).unwrap();
+            assert_eq!(s.record(&k, v, None), None);
+        }
+        let st = s.stats();
+        assert_eq!((st.active, st.created, st.evicted), (1, 1, 0));
+        // A refused observation of the robot's session does not count as its use.
+        let v = s
+            .begin(&key("robot"), None, t0 + Duration::from_secs(8))
+            .unwrap();
+        assert_eq!(s.record(&key("robot"), v, None), None);
+        let v = s
+            .begin(&key("robot"), None, t0 + Duration::from_secs(9))
+            .unwrap();
+        assert_eq!(v.since_last, Some(Duration::from_secs(9)));
+        assert_eq!(v.step, 1);
+        s.record(&key("robot"), v, None);
+        assert_eq!(
+            s.begin(&key("robot"), None, t0 + Duration::from_secs(11))
+                .unwrap()
+                .step,
+            0
+        );
+    }
+
+    #[test]
+    fn an_echoed_token_is_refused_when_the_session_is_gone_or_another() {
+        let s = Sessions::default();
+        let now = Instant::now();
+        let v = s.begin(&key("a"), None, now).unwrap();
+        let token = v.token.clone();
+        assert_eq!(token.len(), 32);
+        s.record(&key("a"), v, Some(chunk(1.0)));
+        let v = s.begin(&key("a"), Some(&token), now).unwrap();
+        assert_eq!((v.step, v.token == token), (1, true));
+        s.record(&key("a"), v, Some(chunk(2.0)));
+        assert_eq!(
+            s.begin(&key("a"), Some("not-it"), now).unwrap_err(),
+            Restarted::Replaced
+        );
+        // Reset and begun again without the token: a new token; the old one is refused.
+        assert!(s.reset(&key("a")));
+        assert_eq!(
+            s.begin(&key("a"), Some(&token), now).unwrap_err(),
+            Restarted::Unknown
+        );
+        answer(&s, "a", 3.0, now);
+        assert_eq!(
+            s.begin(&key("a"), Some(&token), now).unwrap_err(),
+            Restarted::Replaced
+        );
+        // Another server's (or this one before a restart) token for a name it never held.
+        assert_eq!(
+            s.begin(&key("b"), Some(&token), now).unwrap_err(),
+            Restarted::Unknown
+        );
+        let st = s.stats();
+        assert_eq!((st.restarted, st.active), (4, 1));
     }
 
     #[test]
     fn reset_clears_and_a_request_across_it_writes_nothing() {
         let s = Sessions::default();
         let now = Instant::now();
-        let v = s.begin("a", now);
-        assert!(s.reset("a"));
-        assert!(!s.reset("a"));
+        answer(&s, "a", 0.0, now);
+        let v = s.begin(&key("a"), None, now).unwrap();
+        assert!(s.reset(&key("a")));
+        assert!(!s.reset(&key("a")));
         // The request that began before the reset finishes after it.
-        assert_eq!(
-            s.record("a", v.epoch, v.frames, Some(chunk(1.0)), now),
-            None
-        );
-        let fresh = s.begin("a", now);
+        assert_eq!(s.record(&key("a"), v, Some(chunk(1.0))), None);
+        let fresh = s.begin(&key("a"), None, now).unwrap();
         assert_eq!((fresh.step, fresh.last_chunk.clone()), (0, None));
-        let stale = FrameHistory::default();
-        assert_eq!(s.record("a", v.epoch, stale, Some(chunk(2.0)), now), None);
-        // A refused request hands its history back and counts no step.
-        assert_eq!(s.record("a", fresh.epoch, fresh.frames, None, now), Some(0));
+        assert_eq!(s.stats().active, 0);
         assert_eq!(s.stats().resets, 1);
     }
 
@@ -321,21 +532,51 @@ mod tests {
         });
         let t0 = Instant::now();
         for (id, dt) in [("a", 0), ("b", 1), ("a", 2)] {
-            let v = s.begin(id, t0 + Duration::from_secs(dt));
-            let at = t0 + Duration::from_secs(dt);
-            s.record(id, v.epoch, v.frames, Some(chunk(dt as f32)), at);
+            answer(&s, id, dt as f32, t0 + Duration::from_secs(dt));
         }
         // Full: "b" was used least recently.
-        s.begin("c", t0 + Duration::from_secs(3));
-        assert_eq!(s.begin("a", t0 + Duration::from_secs(4)).step, 2);
-        assert_eq!(s.begin("b", t0 + Duration::from_secs(4)).step, 0);
+        answer(&s, "c", 3.0, t0 + Duration::from_secs(3));
+        assert_eq!(
+            s.begin(&key("a"), None, t0 + Duration::from_secs(4))
+                .unwrap()
+                .step,
+            2
+        );
+        assert_eq!(
+            s.begin(&key("b"), None, t0 + Duration::from_secs(4))
+                .unwrap()
+                .step,
+            0
+        );
         let st = s.stats();
-        assert_eq!((st.evicted, st.max, st.ttl_s), (2, 2, 10));
-        // 11 s after its last use "a" is gone.
-        let v = s.begin("x", t0 + Duration::from_secs(16));
-        assert_eq!(v.step, 0);
+        assert_eq!((st.evicted, st.max, st.ttl_s), (1, 2, 10));
+        // 11 s after its last use "c" is gone.
+        answer(&s, "x", 0.0, t0 + Duration::from_secs(16));
         assert!(s.stats().expired >= 1);
-        assert_eq!(s.begin("a", t0 + Duration::from_secs(16)).step, 0);
+        assert_eq!(
+            s.begin(&key("c"), None, t0 + Duration::from_secs(16))
+                .unwrap()
+                .step,
+            0
+        );
+    }
+
+    #[test]
+    fn a_session_computing_is_neither_expired_nor_evicted() {
+        let s = Sessions::new(SessionLimits {
+            ttl: Duration::from_secs(10),
+            max: 1,
+        });
+        let t0 = Instant::now();
+        answer(&s, "a", 1.0, t0);
+        let v = s
+            .begin(&key("a"), None, t0 + Duration::from_secs(9))
+            .unwrap();
+        // Past its time-to-live and with a new session wanting room, while it computes.
+        let late = t0 + Duration::from_secs(30);
+        answer(&s, "b", 2.0, late);
+        assert_eq!(s.record(&key("a"), v, Some(chunk(3.0))), Some(2));
+        assert_eq!(s.stats().evicted, 0);
     }
 
     #[test]

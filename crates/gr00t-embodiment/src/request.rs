@@ -37,8 +37,9 @@ pub const RTC_FIELDS: [&str; 5] = [
     "rtc_ramp_rate",
 ];
 
-/// Top-level fields of the DROID body (`session_id` is read by the HTTP door).
-pub(crate) const TOP_LEVEL_FIELDS: [&str; 12] = [
+/// Top-level fields of the DROID body (`session_id` and `session_token` are read by the HTTP
+/// door).
+pub(crate) const TOP_LEVEL_FIELDS: [&str; 13] = [
     "images",
     "state",
     "instruction",
@@ -51,6 +52,7 @@ pub(crate) const TOP_LEVEL_FIELDS: [&str; 12] = [
     RTC_FIELDS[3],
     RTC_FIELDS[4],
     "session_id",
+    "session_token",
 ];
 
 /// A refused request: the field at fault and what is wrong with it.

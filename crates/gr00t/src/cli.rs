@@ -19,6 +19,8 @@ pub struct Cli {
     log_format: crate::doors::http::LogFormat,
 }
 
+// Parsed once per process: the size of `Serve`'s flags does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve the model over HTTP (docs/API.md): POST /predict, GET /health /info /demo /v1/models.
@@ -73,7 +75,9 @@ enum Command {
         #[command(flatten)]
         protocols: crate::doors::ProtocolOptions,
         #[command(flatten)]
-        hardening: crate::doors::http::HardeningOptions,
+        connections: crate::doors::connections::ConnectionOptions,
+        #[command(flatten)]
+        browser: crate::doors::browser::BrowserOptions,
         #[command(flatten)]
         device: DeviceOptions,
     },
@@ -189,7 +193,8 @@ pub fn run(cli: Cli) -> i32 {
             vision_cache: _,
             replica_id,
             protocols,
-            hardening,
+            connections,
+            browser,
             device,
         } => crate::serve::run(crate::serve::ServeOptions {
             checkpoint,
@@ -205,7 +210,8 @@ pub fn run(cli: Cli) -> i32 {
             max_body_mb: max_body_mb as usize,
             history: if no_ui { 0 } else { history as usize },
             protocols,
-            hardening,
+            connections,
+            browser,
             device,
             // An empty variable counts as unset (a manifest may leave it blank).
             replica_id: replica_id.or_else(|| {

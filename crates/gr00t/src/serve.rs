@@ -3,8 +3,10 @@
 //! switch, until SIGINT/SIGTERM.
 
 use crate::doors::answers::Answers;
-use crate::doors::http::{body, demo, metrics, observe, routes, HardeningOptions};
-use crate::doors::{ProtocolOptions, Stop};
+use crate::doors::browser::{BrowserOptions, BrowserRules};
+use crate::doors::connections::{self, ConnectionOptions, Timers};
+use crate::doors::http::{body, demo, metrics, observe, routes};
+use crate::doors::{DoorLimits, ProtocolOptions, Stop};
 use crate::shutdown;
 use gr00t_core::engine::{Engine, EngineInfo, EngineOptions, Layouts};
 use gr00t_core::queue::{self, Queue};
@@ -48,8 +50,10 @@ pub struct ServeOptions {
     pub history: usize,
     /// The ZMQ and websocket listeners (`--zmq-port`, `--ws-port`, …).
     pub protocols: ProtocolOptions,
-    /// Connection cap, idle and body timeouts (`--max-connections`, …).
-    pub hardening: HardeningOptions,
+    /// Connection caps and timers of every door (`--max-connections`, …).
+    pub connections: ConnectionOptions,
+    /// `--cors-origin`, `--allowed-host`.
+    pub browser: BrowserOptions,
     /// `--device` / `--dtype`.
     pub device: crate::device::DeviceOptions,
     /// `--replica-id` (or $GR00T_REPLICA_ID): named in every response's `x-gr00t-replica`
@@ -65,6 +69,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         .as_deref()
         .map(routes::replica_id)
         .transpose()?;
+    let doors = door_limits(&opts)?;
     let checkpoint = match opts.checkpoint.clone() {
         Some(dir) => dir,
         None => match hub::default_checkpoint_dir() {
@@ -142,7 +147,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         tracing::info!("replica id {id}");
     }
     let state = AppState::with_observer(handle, decode, info, limits, observer, replica);
-    let served = runtime.block_on(serve(&opts, state, protocols));
+    let served = runtime.block_on(serve(&opts, &doors, state, protocols));
     // Dropping the runtime drops the router and with it the last queue handle, so the worker ends.
     drop(runtime);
     worker.join();
@@ -177,8 +182,76 @@ fn observer(
     })?)
 }
 
+/// What every door enforces, from the flags: the token, the caps within the process's file
+/// limit (raised to its hard limit first), the timers and the browser rules; warns about a
+/// token on the command line and about a server open to the network without one.
+fn door_limits(opts: &ServeOptions) -> Result<DoorLimits, Box<dyn Error>> {
+    let (api_token, on_command_line) = opts.protocols.token()?;
+    if on_command_line {
+        tracing::warn!(
+            "--api-token puts the token on the command line, where every local user can read it \
+             (ps): prefer --api-token-file FILE or ${}",
+            crate::doors::TOKEN_ENV
+        );
+    }
+    let open_files = connections::raise_open_files().unwrap_or(1024);
+    let p = &opts.protocols;
+    let caps = connections::size_caps(
+        &opts.connections,
+        p.ws_port.is_some(),
+        p.zmq_port.is_some(),
+        open_files,
+    );
+    let asked = &opts.connections;
+    if caps.http < asked.max_connections
+        || (p.ws_port.is_some() && caps.ws < asked.ws_max_connections)
+        || (p.zmq_port.is_some() && caps.zmq < asked.zmq_max_connections)
+    {
+        tracing::warn!(
+            "the process may open {open_files} files: connection caps lowered to fit \
+             (raise `ulimit -n` for more)"
+        );
+    }
+    tracing::info!(
+        "connection caps: http {}, websocket {}, zmq {} (of {open_files} files); idle {:.0} s, \
+         handshake {:.0} s",
+        caps.http,
+        caps.ws,
+        caps.zmq,
+        asked.idle_timeout_s,
+        asked.handshake_timeout_s
+    );
+    let unspecified = opts
+        .host
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified());
+    if unspecified && api_token.is_none() {
+        let bar = "!".repeat(78);
+        tracing::warn!("{bar}");
+        tracing::warn!(
+            "--host {} WITHOUT --api-token: anyone on the network can drive this robot policy",
+            opts.host
+        );
+        tracing::warn!(
+            "set a token (--api-token-file FILE or ${}) or listen on 127.0.0.1",
+            crate::doors::TOKEN_ENV
+        );
+        tracing::warn!("{bar}");
+    }
+    let max_message_bytes = opts.max_body_mb.saturating_mul(1024 * 1024);
+    Ok(DoorLimits {
+        max_message_bytes,
+        caps,
+        timers: Timers::new(&opts.connections, max_message_bytes),
+        body_timeout: connections::seconds(opts.connections.body_timeout_s),
+        api_token,
+        browser: std::sync::Arc::new(BrowserRules::new(&opts.browser, &opts.host)),
+    })
+}
+
 async fn serve(
     opts: &ServeOptions,
+    limits: &DoorLimits,
     state: AppState,
     protocols: (Queue, EngineInfo, Layouts, Arc<Answers>),
 ) -> Result<(), Box<dyn Error>> {
@@ -190,12 +263,11 @@ async fn serve(
     let shutdown = shutdown::Shutdown::register()?;
     // One switch stops every listener: the first signal, or the ZMQ `kill` endpoint.
     let stop = Stop::new();
-    let max_message = opts.max_body_mb.saturating_mul(1024 * 1024);
     let (worker, info, layouts, answers) = protocols;
     let listeners = crate::doors::start(
         &opts.protocols,
         &opts.host,
-        max_message,
+        limits,
         crate::doors::Shared {
             worker: &worker,
             info: &info,
@@ -216,15 +288,7 @@ async fn serve(
     tracing::info!("listening on http://{addr}");
     // Printed bare (not through the log formatter): tooling waits for exactly this line.
     eprintln!("Application startup complete");
-    crate::doors::http::serve(
-        listener,
-        state,
-        &opts.hardening,
-        opts.protocols.api_token.as_deref(),
-        max_message,
-        stop.clone(),
-    )
-    .await?;
+    crate::doors::http::serve(listener, state, limits, stop.clone()).await?;
     stop.trigger();
     listeners.join().await;
     Ok(())

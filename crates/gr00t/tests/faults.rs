@@ -85,7 +85,7 @@ fn connect(addr: &str) -> TcpStream {
 
 fn head(len: usize, extra: &str) -> String {
     format!(
-        "POST /predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+        "POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
          Content-Length: {len}\r\n{extra}\r\n"
     )
 }
@@ -164,7 +164,7 @@ fn a_100_mib_body_gets_413_and_the_server_stays_fine() {
         chunked.extend_from_slice(b"\r\n");
     }
     chunked.extend_from_slice(b"0\r\n\r\n");
-    let h = "POST /predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+    let h = "POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
              Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
     let r = exchange(&s.http, h.as_bytes(), &chunked).expect("413 answer");
     assert_eq!(r.status, 413, "{}", r.text());
@@ -315,7 +315,7 @@ fn a_client_writing_a_40_mib_body_before_reading_gets_the_413() {
     assert!(r.json()["error"].as_str().unwrap().contains("limit"));
 
     // Chunked: answered once the limit is crossed, with the rest still coming.
-    let h = "POST /predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+    let h = "POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
              Transfer-Encoding: chunked\r\n\r\n";
     let mut c = connect(&s.http);
     let r = write_all_then_read(&mut c, "chunked", &[h.as_bytes(), &chunked(&big)].concat());

@@ -188,15 +188,15 @@ fn predict_matches_fixture_and_refuses_bad_inputs() {
         &valid,
     )
     .unwrap();
-    assert_eq!(r.status, 400, "text/plain: {}", r.text());
-    assert!(r.json()["error"].as_str().unwrap().contains("content-type"));
+    assert_eq!(r.status, 415, "text/plain: {}", r.text());
+    assert_eq!(r.json()["field"], "content-type");
 
     // Over --max-body-mb 1: a complete body, and a declared length with no body behind it.
     let big = with(case0(), |v| v["instruction"] = "x".repeat(1 << 20).into());
     let r = s.post(&big);
     assert_eq!(r.status, 413, "{}", r.text());
     assert!(r.json()["error"].as_str().unwrap().contains("body"));
-    let head = "POST /predict HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\nConnection: close\r\n\r\n";
+    let head = "POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\nConnection: close\r\n\r\n";
     let r = exchange(&s.http, head.as_bytes(), b"{").unwrap();
     assert_eq!(r.status, 413, "{}", r.text());
 

@@ -119,7 +119,10 @@ fn interleaved_robots_answer_what_each_alone_answers() {
         &s.http,
         "POST",
         "/predict",
-        &[("x-session-id", "arm-a")],
+        &[
+            ("content-type", "application/json"),
+            ("x-session-id", "arm-a"),
+        ],
         &body,
     )
     .unwrap();

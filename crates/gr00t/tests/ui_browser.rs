@@ -707,7 +707,8 @@ fn page_is_self_contained_and_read_only() {
     }
     // The page's endpoints only read: anything but GET is refused.
     for path in ["/", "/ui/requests", "/metrics"] {
-        let r = test_client::request(&addr, "POST", path, &[], b"{}").unwrap();
+        let json = [("content-type", "application/json")];
+        let r = test_client::request(&addr, "POST", path, &json, b"{}").unwrap();
         assert_eq!(r.status, 405, "POST {path}");
     }
     // The history keeps the last --history requests, newest last, and polls by sequence.

@@ -318,9 +318,11 @@ fn arena(t: &str, session: &str) -> Value {
 
 #[test]
 fn websocket_roboarena_sessions_and_reset() {
-    let s = Server::start(&["--ws-port", "0"]);
+    // Behind a token, the connections that name a session share it.
+    let s = Server::start(&["--ws-port", "0", "--api-token", "k3y"]);
     let addr = s.ws.clone().expect("ws address");
-    let (mut a, meta) = connect(&addr, None).unwrap();
+    let key = Some("k3y");
+    let (mut a, meta) = connect(&addr, key).unwrap();
     let meta = meta.as_map().unwrap().clone();
     assert_eq!(
         get(&meta, "image_resolution"),
@@ -335,7 +337,7 @@ fn websocket_roboarena_sessions_and_reset() {
 
     // t-15 on one connection and t0 on another, same session: case0.
     infer(&mut a, &arena("t-15", "ep"));
-    let (mut b, _) = connect(&addr, None).unwrap();
+    let (mut b, _) = connect(&addr, key).unwrap();
     let ours = groups(&infer(&mut b, &arena("t0", "ep")));
     for (g, got) in GROUPS.iter().zip(&ours) {
         let d = max_abs_diff(got, &fixture_actions("case0", g));
@@ -378,22 +380,27 @@ fn metric(text: &str, name: &str) -> f64 {
 
 #[test]
 fn websocket_roboarena_sessions_are_core_sessions() {
-    let s = Server::start(&["--ws-port", "0"]);
+    let s = Server::start(&["--ws-port", "0", "--api-token", "k3y"]);
     let addr = s.ws.clone().expect("ws address");
-    let metrics = || test_client::get(&s.http, "/metrics").unwrap().text();
-    let sessions = || test_client::get(&s.http, "/info").unwrap().json()["sessions"].clone();
+    let bearer = [("authorization", "Bearer k3y")];
+    let http = |method: &str, path: &str, body: &[u8]| {
+        let headers = [bearer[0], ("content-type", "application/json")];
+        test_client::request(&s.http, method, path, &headers, body).unwrap()
+    };
+    let metrics = || http("GET", "/metrics", b"").text();
+    let sessions = || http("GET", "/info", b"").json()["sessions"].clone();
     // t-15 on a connection that then closes, t0 on a new one: the session outlives both.
-    let (mut a, _) = connect(&addr, None).unwrap();
+    let (mut a, _) = connect(&addr, Some("k3y")).unwrap();
     let first = groups(&infer(&mut a, &arena("t-15", "ep")));
     a.close(None).unwrap();
     drop(a);
-    let (mut b, _) = connect(&addr, None).unwrap();
+    let (mut b, _) = connect(&addr, Some("k3y")).unwrap();
     let ours = groups(&infer(&mut b, &arena("t0", "ep")));
     for (g, got) in GROUPS.iter().zip(&ours) {
         let d = max_abs_diff(got, &fixture_actions("case0", g));
         assert!(d <= 1e-5, "{g}: max|Δ| {d:.3e} > 1e-5");
     }
-    // One core session (the connections named none of their own), counted like HTTP's.
+    // One core session (the connections' own ones named by none of their messages).
     let info = sessions();
     assert_eq!(
         (info["active"].as_u64(), info["created"].as_u64()),
@@ -403,30 +410,58 @@ fn websocket_roboarena_sessions_are_core_sessions() {
     let text = metrics();
     assert_eq!(metric(&text, "gr00t_sessions_active"), 1.0);
     assert_eq!(metric(&text, "gr00t_sessions_created_total"), 1.0);
-    // Its core key is apart from HTTP's session "ep"; HTTP's /reset reaches it by that key.
-    let reset = |id: &str| {
+    // No HTTP session name reaches it: not "ep", not the old "roboarena-ep" key.
+    for id in ["ep", "roboarena-ep", "roboarena/ep"] {
         let body = serde_json::json!({ "session_id": id }).to_string();
-        test_client::post_json(&s.http, "/reset", body.as_bytes())
-            .unwrap()
-            .json()["reset"]
-            .clone()
-    };
-    assert_eq!(reset("ep"), serde_json::json!(false));
-    assert_eq!(reset("roboarena-ep"), serde_json::json!(true));
-    assert_eq!(metric(&metrics(), "gr00t_sessions_reset_total"), 1.0);
-    // Reset, the session starts over: t0 is paired with itself, as t-15 was at first.
-    let fresh = groups(&infer(&mut b, &arena("t0", "ep")));
-    assert_ne!(fresh, ours, "the reset kept the session's frames");
-    assert_ne!(fresh, first);
-    // The websocket's reset counts too.
+        let r = http("POST", "/reset", body.as_bytes()).json();
+        assert_eq!(r["reset"], serde_json::json!(false), "{id}");
+    }
+    assert_eq!(sessions()["active"].as_u64(), Some(1));
+    // The websocket's reset does.
     let ws_reset = str_map([
         ("endpoint", Value::from("reset")),
         ("session_id", Value::from("ep")),
     ]);
     b.send(Message::Binary(pack(&ws_reset).into())).unwrap();
     assert!(matches!(b.read().unwrap(), Message::Text(_)));
-    assert_eq!(sessions()["resets"].as_u64(), Some(2));
-    assert_eq!(sessions()["active"].as_u64(), Some(0));
+    assert_eq!(metric(&metrics(), "gr00t_sessions_reset_total"), 1.0);
+    // Reset, the session starts over: t0 is paired with itself, as t-15 was at first.
+    let fresh = groups(&infer(&mut b, &arena("t0", "ep")));
+    assert_ne!(fresh, ours, "the reset kept the session's frames");
+    assert_ne!(fresh, first);
+    assert_eq!(sessions()["active"].as_u64(), Some(1));
+}
+
+#[test]
+fn without_a_token_a_roboarena_session_is_its_connections_own() {
+    let s = Server::start(&["--ws-port", "0"]);
+    let addr = s.ws.clone().expect("ws address");
+    let sessions = || test_client::get(&s.http, "/info").unwrap().json()["sessions"].clone();
+    // Alone on a fresh connection, t0 is paired with itself.
+    let (mut alone, _) = connect(&addr, None).unwrap();
+    let paired = groups(&infer(&mut alone, &arena("t0", "ep")));
+    drop(alone);
+    // Another client names the same session: its t-15 does not reach this connection's "ep".
+    let (mut a, _) = connect(&addr, None).unwrap();
+    infer(&mut a, &arena("t-15", "ep"));
+    let (mut b, _) = connect(&addr, None).unwrap();
+    assert_eq!(groups(&infer(&mut b, &arena("t0", "ep"))), paired);
+    // On one connection the session works as before: t-15 then t0 is case0.
+    let ours = groups(&infer(&mut a, &arena("t0", "ep")));
+    for (g, got) in GROUPS.iter().zip(&ours) {
+        let d = max_abs_diff(got, &fixture_actions("case0", g));
+        assert!(d <= 1e-5, "{g}: max|Δ| {d:.3e} > 1e-5");
+    }
+    // A connection's named sessions end with it.
+    a.close(None).unwrap();
+    drop(a);
+    b.close(None).unwrap();
+    drop(b);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sessions()["active"].as_u64() != Some(0) {
+        assert!(std::time::Instant::now() < deadline, "{}", sessions());
+        std::thread::yield_now();
+    }
 }
 
 #[test]

@@ -371,11 +371,13 @@ fn zmq_get_action_matches_fixture_and_http_and_survives_bad_requests() {
     }
     let e = error_text(&unpack(&c.exchange(b"\xc1garbage".to_vec())).unwrap());
     assert!(e.contains("msgpack"), "garbage: {e}");
-    // Too big for a Value: 16 MiB of nils in one array, 100 000 nested arrays, a header
-    // claiming 2^32 - 1 items with nothing after it. Refused before decoding.
+    // Too big for a Value: a message just under the 16 MiB limit of nils in one array,
+    // 100 000 nested arrays, a header claiming 2^32 - 1 items with nothing after it. Refused
+    // before decoding.
+    let n = (16u32 << 20) - 5;
     let mut nils = vec![0xdd];
-    nils.extend_from_slice(&(16u32 << 20).to_be_bytes());
-    nils.resize(5 + (16 << 20), 0xc0);
+    nils.extend_from_slice(&n.to_be_bytes());
+    nils.resize(5 + n as usize, 0xc0);
     let mut deep = vec![0x91; 100_000];
     deep.push(0xc0);
     for (what, bomb, want) in [

@@ -136,7 +136,7 @@ impl Histogram {
 
 /// Request fields a 400 may name; anything else is counted as `other` (clients choose unknown
 /// field names, and a label must not grow without bound).
-const KNOWN_FIELDS: [&str; 16] = [
+const KNOWN_FIELDS: [&str; 17] = [
     "body",
     "content-type",
     "images",
@@ -152,6 +152,7 @@ const KNOWN_FIELDS: [&str; 16] = [
     "return_normalized",
     "tokenizer",
     "session_id",
+    "session_token",
     "x-session-id",
 ];
 
@@ -251,7 +252,7 @@ impl Outcome {
         match e {
             InferError::Invalid(f) => Outcome::BadRequest(field_label(&f.field)),
             InferError::Busy { .. } => Outcome::Busy,
-            InferError::Superseded => Outcome::Other(409),
+            InferError::Superseded | InferError::SessionRestarted(_) => Outcome::Other(409),
             InferError::Stopped | InferError::Internal(_) => Outcome::Internal,
         }
     }

@@ -6,6 +6,8 @@
 //! stop switch and starts the ZMQ and websocket listeners.
 
 pub mod answers;
+pub mod browser;
+pub mod connections;
 pub mod http;
 pub mod request_line;
 pub mod wire;
@@ -19,9 +21,13 @@ use ws as websocket;
 mod tests;
 
 use crate::engine::EngineInfo;
+use browser::BrowserRules;
+use connections::{Caps, ConnInfo, LimitedListener, Timers};
 use gr00t_core::engine::Layouts;
 use gr00t_core::Queue;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -38,9 +44,13 @@ pub struct ProtocolOptions {
     pub ws_port: Option<u16>,
     /// Token that ZMQ requests (`api_token`), websocket handshakes
     /// (`Authorization: Api-Key <token>`) and HTTP requests other than GET /health
-    /// (`Authorization: Bearer <token>`) must carry.
-    #[arg(long, value_name = "TOKEN")]
+    /// (`Authorization: Bearer <token>`) must carry. Prefer --api-token-file or
+    /// $GR00T_API_TOKEN: a command line is visible to every local user.
+    #[arg(long, value_name = "TOKEN", env = TOKEN_ENV, hide_env_values = true)]
     pub api_token: Option<String>,
+    /// File holding the API token (its first line; e.g. a mounted secret).
+    #[arg(long, value_name = "FILE", conflicts_with = "api_token")]
+    pub api_token_file: Option<PathBuf>,
     /// Let the ZMQ `kill` endpoint shut the server down.
     #[arg(long)]
     pub allow_kill: bool,
@@ -48,6 +58,52 @@ pub struct ProtocolOptions {
     /// `action.<key>` form of Isaac-GR00T's `--use_sim_policy_wrapper`.
     #[arg(long, alias = "use_sim_policy_wrapper")]
     pub use_sim_policy_wrapper: bool,
+}
+
+/// Environment variable holding the API token (clap's `env` for `--api-token`).
+pub const TOKEN_ENV: &str = "GR00T_API_TOKEN";
+
+impl ProtocolOptions {
+    /// The API token from `--api-token-file`, `$GR00T_API_TOKEN` or `--api-token`, and
+    /// whether it came from the command line itself (then the server warns).
+    pub fn token(&self) -> Result<(Option<Arc<str>>, bool), String> {
+        if let Some(path) = &self.api_token_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--api-token-file {}: {e}", path.display()))?;
+            let token = text.lines().next().unwrap_or("").trim();
+            if token.is_empty() {
+                return Err(format!(
+                    "--api-token-file {}: the file holds no token",
+                    path.display()
+                ));
+            }
+            return Ok((Some(token.into()), false));
+        }
+        let from_env = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
+        match self.api_token.as_deref().map(str::trim) {
+            Some("") => Err("--api-token: the token is empty".into()),
+            Some(t) => Ok((Some(t.into()), from_env.as_deref() != Some(t))),
+            None => Ok((None, false)),
+        }
+    }
+}
+
+/// What every door enforces alike: the message size, the connection caps and timers, the
+/// token and the browser rules.
+#[derive(Clone, Debug)]
+pub struct DoorLimits {
+    /// Largest HTTP body, ZMQ message or websocket message.
+    pub max_message_bytes: usize,
+    /// Connections per door.
+    pub caps: Caps,
+    /// Handshake and idle timers, lingering budget.
+    pub timers: Timers,
+    /// Deadline for a whole HTTP body or ZMQ message once begun.
+    pub body_timeout: Duration,
+    /// `--api-token`.
+    pub api_token: Option<Arc<str>>,
+    /// Origin, Host and content-type rules (HTTP and the websocket upgrade).
+    pub browser: Arc<BrowserRules>,
 }
 
 /// A shutdown switch shared by every listener; the ZMQ `kill` endpoint flips it too.
@@ -109,12 +165,11 @@ pub struct Shared<'a> {
 
 /// Binds every enabled listener (a taken port is an error: clients are configured with it),
 /// logs where each listens and starts serving until `stop` fires.
-/// `host` is the HTTP `--host`; `max_message_bytes` bounds a websocket message (the HTTP body
-/// limit).
+/// `host` is the HTTP `--host`.
 pub async fn start(
     opts: &ProtocolOptions,
     host: &str,
-    max_message_bytes: usize,
+    limits: &DoorLimits,
     shared: Shared<'_>,
     stop: &Stop,
 ) -> Result<Listeners, Box<dyn std::error::Error>> {
@@ -148,7 +203,8 @@ pub async fn start(
     };
     if let Some(port) = opts.zmq_port {
         let schemas = schemas(opts.use_sim_policy_wrapper)?;
-        let (socket, addr) = zmq::bind(host, port).await?;
+        let listener = zmq::bind(host, port).await?;
+        let addr = listener.local_addr()?;
         tracing::info!(
             "ZMQ policy server (Isaac-GR00T PolicyClient, {} observations) listening on tcp://{addr}",
             if opts.use_sim_policy_wrapper { "flat" } else { "nested" }
@@ -156,11 +212,17 @@ pub async fn start(
         let ctx = zmq::ZmqContext {
             worker: worker.clone(),
             schemas,
-            api_token: opts.api_token.clone(),
+            api_token: limits.api_token.clone(),
             allow_kill: opts.allow_kill,
             answers: answers.clone(),
+            turn: tokio::sync::Mutex::new(()),
         };
-        tasks.push(tokio::spawn(zmq::serve(socket, ctx, stop.clone())));
+        tasks.push(tokio::spawn(zmq::serve(
+            listener,
+            ctx,
+            limits.clone(),
+            stop.clone(),
+        )));
     }
     if let Some(port) = opts.ws_port {
         let listener = tokio::net::TcpListener::bind((host, port))
@@ -171,6 +233,7 @@ pub async fn start(
             "websocket policy server (openpi, RoboArena; vLLM-Omni on {}) listening on ws://{addr}",
             websocket::VLLM_OMNI_PATH
         );
+        let listener = LimitedListener::new(listener, "ws", limits.caps.ws, limits.timers);
         // Every connection holds the context; its sender closes when the last one ends.
         let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
         // Websocket clients send the nested GR00T observation whatever
@@ -185,14 +248,16 @@ pub async fn start(
             schema,
             schemas: nested,
             answers: answers.clone(),
-            api_token: opts.api_token.clone(),
-            max_message_bytes,
+            api_token: limits.api_token.clone(),
+            browser: limits.browser.clone(),
+            max_message_bytes: limits.max_message_bytes,
             stop: stop.clone(),
             alive,
         });
         let stop = stop.clone();
         tasks.push(tokio::spawn(async move {
-            let served = axum::serve(listener, websocket::router(ctx))
+            let app = websocket::router(ctx).into_make_service_with_connect_info::<ConnInfo>();
+            let served = axum::serve(listener, app)
                 .with_graceful_shutdown(async move { stop.wait().await })
                 .await;
             if let Err(e) = served {

@@ -10,7 +10,7 @@ use gr00t_core::engine::Layouts;
 use gr00t_core::request::{AnyRequest, Item, Request};
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions};
-use gr00t_core::session::check_session_id;
+use gr00t_core::session::{check_session_id, SessionKey};
 use gr00t_core::{Engine, InferError};
 use gr00t_embodiment::embodiment_request::EmbodimentRequest;
 use gr00t_embodiment::request::{self, PredictRequest, RequestError};
@@ -51,6 +51,7 @@ pub fn request_from_body(
         })?,
     };
     let session = session_of(&value, header_session)?;
+    let session_token = session_token_of(&value, session.is_some())?;
     let rtc = match value.as_object() {
         Some(obj) => rtc_options(obj)?.plan(
             "",
@@ -83,8 +84,36 @@ pub fn request_from_body(
         return_normalized,
         decode_ms: t0.elapsed().as_secs_f64() * 1e3,
         rtc,
-        session,
+        session: session.map(|id| session_key(&id)),
+        session_token,
     })
+}
+
+/// The namespace of the sessions HTTP clients name: apart from every other door's.
+const SESSIONS: &str = "http";
+
+/// The table key of the session an HTTP client names `id`.
+pub fn session_key(id: &str) -> SessionKey {
+    SessionKey::named(SESSIONS, id)
+}
+
+/// The body's `session_token` (null counting as absent): only beside a session.
+fn session_token_of(value: &Value, in_session: bool) -> Result<Option<String>, RequestError> {
+    match value.get("session_token") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(_)) if !in_session => Err(RequestError::new(
+            "session_token",
+            "names a session's incarnation: send it with session_id (or X-Session-Id)",
+        )),
+        Some(Value::String(s)) => {
+            check_session_id(s).map_err(|m| RequestError::new("session_token", m))?;
+            Ok(Some(s.clone()))
+        }
+        Some(v) => Err(RequestError::new(
+            "session_token",
+            format!("expected a string, got {v}"),
+        )),
+    }
 }
 
 /// The session a body names (`session_id`, null counting as absent) or the `X-Session-Id`

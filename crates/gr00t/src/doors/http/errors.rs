@@ -74,6 +74,15 @@ impl ApiError {
     }
 }
 
+impl From<crate::doors::browser::Refusal> for ApiError {
+    fn from(r: crate::doors::browser::Refusal) -> ApiError {
+        ApiError {
+            field: Some(r.field.into()),
+            ..ApiError::new(r.status, r.message)
+        }
+    }
+}
+
 /// The message of a refusal, kept on the response for the request log.
 #[derive(Debug, Clone)]
 pub struct ErrorNote(pub String);

@@ -13,7 +13,6 @@ pub mod request_log;
 pub(crate) mod routes;
 mod ui;
 
-pub use hardening::HardeningOptions;
 pub use observe::DEFAULT_HISTORY;
 pub use request_log::{init_logging, LogFormat};
 
@@ -22,26 +21,26 @@ mod test_client;
 #[cfg(test)]
 mod tests;
 
-use super::Stop;
+use super::connections::{ConnInfo, LimitedListener};
+use super::{DoorLimits, Stop};
 use routes::AppState;
 use tokio::net::TcpListener;
 
-/// Serves the routes on `listener` behind the connection cap, idle and body timeouts and the
-/// `api_token` check, until `stop` fires.
+/// Serves the routes on `listener` behind the connection cap and timers, the browser rules,
+/// the body deadline and the `api_token` check, until `stop` fires.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
-    hardening: &HardeningOptions,
-    api_token: Option<&str>,
-    max_message: usize,
+    limits: &DoorLimits,
     stop: Stop,
 ) -> std::io::Result<()> {
-    // Connection cap and idle timeout (the listener also sets TCP_NODELAY).
-    let listener = hardening::LimitedListener::new(listener, hardening, max_message);
+    // Connection cap and timers (the listener also sets TCP_NODELAY).
+    let listener = LimitedListener::new(listener, "http", limits.caps.http, limits.timers);
     let guard = hardening::Guard {
-        api_token: api_token.map(Into::into),
-        body_timeout: hardening::seconds(hardening.body_timeout_s),
-        max_body_bytes: max_message,
+        api_token: limits.api_token.clone(),
+        body_timeout: limits.body_timeout,
+        max_body_bytes: limits.max_message_bytes,
+        browser: limits.browser.clone(),
     };
     let app = routes::router_with(state, |r| {
         r.layer(axum::middleware::from_fn_with_state(
@@ -51,7 +50,7 @@ pub async fn serve(
     });
     axum::serve(
         listener,
-        app.into_make_service_with_connect_info::<hardening::ConnInfo>(),
+        app.into_make_service_with_connect_info::<ConnInfo>(),
     )
     .with_graceful_shutdown(async move { stop.wait().await })
     .await

@@ -155,13 +155,8 @@ async fn name_replica(
     r
 }
 
-/// All routes, JSON fallbacks for unknown paths and methods, and the request log.
-#[cfg(test)]
-pub fn router(state: AppState) -> Router {
-    router_with(state, |r| r)
-}
-
-/// [`router`] with `inner` layers (e.g. access checks) applied inside the request log, so
+/// All routes, JSON fallbacks for unknown paths and methods, and the request log, with
+/// `inner` layers (e.g. access checks) applied inside the request log, so
 /// that their refusals are logged, counted and carry an `x-request-id` like any answer.
 pub fn router_with(
     state: AppState,
@@ -216,7 +211,7 @@ async fn compute(
     app: &AppState,
     req: Request,
 ) -> Result<(Bytes, gr00t_core::response::PredictResponse, f64), ApiError> {
-    check_content_type(req.headers())?;
+    // The guard refused non-JSON bodies (`doors::browser`).
     let session = session_header(req.headers())?;
     let limit = app.0.limits.max_body_bytes;
     // Refuse a declared oversize body before reading any of it.
@@ -282,30 +277,12 @@ fn api_error(e: InferError) -> ApiError {
             StatusCode::CONFLICT,
             "superseded by a newer observation of this session (it was never computed)",
         ),
+        InferError::SessionRestarted(m) => ApiError {
+            field: Some("session_token".into()),
+            ..ApiError::new(StatusCode::CONFLICT, format!("session restarted: {m}"))
+        },
         InferError::Stopped => ApiError::internal("the inference worker has stopped"),
         InferError::Internal(m) => ApiError::internal(format!("internal error: {m}")),
-    }
-}
-
-/// Accepts a missing content type (raw clients) or any JSON one; refuses the rest.
-fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
-    };
-    let text = value.to_str().unwrap_or("");
-    let mime = text
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    if mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json")) {
-        Ok(())
-    } else {
-        Err(ApiError::bad_field(
-            "content-type",
-            format!("expected application/json, got {text:?}"),
-        ))
     }
 }
 
@@ -343,7 +320,7 @@ fn reset_session(app: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Res
                 format!("is required (in the body or the {SESSION_HEADER} header)"),
             )
         })?;
-    let existed = app.0.worker.reset_session(&id);
+    let existed = app.0.worker.reset_session(&super::body::session_key(&id));
     Ok(json_response(
         StatusCode::OK,
         &json!({ "session_id": id, "reset": existed }),
@@ -417,27 +394,6 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(ct: Option<&str>) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        if let Some(ct) = ct {
-            h.insert(header::CONTENT_TYPE, HeaderValue::from_str(ct).unwrap());
-        }
-        h
-    }
-
-    #[test]
-    fn content_type_rules() {
-        assert!(check_content_type(&headers(None)).is_ok());
-        assert!(check_content_type(&headers(Some("application/json"))).is_ok());
-        assert!(check_content_type(&headers(Some("Application/JSON; charset=utf-8"))).is_ok());
-        assert!(check_content_type(&headers(Some("application/vnd.api+json"))).is_ok());
-        let e =
-            check_content_type(&headers(Some("application/x-www-form-urlencoded"))).unwrap_err();
-        assert_eq!(e.status, StatusCode::BAD_REQUEST);
-        assert!(e.message.starts_with("content-type: "), "{}", e.message);
-        assert!(check_content_type(&headers(Some("text/plain"))).is_err());
-    }
 
     #[test]
     fn replica_ids_are_header_safe() {

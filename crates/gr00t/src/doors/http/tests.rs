@@ -2,8 +2,11 @@
 //! `tests/server.rs`): refusals, limits, overload, panics. The stand-in decoder passes each body
 //! on as the instruction of a request, so the stand-in predictor answers by body.
 
-use super::routes::{router, AppState, Decoder, Limits};
+use super::routes::{AppState, Decoder, Limits};
 use super::test_client::{exchange, get, post_json, request};
+use crate::doors::browser::{BrowserOptions, BrowserRules};
+use crate::doors::connections::{size_caps, ConnectionOptions, Timers};
+use crate::doors::{DoorLimits, Stop};
 use crate::engine::EngineInfo;
 use gr00t_core::queue::{self as worker, PredictFn};
 use gr00t_core::request::{AnyRequest, Item, Request};
@@ -75,7 +78,7 @@ fn start_named(
         queue,
         max_body_bytes,
     };
-    let app = router(match replica {
+    let state = match replica {
         None => AppState::new(handle, body_as_instruction(), info(), limits),
         Some(id) => AppState::with_observer(
             handle,
@@ -85,8 +88,18 @@ fn start_named(
             super::observe::Observer::new(Default::default()).unwrap(),
             Some(super::routes::replica_id(id).unwrap()),
         ),
-    });
-    runtime.spawn(async move { axum::serve(listener, app).await });
+    };
+    // The door as served: its guard (browser rules, body deadline) in front of the routes.
+    let opts = ConnectionOptions::default();
+    let doors = DoorLimits {
+        max_message_bytes: max_body_bytes,
+        caps: size_caps(&opts, false, false, 1 << 16),
+        timers: Timers::new(&opts, max_body_bytes),
+        body_timeout: std::time::Duration::from_secs(30),
+        api_token: None,
+        browser: Arc::new(BrowserRules::new(&BrowserOptions::default(), "127.0.0.1")),
+    };
+    runtime.spawn(async move { super::serve(listener, state, &doors, Stop::new()).await });
     TestServer {
         addr,
         runtime: Some(runtime),
@@ -107,7 +120,7 @@ fn body_as_instruction() -> Decoder {
                 noise: NoiseSource::Seed(0),
             },
         }))
-        .in_session(session))
+        .in_session(session.as_deref().map(super::body::session_key)))
     })
 }
 
@@ -226,13 +239,13 @@ fn wrong_content_type_and_oversize_bodies_are_refused() {
         b"{}",
     )
     .unwrap();
-    assert_eq!(r.status, 400);
+    assert_eq!(r.status, 415);
     assert!(r.json()["error"]
         .as_str()
         .unwrap()
         .starts_with("content-type:"));
     // Declared too large: refused before the body is read.
-    let head = "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n";
+    let head = "POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n";
     let r = exchange(&s.addr, head.as_bytes(), b"{").unwrap();
     assert_eq!(r.status, 413);
     assert_eq!(r.json()["field"], "body");
@@ -245,7 +258,7 @@ fn wrong_content_type_and_oversize_bodies_are_refused() {
         body.extend_from_slice(b"\r\n");
     }
     body.extend_from_slice(b"0\r\n\r\n");
-    let head = "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    let head = "POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
     let r = exchange(&s.addr, head.as_bytes(), &body).unwrap();
     assert_eq!(r.status, 413);
     assert!(r.json()["error"].as_str().unwrap().contains("1000 bytes"));

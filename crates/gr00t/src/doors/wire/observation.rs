@@ -19,7 +19,7 @@
 use super::msgpack_numpy::{decode_array, encode_array, get, scalar, str_map, type_name, uint};
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
-use super::session::session_id;
+use super::session::{session_id, session_token};
 use gr00t_core::request::{AnyRequest, Item};
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions, RtcPlan};
@@ -392,12 +392,13 @@ fn noise(
                     forms.note(form);
                     a.map_err(|e| format!("{field}noise: {e}"))?
                 }
-                None => {
-                    return Err(format!(
-                        "{field}noise must be a numpy array. Got {}",
+                // Plain msgpack clients send `noise.tolist()`.
+                None => nested_floats(n).ok_or_else(|| {
+                    format!(
+                        "{field}noise must be a numpy array or nested lists of numbers. Got {}",
                         type_name(n)
-                    ))
-                }
+                    )
+                })?,
             };
             let (h, d) = (schema.horizon, schema.action_dim);
             let per_item = match a.shape[..] {
@@ -431,6 +432,47 @@ fn noise(
     }
 }
 
+/// Nested lists of numbers with a rectangular shape (`ndarray.tolist()`), as float32; `None`
+/// for anything else. The message's size was bounded when it was unpacked.
+fn nested_floats(v: &Value) -> Option<NdArray> {
+    let mut shape = Vec::new();
+    let mut level = v;
+    while let Value::Array(items) = level {
+        shape.push(items.len());
+        level = items.first()?;
+    }
+    if shape.is_empty() {
+        return None;
+    }
+    let mut values = Vec::with_capacity(shape.iter().product());
+    flatten(v, &shape, &mut values).then(|| NdArray::from_f32(shape, &values))
+}
+
+/// Appends the numbers of `v` (of `shape`) to `out`; whether it was rectangular and numeric.
+fn flatten(v: &Value, shape: &[usize], out: &mut Vec<f32>) -> bool {
+    match (v, shape.split_first()) {
+        (Value::Array(items), Some((&n, rest))) => {
+            items.len() == n && items.iter().all(|x| flatten(x, rest, out))
+        }
+        (Value::F64(x), None) => {
+            out.push(*x as f32);
+            true
+        }
+        (Value::F32(x), None) => {
+            out.push(*x);
+            true
+        }
+        (Value::Integer(i), None) => match i.as_f64() {
+            Some(x) => {
+                out.push(x as f32);
+                true
+            }
+            None => false,
+        },
+        _ => false,
+    }
+}
+
 /// A parsed `get_action`: one request per batch item, and the array form to answer in.
 #[derive(Debug)]
 pub struct Parsed {
@@ -442,6 +484,9 @@ pub struct Parsed {
     pub rtc: Option<RtcPlan>,
     /// The session the message names (`options.session_id`; `session_id` on the openpi door).
     pub session: Option<String>,
+    /// The session token it echoes (`options.session_token`; `session_token` on the openpi
+    /// door).
+    pub session_token: Option<String>,
 }
 
 /// Which door a message came through: where its messages differ from upstream's `get_action`.
@@ -567,7 +612,7 @@ fn parse_for(
     let b = bs.unwrap_or(0);
     check_batch(&mut bs, lang.len(), "Language", key)?;
     let noises = noise(options, schema, b, &mut forms, door)?;
-    let (rtc, session) = match options {
+    let (rtc, session, session_token) = match options {
         Some(Value::Map(m)) => {
             let session = named_session;
             if session.is_some() && b != 1 {
@@ -576,11 +621,16 @@ fn parse_for(
                     door.options_prefix()
                 ));
             }
+            let token = session_token(m, door.options_prefix(), session.is_some())?;
             // The openpi door's connection is the session of a batch of one.
             let in_session = session.is_some() || (door == Door::Openpi && b == 1);
-            (rtc(m, schema, door.options_prefix(), in_session)?, session)
+            (
+                rtc(m, schema, door.options_prefix(), in_session)?,
+                session,
+                token,
+            )
         }
-        _ => (None, None),
+        _ => (None, None, None),
     };
     let mut out = Vec::with_capacity(b);
     for (i, (instruction, noise)) in lang.into_iter().zip(noises).enumerate() {
@@ -611,6 +661,7 @@ fn parse_for(
         form: forms.reply_form(),
         rtc,
         session,
+        session_token,
     })
 }
 
@@ -709,7 +760,7 @@ pub fn action_reply(
 }
 
 /// The reply's info entries: the longest wait and the oldest observation's age over the batch,
-/// in ms, and the session's step after it (in a session).
+/// in ms, and the session's step and token after it (in a session).
 pub fn reply_info(responses: &[PredictResponse]) -> Vec<(Value, Value)> {
     let max = |f: fn(&PredictResponse) -> f64| responses.iter().map(f).fold(0.0, f64::max);
     let mut info = vec![
@@ -721,6 +772,9 @@ pub fn reply_info(responses: &[PredictResponse]) -> Vec<(Value, Value)> {
     ];
     if let Some(s) = responses.last().and_then(|r| r.session.as_ref()) {
         info.push((Value::from("session_step"), Value::from(s.step)));
+    }
+    if let Some(t) = responses.last().and_then(|r| r.session_token.as_deref()) {
+        info.push((Value::from("session_token"), Value::from(t)));
     }
     info
 }

@@ -47,6 +47,30 @@ pub fn session_id(m: &[(Value, Value)], prefix: &str) -> Result<Option<String>, 
     Ok(Some(id))
 }
 
+/// `session_token` among a message's keys: the str a session's answer carried, echoed; only
+/// beside a session (`in_session`). Errors name `prefix` + `session_token`.
+pub fn session_token(
+    m: &[(Value, Value)],
+    prefix: &str,
+    in_session: bool,
+) -> Result<Option<String>, String> {
+    let field = format!("{prefix}session_token");
+    match get(m, "session_token") {
+        None | Some(Value::Nil) => Ok(None),
+        Some(Value::String(_)) if !in_session => Err(format!(
+            "{field} names a session's incarnation: send it with {prefix}session_id"
+        )),
+        Some(Value::String(s)) => {
+            let s = s
+                .as_str()
+                .ok_or_else(|| format!("{field} is not valid UTF-8"))?;
+            check_session_id(s).map_err(|e| format!("{field}: {e}"))?;
+            Ok(Some(s.to_string()))
+        }
+        Some(v) => Err(format!("{field} must be a str. Got {}", type_name(v))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,6 +104,20 @@ mod tests {
         assert_eq!(ok(scalar), Some("5".into()));
         assert_eq!(ok(Value::Nil), None);
         assert_eq!(session_id(&[], "options."), Ok(None));
+    }
+
+    #[test]
+    fn a_token_is_a_str_beside_a_session() {
+        let m = |v: Value| vec![(Value::from("session_token"), v)];
+        let t = session_token(&m(Value::from("ab12")), "options.", true);
+        assert_eq!(t, Ok(Some("ab12".into())));
+        assert_eq!(session_token(&m(Value::Nil), "", true), Ok(None));
+        assert_eq!(session_token(&[], "", false), Ok(None));
+        let e = session_token(&m(Value::from("ab12")), "options.", false).unwrap_err();
+        assert!(e.starts_with("options.session_token names"), "{e}");
+        let e = session_token(&m(Value::from(7)), "", true).unwrap_err();
+        assert_eq!(e, "session_token must be a str. Got int");
+        assert!(session_token(&m(Value::from("a b")), "", true).is_err());
     }
 
     #[test]

@@ -23,11 +23,13 @@ pub use openpi::metadata;
 pub use vllm_omni::metadata as vllm_omni_metadata;
 
 use super::answers::{Answered, Answers, Door, Outcome};
+use super::browser::{BrowserRules, Verdict};
+use super::connections::{ConnInfo, ConnState};
 use super::wire::observation::Schema;
 use super::Stop;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -56,7 +58,9 @@ pub struct WsContext {
     /// Where the answers to observations are counted (`/metrics`, `door="ws"`).
     pub answers: Arc<Answers>,
     /// `--api-token`: then the handshake needs `Authorization: Api-Key <token>`.
-    pub api_token: Option<String>,
+    pub api_token: Option<Arc<str>>,
+    /// Origin and Host rules for the handshake (a page's `new WebSocket(...)`).
+    pub browser: Arc<BrowserRules>,
     /// Largest accepted message.
     pub max_message_bytes: usize,
     /// Fires at shutdown.
@@ -150,25 +154,64 @@ pub fn router(ctx: Arc<WsContext>) -> Router {
         .route("/healthz", get(|| async { "OK\n" }))
         .route(VLLM_OMNI_PATH, get(upgrade_vllm_omni))
         .fallback(upgrade_openpi)
+        .layer(axum::middleware::from_fn_with_state(
+            ctx.clone(),
+            browser_rules,
+        ))
         .with_state(ctx)
 }
 
 type Upgrade = Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>;
+/// The connection a handshake came on (absent only in tests that serve the router bare).
+type Conn = Option<axum::Extension<ConnectInfo<ConnInfo>>>;
 
-async fn upgrade_openpi(state: State<Arc<WsContext>>, headers: HeaderMap, ws: Upgrade) -> Response {
-    upgrade(state, headers, ws, false).await
+async fn upgrade_openpi(
+    state: State<Arc<WsContext>>,
+    conn: Conn,
+    headers: HeaderMap,
+    ws: Upgrade,
+) -> Response {
+    upgrade(state, conn, headers, ws, false).await
 }
 
 async fn upgrade_vllm_omni(
     state: State<Arc<WsContext>>,
+    conn: Conn,
     headers: HeaderMap,
     ws: Upgrade,
 ) -> Response {
-    upgrade(state, headers, ws, true).await
+    upgrade(state, conn, headers, ws, true).await
+}
+
+/// The browser rules for every request on the websocket port: its handshakes and `/healthz`.
+async fn browser_rules(
+    State(ctx): State<Arc<WsContext>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(state) = super::connections::conn_of(&req) {
+        // The HTTP head arrived: what follows is the upgrade (or /healthz).
+        state.mark_greeted();
+    }
+    let token = ctx.api_token.is_some();
+    match ctx.browser.check(req.method(), req.headers(), token) {
+        Ok(Verdict::Pass(_)) if req.method() == Method::GET => next.run(req).await,
+        Ok(_) => (StatusCode::METHOD_NOT_ALLOWED, "websocket port: GET only\n").into_response(),
+        Err(e) => {
+            tracing::info!(
+                "ws: {} {} refused: {}",
+                req.method(),
+                req.uri().path(),
+                e.message
+            );
+            (e.status, format!("{}\n", e.message)).into_response()
+        }
+    }
 }
 
 async fn upgrade(
     State(ctx): State<Arc<WsContext>>,
+    conn: Conn,
     headers: HeaderMap,
     ws: Upgrade,
     vllm_omni: bool,
@@ -187,18 +230,42 @@ async fn upgrade(
     let dialect = if vllm_omni {
         Dialect::VllmOmni
     } else {
-        Dialect::Openpi(openpi::Connection::new(&ctx.worker))
+        match openpi::Connection::new(&ctx.worker, ctx.api_token.is_some()) {
+            Ok(c) => Dialect::Openpi(c),
+            Err(e) => {
+                let text = format!("internal error: no session id for the connection: {e}\n");
+                return (StatusCode::INTERNAL_SERVER_ERROR, text).into_response();
+            }
+        }
     };
+    let conn = conn.map(|axum::Extension(ConnectInfo(ConnInfo(state)))| state);
     match ws {
         Ok(ws) => ws
             .max_message_size(ctx.max_message_bytes)
             .max_frame_size(ctx.max_message_bytes)
-            .on_upgrade(move |socket| connection(socket, ctx, dialect)),
+            .on_upgrade(move |socket| connection(socket, ctx, dialect, conn)),
         Err(rejection) => rejection.into_response(),
     }
 }
 
-async fn connection(mut socket: WebSocket, ctx: Arc<WsContext>, mut dialect: Dialect) {
+/// Whether a receive error is a message or frame over the size limit.
+fn too_big(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(tungstenite::Error::Capacity(_)) = s.downcast_ref::<tungstenite::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+async fn connection(
+    mut socket: WebSocket,
+    ctx: Arc<WsContext>,
+    mut dialect: Dialect,
+    conn: Option<Arc<ConnState>>,
+) {
     let metadata = match dialect {
         Dialect::Openpi(_) => ctx.metadata.clone(),
         Dialect::VllmOmni => ctx.vllm_omni_metadata.clone(),
@@ -216,6 +283,8 @@ async fn connection(mut socket: WebSocket, ctx: Arc<WsContext>, mut dialect: Dia
             m = socket.recv() => m,
         };
         let start = Instant::now();
+        // Computing: the connection's idle timer and eviction wait.
+        let _busy = conn.as_ref().map(|c| c.busy());
         let step = match msg {
             Some(Ok(Message::Binary(bytes))) => match &mut dialect {
                 Dialect::Openpi(c) => c.handle(&ctx, &bytes).await,
@@ -237,6 +306,20 @@ async fn connection(mut socket: WebSocket, ctx: Arc<WsContext>, mut dialect: Dia
             }
             // Pings are answered by the library; a close or a broken connection ends it.
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Err(e)) if too_big(&e) => {
+                tracing::info!(
+                    "ws: a message over {} bytes (--max-body-mb): closed 1009",
+                    ctx.max_message_bytes
+                );
+                let reason = "message too big (--max-body-mb)";
+                let _ = socket.send(close(close_code::SIZE, reason)).await;
+                // The rest of the message is still coming: the close lingers, so the client
+                // reads the close frame rather than a reset.
+                if let Some(c) = &conn {
+                    c.set_linger(true);
+                }
+                return;
+            }
             Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
         };
         match step {

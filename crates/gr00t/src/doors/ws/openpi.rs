@@ -18,16 +18,16 @@ use crate::doors::wire::msgpack_numpy::ArrayForm;
 use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
 use crate::doors::wire::ndarray::NdArray;
 use crate::doors::wire::observation::{action_dict, parse_openpi, pick_schema, reply_info, rtc};
-use crate::doors::wire::session::session_id;
+use crate::doors::wire::session::{session_id, session_token};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
 use gr00t_core::request::{Item, Request};
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::RtcPlan;
+use gr00t_core::session::SessionKey;
 use gr00t_core::Queue;
 use gr00t_embodiment::EMBODIMENT_TAG;
 use rmpv::Value;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// The openpi `actions` columns of the DROID dialect, in order (each absolute, `[horizon, dim]`).
@@ -65,34 +65,56 @@ pub fn metadata(info: &EngineInfo) -> Vec<u8> {
     pack(&str_map(fields))
 }
 
+/// The namespace of the connections' own sessions: apart from every other door's.
+const SESSIONS: &str = "ws";
+
 /// One openpi connection's state.
 pub struct Connection {
     /// How long the previous message took, receive to reply sent.
     prev_total_ms: Option<f64>,
     /// The connection's own session (its frames and last chunk serve the observations that
-    /// name no session), closed with it.
-    session: String,
-    /// To close the session when the connection ends.
+    /// name no session), under a random id no client can name; closed with it.
+    session: SessionKey,
+    /// Whether the server takes an API token: then the sessions RoboArena messages name are
+    /// shared by the (authenticated) connections; otherwise each connection has its own.
+    authenticated: bool,
+    /// The RoboArena sessions this connection named, closed with it when they are its own.
+    named: Vec<SessionKey>,
+    /// To close the sessions when the connection ends.
     worker: Queue,
 }
-
-/// Numbers the connections' sessions.
-static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 
 impl Drop for Connection {
     fn drop(&mut self) {
         self.worker.close_session(&self.session);
+        for key in &self.named {
+            self.worker.close_session(key);
+        }
     }
 }
 
 impl Connection {
-    /// A new connection with its own session.
-    pub fn new(worker: &Queue) -> Connection {
-        Connection {
+    /// A new connection with its own session; `authenticated`: the server takes an API token.
+    pub fn new(worker: &Queue, authenticated: bool) -> std::io::Result<Connection> {
+        Ok(Connection {
             prev_total_ms: None,
-            session: format!("ws-{}", CONNECTIONS.fetch_add(1, Ordering::Relaxed) + 1),
+            session: SessionKey::private(SESSIONS)?,
+            authenticated,
+            named: Vec::new(),
             worker: worker.clone(),
+        })
+    }
+
+    /// The table key of the RoboArena session `id` names on this connection.
+    fn arena_key(&mut self, id: &str) -> SessionKey {
+        if self.authenticated {
+            return roboarena::session_key(id);
         }
+        let key = self.session.within(roboarena::SESSIONS, id);
+        if !self.named.contains(&key) {
+            self.named.push(key.clone());
+        }
+        key
     }
 
     /// Answers one binary message; counts, times and logs it unless it was a reset.
@@ -129,11 +151,11 @@ impl Connection {
                 (obs.into_item(), droid_rtc(m)?, None)
             }
             Some(e) => {
-                let session = session_id(m, "")?.map(|id| roboarena::session_key(&id));
+                let session = session_id(m, "")?.map(|id| self.arena_key(&id));
                 match roboarena::endpoint(e)? {
                     Endpoint::Reset => {
                         ctx.worker
-                            .reset_session(session.as_deref().unwrap_or(&self.session));
+                            .reset_session(session.as_ref().unwrap_or(&self.session));
                         return Ok((Message::Text(roboarena::RESET_REPLY.into()), None));
                     }
                     Endpoint::Infer if nested => {
@@ -146,9 +168,10 @@ impl Connection {
                 }
             }
         };
+        let token = session_token(m, "", session.is_some())?;
         // Always in a session: its frame history supplies t−15 for a camera sent alone.
         let session = session.unwrap_or_else(|| self.session.clone());
-        let (resp, infer_ms) = run(ctx, item, rtc, session).await?;
+        let (resp, infer_ms) = run(ctx, item, rtc, session, token).await?;
         let mut map = reply_map(&resp);
         let timing = self.server_timing(infer_ms, std::slice::from_ref(&resp));
         map.push((Value::from("server_timing"), timing));
@@ -162,7 +185,7 @@ impl Connection {
     /// server's default): `{action key: float32 [B, H, D]}` plus the timing fields. It carries
     /// all its frames, so the frame history is not used.
     async fn nested(
-        &self,
+        &mut self,
         ctx: &WsContext,
         msg: &Value,
         m: &[(Value, Value)],
@@ -171,17 +194,18 @@ impl Connection {
         let parsed = parse_openpi(msg, schema)?;
         let (items, rtc) = (parsed.items, parsed.rtc);
         // A batch is several robots: only a batch of one is the connection's robot.
-        let session = parsed
-            .session
-            .map(|id| roboarena::session_key(&id))
-            .or_else(|| (items.len() == 1).then(|| self.session.clone()));
+        let session = match &parsed.session {
+            Some(id) => Some(self.arena_key(id)),
+            None => (items.len() == 1).then(|| self.session.clone()),
+        };
         let t0 = Instant::now();
         // One queue entry per batch item, in order, as on the ZMQ door.
         let mut responses = Vec::with_capacity(items.len());
         for item in &items {
             let request = Request::from(item.clone())
                 .with_rtc_plan(rtc.clone())
-                .in_session(session.clone());
+                .in_session(session.clone())
+                .with_session_token(parsed.session_token.clone());
             responses.push(ctx.worker.infer(request).await.map_err(Refusal::infer)?);
         }
         let infer_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -227,12 +251,14 @@ async fn run(
     ctx: &WsContext,
     item: Item,
     rtc: Option<RtcPlan>,
-    session: String,
+    session: SessionKey,
+    token: Option<String>,
 ) -> Result<(PredictResponse, f64), Refusal> {
     let t0 = Instant::now();
     let request = Request::from(item)
         .with_rtc_plan(rtc)
-        .in_session(Some(session));
+        .in_session(Some(session))
+        .with_session_token(token);
     let resp = ctx.worker.infer(request).await.map_err(Refusal::infer)?;
     Ok((resp, t0.elapsed().as_secs_f64() * 1e3))
 }

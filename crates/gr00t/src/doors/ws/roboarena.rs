@@ -3,16 +3,17 @@
 //! `"reset"`) and, when the server asks for it, `session_id`. `infer` answers openpi's reply
 //! map (`actions` `[40, 8]`), `reset` the text frame `reset successful`.
 //!
-//! With a `session_id` the frame history (and the RTC chunk) is that core session's, shared by
-//! every connection that names it (kept as [`session_key`], under `--session-ttl-s` and
-//! `--max-sessions` like every session); without one it is the connection's, as for plain
-//! openpi clients.
+//! With a `session_id` the frame history (and the RTC chunk) is that session's: behind
+//! `--api-token` shared by every connection that names it ([`session_key`]), otherwise the
+//! naming connection's own; under `--session-ttl-s` and `--max-sessions` like every session.
+//! Without one it is the connection's, as for plain openpi clients.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
 use crate::doors::wire::msgpack_numpy::type_name;
+use gr00t_core::session::SessionKey;
 use rmpv::Value;
 
 /// The text frame that answers `reset`.
@@ -64,8 +65,12 @@ pub fn endpoint(v: &Value) -> Result<Endpoint, String> {
     }
 }
 
-/// The core session key of a `session_id` named on the websocket's openpi path: apart from
-/// the HTTP and ZMQ sessions of the same name (RoboArena numbers its sessions from 0).
-pub fn session_key(id: &str) -> String {
-    format!("roboarena-{id}")
+/// The namespace of the sessions RoboArena messages name: apart from every other door's.
+pub const SESSIONS: &str = "roboarena";
+
+/// The table key of a `session_id` named on the websocket's openpi path by an authenticated
+/// client (behind `--api-token`): shared by the connections that name it. Without a token a
+/// connection's named sessions are its own ([`gr00t_core::session::SessionKey::within`]).
+pub fn session_key(id: &str) -> SessionKey {
+    SessionKey::named(SESSIONS, id)
 }

@@ -1,29 +1,37 @@
-//! Isaac-GR00T's ZMQ policy protocol (`gr00t/policy/server_client.py` `PolicyServer`): a REP
-//! socket, one msgpack request `{"endpoint", "data", "api_token"}` per message and one reply,
-//! endpoints `ping`, `get_action`, `reset`, `get_modality_config` and (with `--allow-kill`)
-//! `kill`. Arrays may come as N1.7's msgpack-numpy maps or the older `.npy` maps; the reply
-//! uses the form the request used. Object-dtype payloads anywhere in a request are refused
-//! (their data is a pickle). Every failure is answered `{"error": "..."}` and the socket keeps
-//! serving.
+//! Isaac-GR00T's ZMQ policy protocol (`gr00t/policy/server_client.py` `PolicyServer`): the
+//! REP end of REQ (or DEALER) connections, one msgpack request `{"endpoint", "data",
+//! "api_token"}` per message and one reply, endpoints `ping`, `get_action`, `reset`,
+//! `get_modality_config` and (with `--allow-kill`) `kill`. Arrays may come as N1.7's
+//! msgpack-numpy maps or the older `.npy` maps; the reply uses the form the request used.
+//! Object-dtype payloads anywhere in a request are refused (their data is a pickle). Every
+//! failure is answered `{"error": "..."}` and the connection keeps serving.
+//!
+//! The framing is this crate's own ([`zmtp`]): each connection is a task under the door's
+//! connection cap and timers (`doors::connections`), a message over the size limit is refused
+//! at its frame header and closes the connection, and `get_action`s are answered one at a
+//! time across connections, as a REP socket answers them.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod zmtp;
+
 use super::answers::{Answered, Answers, Door, Outcome};
+use super::connections::{within, GuardedStream, LimitedListener};
 use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
 use super::wire::observation::{action_reply, parse, pick_schema, Schema};
 use super::wire::session::session_id;
-use super::Stop;
+use super::{DoorLimits, Stop};
 use gr00t_core::auth::token_matches;
 use gr00t_core::request::Request;
 use gr00t_core::response::PredictResponse;
+use gr00t_core::session::SessionKey;
 use gr00t_core::Queue;
 use rmpv::Value;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
-use zeromq::{RepSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What the ZMQ endpoint needs.
 pub struct ZmqContext {
@@ -33,11 +41,13 @@ pub struct ZmqContext {
     /// One per served embodiment, the default first.
     pub schemas: Vec<Schema>,
     /// `--api-token`.
-    pub api_token: Option<String>,
+    pub api_token: Option<Arc<str>>,
     /// `--allow-kill`.
     pub allow_kill: bool,
     /// Where `get_action` answers are counted (`/metrics`, `door="zmq"`).
     pub answers: Arc<Answers>,
+    /// One `get_action` at a time, as a REP socket answers.
+    pub turn: tokio::sync::Mutex<()>,
 }
 
 impl ZmqContext {
@@ -48,60 +58,147 @@ impl ZmqContext {
     }
 }
 
-/// Binds a REP socket on `host:port` (port 0: any free port).
-pub async fn bind(host: &str, port: u16) -> std::io::Result<(RepSocket, SocketAddr)> {
-    let listener = std::net::TcpListener::bind((host, port)).map_err(|e| {
-        std::io::Error::new(
-            e.kind(),
-            format!("cannot listen for ZMQ on {host}:{port}: {e}"),
-        )
-    })?;
-    let addr = listener.local_addr()?;
-    let mut socket = RepSocket::new();
-    socket
-        .bind_listener(listener)
+/// The namespace of the sessions ZMQ clients name: apart from every other door's.
+const SESSIONS: &str = "zmq";
+
+/// Binds the ZMQ port on `host:port` (port 0: any free port).
+pub async fn bind(host: &str, port: u16) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind((host, port))
         .await
-        .map_err(|e| std::io::Error::other(format!("ZMQ bind on {addr}: {e}")))?;
-    Ok((socket, addr))
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen for ZMQ on {host}:{port}: {e}"),
+            )
+        })
 }
 
-/// Answers requests until `stop` fires (a request in progress is answered first).
-pub async fn serve(mut socket: RepSocket, ctx: ZmqContext, stop: Stop) {
+/// Accepts and serves connections until `stop` fires; then waits for the requests in
+/// progress to be answered.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    ctx: ZmqContext,
+    limits: DoorLimits,
+    stop: Stop,
+) {
+    let mut listener = LimitedListener::new(listener, "zmq", limits.caps.zmq, limits.timers);
+    let ctx = Arc::new(ctx);
+    let mut connections = tokio::task::JoinSet::new();
     loop {
-        let msg = tokio::select! {
+        let (stream, peer) = tokio::select! {
             biased;
             _ = stop.wait() => break,
-            m = socket.recv() => m,
+            c = listener.accept_guarded() => c,
         };
-        let msg = match msg {
-            Ok(m) => m,
-            Err(e) => {
-                // A peer that broke the ZMTP framing or went away; the others go on.
-                tracing::debug!("zmq: receive error: {e}");
-                continue;
+        // Finished connections are reaped as new ones come.
+        while connections.try_join_next().is_some() {}
+        let (ctx, stop) = (ctx.clone(), stop.clone());
+        let (limit, body) = (limits.max_message_bytes, limits.body_timeout);
+        connections.spawn(async move {
+            if let Err(e) = connection(stream, &ctx, limit, body, &stop).await {
+                tracing::info!("zmq: {peer}: connection closed: {e}");
+            }
+        });
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+/// One peer's connection: the handshake, then its messages, each answered in turn.
+async fn connection(
+    mut stream: GuardedStream,
+    ctx: &ZmqContext,
+    max_message: usize,
+    body_timeout: Duration,
+    stop: &Stop,
+) -> Result<(), String> {
+    let state = stream.state().clone();
+    stream
+        .write_all(&zmtp::greeting())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut decoder = zmtp::Decoder::new(zmtp::Limits::new(max_message));
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut events = Vec::new();
+    // When the message being read began: it must be whole within the body timeout.
+    let mut message_began: Option<Instant> = None;
+    loop {
+        let read = if let Some(began) = message_began {
+            let left = body_timeout.saturating_sub(began.elapsed());
+            within(left, stream.read(&mut buf)).await.map_err(|()| {
+                format!(
+                    "a message did not arrive whole within {:.1} s (--body-timeout-s)",
+                    body_timeout.as_secs_f64()
+                )
+            })?
+        } else {
+            tokio::select! {
+                biased;
+                _ = stop.wait() => return Ok(()),
+                r = stream.read(&mut buf) => r,
             }
         };
-        let (reply, kill) = if msg.len() == 1 {
-            let body = msg.get(0).map(|b| b.as_ref()).unwrap_or_default();
-            handle(&ctx, body).await
-        } else {
-            (
-                error(format!(
-                    "expected a single-frame message, got {} frames",
-                    msg.len()
-                )),
-                false,
-            )
+        let n = read.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Ok(());
+        }
+        decoder
+            .feed(&buf[..n], &mut events)
+            .map_err(|e| e.to_string())?;
+        for event in events.drain(..) {
+            match event {
+                zmtp::Event::Greeting { .. } => stream
+                    .write_all(&zmtp::ready())
+                    .await
+                    .map_err(|e| e.to_string())?,
+                zmtp::Event::Ready { .. } => state.mark_greeted(),
+                zmtp::Event::Ping(context) => stream
+                    .write_all(&zmtp::pong(&context))
+                    .await
+                    .map_err(|e| e.to_string())?,
+                zmtp::Event::Message(frames) => {
+                    let busy = state.busy();
+                    let (reply, kill) = answer(ctx, frames).await;
+                    stream.write_all(&reply).await.map_err(|e| e.to_string())?;
+                    drop(busy);
+                    if kill {
+                        tracing::info!("zmq: kill requested: shutting the server down");
+                        stop.trigger();
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        message_began = match (decoder.in_message(), message_began) {
+            (false, _) => None,
+            (true, None) => Some(Instant::now()),
+            (true, began) => began,
         };
-        if let Err(e) = socket.send(ZmqMessage::from(pack(&reply))).await {
-            tracing::debug!("zmq: reply not delivered: {e}");
-        }
-        if kill {
-            tracing::info!("zmq: kill requested: shutting the server down");
-            stop.trigger();
-            break;
-        }
     }
+}
+
+/// A message's reply on the wire (its envelope, then the reply), and whether the server should
+/// stop afterwards (`kill`). The envelope is every frame up to the empty delimiter a REQ puts
+/// first; a message without one (a bare DEALER) is all body.
+async fn answer(ctx: &ZmqContext, mut frames: Vec<Vec<u8>>) -> (Vec<u8>, bool) {
+    let body = match frames.iter().position(Vec::is_empty) {
+        Some(i) => frames.split_off(i + 1),
+        None => std::mem::take(&mut frames),
+    };
+    let (reply, kill) = match body.as_slice() {
+        [one] => handle(ctx, one).await,
+        _ => (
+            error(format!(
+                "expected a single-frame message, got {} frames",
+                body.len()
+            )),
+            false,
+        ),
+    };
+    let reply = pack(&reply);
+    let mut parts: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    parts.push(&reply);
+    (zmtp::message(&parts), kill)
 }
 
 fn error(message: impl Into<String>) -> Value {
@@ -127,7 +224,7 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
             false,
         );
     };
-    if let Some(expected) = &ctx.api_token {
+    if let Some(expected) = ctx.api_token.as_deref() {
         let given = match get(req, "api_token") {
             Some(Value::String(s)) => s.as_bytes(),
             _ => &[][..],
@@ -196,7 +293,7 @@ fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
     };
     match session_id(options, "options.") {
         Ok(Some(id)) => {
-            let existed = ctx.worker.reset_session(&id);
+            let existed = ctx.worker.reset_session(&SessionKey::named(SESSIONS, &id));
             str_map([
                 ("session_id", Value::from(id)),
                 ("reset", Value::Boolean(existed)),
@@ -238,13 +335,17 @@ async fn answer_action(
     let refused = |e: String| (Outcome::refused(), e);
     let schema = ctx.schema(named).map_err(refused)?;
     let p = parse(obs, options, schema).map_err(refused)?;
-    let (items, form, rtc, session) = (p.items, p.form, p.rtc, p.session);
+    let (items, form, rtc) = (p.items, p.form, p.rtc);
+    let session = p.session.map(|id| SessionKey::named(SESSIONS, &id));
+    // One at a time across connections, as a REP socket answers.
+    let _turn = ctx.turn.lock().await;
     // One queue entry per batch item, in order, so a batch never overflows the queue.
     let mut responses = Vec::with_capacity(items.len());
     for item in &items {
         let request = Request::from(item.clone())
             .with_rtc_plan(rtc.clone())
-            .in_session(session.clone());
+            .in_session(session.clone())
+            .with_session_token(p.session_token.clone());
         let r = ctx
             .worker
             .infer(request)
