@@ -3,11 +3,12 @@
 (RTC joins each new chunk onto it) and its frames (after the first step only the frame at t is
 sent; the server supplies t−15).
 
-Each answer says the session's step. If it is not the client's next step, the session was lost
-or is stale (another replica, a restart, an expiry): the client resets it and sends the whole
-observation again. Behind a balancer, an answer from another replica than the last one
-(`X-Gr00t-Replica`) is stale unless it is a fresh session's: that replica may still hold an
-earlier visit's state at the very step expected next. Uses only the standard library.
+Each answer carries the session's `session_token`; the client echoes it on its next step. When
+the server no longer holds that session (it expired or was reset, the server restarted, or a
+balancer sent the step to another replica), it answers 409 `session restarted` instead of
+continuing something else: the client resets the session and sends the whole observation
+again. A session's first step must be step 1 (a replica may still hold an earlier visit's
+state under the same id: then that is reset too). Uses only the standard library.
 
 Usage: python3 examples/http_session_client.py [--url http://127.0.0.1:20000] [--robot franka-1]
        [--steps 5] [--request BODY.json]  (default: the server's /demo request)
@@ -44,34 +45,40 @@ class SessionRobot:
 
     def __init__(self, url, session):
         self.url, self.session, self.step = url, session, 0
-        # The replica that gave the last accepted answer (None without --replica-id).
-        self.replica = None
+        # The token of the session the last answer was in (echoed on the next step).
+        self.token = None
         self.resets = 0
 
     def reset(self):
         status, reply, _ = post(self.url, "/reset", {"session_id": self.session}, self.session)
         assert status == 200, reply
-        self.step = 0
+        self.step, self.token = 0, None
         self.resets += 1
 
     def act(self, observation):
         """The answer to `observation` (a /predict body with [t−15, t] frames)."""
         while True:
-            body = observation if self.step == 0 else {**current_only(observation), **RTC}
-            status, reply, replica = post(self.url, "/predict", body, self.session)
+            if self.step == 0:
+                body = observation
+            else:
+                body = {**current_only(observation), **RTC, "session_token": self.token}
+            status, reply, _ = post(self.url, "/predict", body, self.session)
+            if status == 409 and reply.get("error", "").startswith("session restarted"):
+                # The server does not hold our session any more: start it over, whole.
+                self.reset()
+                continue
             if status == 409:
                 # A newer observation of this session replaced this one: it was not computed.
                 return None
             if status != 200:
                 raise RuntimeError(f"{status}: {reply.get('error')}")
-            # Our next step, from the replica that has our session (any one at the start).
-            if reply["session"]["step"] == self.step + 1 and (
-                    self.step == 0 or replica == self.replica):
-                self.step += 1
-                self.replica = replica
-                return reply
-            # The server's session is not ours (lost or stale): start it over, whole.
-            self.reset()
+            if self.step == 0 and reply["session"]["step"] != 1:
+                # A first step that met an earlier visit's state: clear it, send again.
+                self.reset()
+                continue
+            self.step = reply["session"]["step"]
+            self.token = reply["session_token"]
+            return reply
 
 
 def main():

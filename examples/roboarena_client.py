@@ -8,6 +8,10 @@ and gets the text frame `reset successful`. Frames are sent at the metadata's
 `image_resolution` (180x320), one per camera: the server pairs each with the frame this
 session sent 15 observations earlier. Sends fixture case0 (t-15, then t0) and prints the
 40-step chunk of absolute joint targets + gripper.
+
+Without `--api-token` on the server a session is this connection's own (no other client can
+name it); behind a token (`--api-key` here) the authenticated connections that name a session
+share it, so a reconnecting evaluation client keeps its session.
 """
 import argparse
 import json
@@ -56,8 +60,9 @@ def main():
     p.add_argument("--host", default="localhost")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--session-id", default="episode-1-A")
+    p.add_argument("--api-key", help="the server's --api-token, if it has one")
     args = p.parse_args()
-    client = RoboArenaClient(args.host, args.port)
+    client = RoboArenaClient(args.host, args.port, api_key=args.api_key)
     config = client.get_server_metadata()
     print("PolicyServerConfig:", {k: config.get(k) for k in (
         "image_resolution", "needs_wrist_camera", "n_external_cameras", "needs_stereo_camera",

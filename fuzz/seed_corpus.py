@@ -74,4 +74,51 @@ for name, two in (("pair", True), ("single", False)):
     else:
         obs["observation/cartesian_position"] = openpi(rng.standard_normal(6))
     put("ws_msgpack", name + ".msgpack", msgpack.packb(obs))
+
+# ZMTP: a connection's bytes as libzmq's REQ writes them (captured from pyzmq against a bare
+# socket that answers with a REP greeting and READY), else built by hand from RFC 23/37.
+def frame(data, more=False, command=False):
+    flags = (1 if more else 0) | (4 if command else 0)
+    if len(data) > 255:
+        return bytes([flags | 2]) + len(data).to_bytes(8, "big") + data
+    return bytes([flags, len(data)]) + data
+
+def command(name, body=b""):
+    return frame(bytes([len(name)]) + name + body, command=True)
+
+def ready(socket_type):
+    prop = bytes([11]) + b"Socket-Type" + len(socket_type).to_bytes(4, "big") + socket_type
+    return command(b"READY", prop)
+
+GREETING = b"\xff" + b"\0" * 7 + b"\x01\x7f\x03\x01NULL" + b"\0" * 16 + b"\0" + b"\0" * 31
+ping = msgpack.packb({"endpoint": "ping"})
+hand = GREETING + ready(b"REQ") + frame(b"", more=True) + frame(ping)
+put("zmtp_framing", "req_ping.bin", b"\x05" + hand)
+put("zmtp_framing", "req_ping_pong.bin", b"\x00" + hand + command(b"PING", b"\x00\x0actx"))
+put("zmtp_framing", "long_frame.bin", b"\x03" + GREETING + ready(b"DEALER") + frame(b"x" * 300))
+put("zmtp_framing", "terabyte.bin", b"\x01" + GREETING + b"\x02" + (1 << 40).to_bytes(8, "big"))
+try:
+    import socket, threading, zmq
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+    got = bytearray()
+    def serve():
+        c, _ = srv.accept(); c.settimeout(2)
+        c.sendall(GREETING + ready(b"REP"))
+        try:
+            while len(got) < 64 + 64 + len(ping):
+                b = c.recv(65536)
+                if not b:
+                    break
+                got.extend(b)
+        except OSError:
+            pass
+        c.close()
+    t = threading.Thread(target=serve); t.start()
+    ctx = zmq.Context(); req = ctx.socket(zmq.REQ); req.setsockopt(zmq.LINGER, 0)
+    req.connect("tcp://127.0.0.1:%d" % srv.getsockname()[1]); req.send(ping)
+    t.join(5); req.close(); ctx.term()
+    if got:
+        put("zmtp_framing", "pyzmq_req_ping.bin", b"\x07" + bytes(got))
+except ImportError:
+    pass
 print("corpora written to", OUT)

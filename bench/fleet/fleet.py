@@ -7,10 +7,12 @@ and one distinct observation each, every answer checked against its solo answer)
    answers must come from one replica (X-Session-Id hashing).
 2. Faults under load: one replica SIGKILLed and restarted, then another drained (SIGTERM, it
    must exit 0) and restarted. The robots run 4-step episodes in server-side sessions (RTC
-   against the session's last chunk, `POST /reset` between episodes and when the answering
-   replica changes). No wrong or lost answer (each answer equals the solo answer of the step
-   the server reports); clients see only retryable errors; the killed replica's sessions
-   start over elsewhere (step 1) until it is back.
+   against the session's last chunk, `POST /reset` between episodes), each step echoing the
+   previous answer's `session_token`: a replica that does not hold the session answers 409
+   `session restarted` and the robot starts a new episode; no client-side replica rule. No
+   wrong or lost answer (each answer equals the solo answer of the step the server reports);
+   clients see only retryable errors; the killed replica's sessions start over elsewhere
+   (step 1) until it is back, and the servers reported their restart (409s > 0).
 3. The websocket and ZMQ doors through nginx: answers bit-equal to HTTP, connections spread.
 
 Usage (repository root): bench/fleet/fleet.py [--quick] [--clients N] [--seconds S] [--out DIR]
@@ -236,6 +238,9 @@ def analyse_faults(summary, rows, events, drain_rc, drained, killed_id, reps, ng
     check("killed replica's sessions started over elsewhere (step 1, RTC from nothing)",
           victims and fresh == set(victims),
           f"{len(fresh)}/{len(victims)}; {summary['session_resets']} resets sent")
+    check("the killed replica's sessions were told of the restart (409 session restarted)",
+          summary["session_restarted_409"] > 0,
+          f"{summary['session_restarted_409']} answered 409")
     came_back = {s for s in victims
                  if any(r["session"] == s and r["replica"] == killed_id for r in rows
                         if r["t_unix"] > events["killed_back"])}
@@ -252,6 +257,7 @@ def analyse_faults(summary, rows, events, drain_rc, drained, killed_id, reps, ng
         "nginx_resent_to_another_replica": retried_in_nginx,
         "session_resets": summary["session_resets"],
         "stale_session_answers_resent": summary["stale_session_answers_resent"],
+        "session_restarted_409": summary["session_restarted_409"],
         "answers_ok": summary["answers_ok"],
         "latency_ms": summary["latency_ms"],
         "max_attempts": max((r["attempts"] for r in rows), default=0),
@@ -434,7 +440,8 @@ def main():
           f"clients retried {f['client_retried_503']} × 503 and "
           f"{f['client_retried_connection_errors']} × connection errors; "
           f"{EPISODE}-step RTC episodes: {f['session_resets']} session resets, "
-          f"{f['stale_session_answers_resent']} answers from a replica's stale session reset "
+          f"{f['session_restarted_409']} × 409 session restarted, "
+          f"{f['stale_session_answers_resent']} first steps on a replica's stale session reset "
           f"and re-sent; p50 "
           f"{f['latency_ms']['p50']:.0f} ms, p99 {f['latency_ms']['p99']:.0f} ms, max "
           f"{f['latency_ms']['max']:.0f} ms")

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 pub mod protocols {
     pub use gr00t::doors::wire::{msgpack_numpy, ndarray, npy, observation};
     pub use gr00t::doors::ws::droid_obs;
+    pub use gr00t::doors::zmq::zmtp;
 }
 
 /// The bundled tiny checkpoint (set `GR00T_FUZZ_CHECKPOINT` to use another).

@@ -2,9 +2,9 @@
 """examples/http_session_client.py against the server: a session's first step is the whole
 observation without RTC, the next ones send the frame at t only and join onto the session's
 last chunk; two robots doing the same get the same answers; a session reset behind the
-client's back is detected by its step and started over, giving the first answer again; so is
-an answer at the expected step from another replica than the last one; the example runs end to
-end. Prints `N passed, M failed`.
+client's back is reported by the 409 its echoed `session_token` gets, and started over, giving
+the first answer again; so is another replica's session of the same name; the example runs end
+to end. Prints `N passed, M failed`.
 """
 import json
 import subprocess
@@ -61,9 +61,9 @@ def main():
 
         def another_replicas_state_is_started_over():
             # As if robot a's last answer had come from a replica that has since gone: this
-            # server's session stands at the step a expects next, but it is not a's state.
+            # server holds a session of that name, but another one (its token differs).
             assert a.step == 1, a.step
-            a.replica = "a-replica-gone"
+            a.token = "0123456789abcdef0123456789abcdef"
             resets = a.resets
             r = a.act(body)
             assert a.resets == resets + 1 and a.step == 1, (a.resets, a.step)
@@ -83,10 +83,10 @@ def main():
                  steps_and_sources)
         tp.check("a second robot doing the same gets the same answers (bit-equal)",
                  another_robot_gets_the_same)
-        tp.check("a session lost on the server is detected by its step and started over",
+        tp.check("a session lost on the server is told by a 409 (session_token) and started over",
                  a_lost_session_is_started_over)
-        tp.check("an answer from another replica than the last is started over, even at the "
-                 "expected step", another_replicas_state_is_started_over)
+        tp.check("another replica's session of the same name is told by a 409 and started over",
+                 another_replicas_state_is_started_over)
         tp.check("examples/http_session_client.py runs end to end", the_example_runs)
     finally:
         server.stop()

@@ -11,12 +11,12 @@
 //!
 //! `--episode N`: each robot runs episodes of N steps in its server-side session, every step
 //! with RTC against the session's last chunk (no chunk sent), and `POST /reset` between
-//! episodes. The answer's `session.step` tells the robot where the server stands: its next
-//! step, or 1 when the session is new there (another replica, or a restarted one: a new
-//! episode starts), or anything else when it reached a replica that still holds an earlier
-//! visit's state: then it resets the session and sends again. After a replica change
-//! (`X-Gr00t-Replica`) only 1 is fresh: an earlier visit's state may stand at the very step
-//! the robot expects next. An answer is right when it equals the solo answer of that step.
+//! episodes. Every step after an episode's first echoes the `session_token` of the answer
+//! before: when the server no longer holds that session (another replica, or a restarted one)
+//! it answers 409 `session restarted`, and the robot starts a new episode (reset, then a first
+//! step without the token). An episode's first step must be step 1 of a fresh session; one
+//! that lands on an earlier visit's state (a replica that still holds it) is reset and sent
+//! again. An answer is right when it equals the solo answer of that step.
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -202,12 +202,21 @@ fn reset(addr: &str, token: Option<&str>, session: &str, max_attempts: usize) ->
     false
 }
 
-/// The step an answer reports (`session.step`; 0 outside a session).
-fn step_of(body: &[u8]) -> usize {
-    serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| v["session"]["step"].as_u64())
-        .unwrap_or(0) as usize
+/// The step an answer reports (`session.step`; 0 outside a session) and its session token.
+fn session_of(body: &[u8]) -> (usize, Option<String>) {
+    let v = serde_json::from_slice::<Value>(body).unwrap_or_default();
+    let step = v["session"]["step"].as_u64().unwrap_or(0) as usize;
+    (step, v["session_token"].as_str().map(str::to_string))
+}
+
+/// `body` echoing `token` as its `session_token` (as is without one).
+fn with_token(body: &[u8], token: Option<&str>) -> Vec<u8> {
+    let Some(t) = token else {
+        return body.to_vec();
+    };
+    let mut v: Value = serde_json::from_slice(body).unwrap_or_default();
+    v["session_token"] = json!(t);
+    serde_json::to_vec(&v).unwrap_or_default()
 }
 
 fn actions(body: &[u8]) -> Result<Value, String> {
@@ -237,6 +246,8 @@ struct Tally {
     resets: usize,
     /// Answers from a stale session (an earlier visit's state on a replica), reset and resent.
     stale: usize,
+    /// 409 `session restarted`: the session token named a session the server did not hold.
+    restarted: usize,
 }
 
 /// One answered request, for `--answers-out`.
@@ -343,22 +354,30 @@ fn main() {
             let (max_s, max_attempts, episode) = (a.max_seconds, a.max_attempts, a.episode);
             std::thread::spawn(move || {
                 let session = session_id(k);
+                // Resets the session for a new episode; whether the reset was answered.
+                let start_over = |mine: &mut Tally| {
+                    let done = reset(&addr, token.as_deref(), &session, max_attempts);
+                    if done {
+                        mine.resets += 1;
+                    } else {
+                        mine.other.push(format!("{session}: reset not answered"));
+                    }
+                    done
+                };
                 let mut mine = Tally::default();
                 let mut log = Vec::new();
                 let mut path: Vec<String> = Vec::new();
-                // Steps answered in this episode.
+                // Steps answered in this episode, and the token its last answer carried.
                 let mut done_steps = 0;
+                let mut token_of_session: Option<String> = None;
                 if episode > 0 && !reset(&addr, token.as_deref(), &session, max_attempts) {
                     mine.other.push(format!("{session}: reset not answered"));
                 }
                 for _ in 0..n {
                     if episode > 0 && done_steps == episode {
-                        if reset(&addr, token.as_deref(), &session, max_attempts) {
-                            mine.resets += 1;
-                        } else {
-                            mine.other.push(format!("{session}: reset not answered"));
-                        }
+                        start_over(&mut mine);
                         done_steps = 0;
+                        token_of_session = None;
                     }
                     // A time budget stops every client early (reported as answers_ok < total).
                     if t0.elapsed().as_secs_f64() > max_s {
@@ -373,35 +392,41 @@ fn main() {
                                 .push(format!("lost after {max_attempts} attempts"));
                             break;
                         }
+                        let sent = with_token(&body, token_of_session.as_deref());
                         let r = http(
                             &addr,
                             "POST",
                             "/predict",
-                            &body,
+                            &sent,
                             token.as_deref(),
                             Some(&session),
                         );
                         match r {
                             Ok(r) if r.status == 200 => {
-                                let step = if episode > 0 { step_of(&r.body) } else { 0 };
-                                // Sessions live per replica: on another replica than the last
-                                // answer's, anything but a fresh session is an earlier visit's
-                                // state, even at the step we expect next.
-                                let here = r.replica.as_deref().unwrap_or("?");
-                                let moved = path.last().is_some_and(|last| last != here);
-                                // Neither our next step (on the same replica) nor a fresh
-                                // session: an earlier visit's state. Reset it and send again.
-                                if episode > 0 && step != 1 && (moved || step != done_steps + 1) {
+                                let (step, session_token) = if episode > 0 {
+                                    session_of(&r.body)
+                                } else {
+                                    (0, None)
+                                };
+                                // An episode's first step (no token) must begin a session: an
+                                // earlier visit's state is reset and the step sent again.
+                                // With the token the server itself refuses anything else (409).
+                                let fresh_needed = token_of_session.is_none();
+                                if episode > 0 && fresh_needed && step != 1 {
                                     mine.stale += 1;
-                                    if reset(&addr, token.as_deref(), &session, max_attempts) {
-                                        mine.resets += 1;
-                                    } else {
-                                        mine.other.push(format!("{session}: reset not answered"));
+                                    if !start_over(&mut mine) {
                                         break;
                                     }
                                     done_steps = 0;
                                     continue;
                                 }
+                                if episode > 0 && step != done_steps + 1 {
+                                    mine.other.push(format!(
+                                        "{session}: step {step} after {done_steps} with the token"
+                                    ));
+                                    break;
+                                }
+                                token_of_session = session_token;
                                 let ms = start.elapsed().as_secs_f64() * 1e3;
                                 mine.latency_ms.push(ms);
                                 let expected = want.get(step.max(1) - 1);
@@ -409,8 +434,6 @@ fn main() {
                                     (actions(&r.body), expected),
                                     (Ok(got), Some(w)) if got == *w
                                 );
-                                // Our next step, or 1: a fresh session there (a replica that
-                                // never had it, or restarted) starts a new episode.
                                 done_steps = step;
                                 if good {
                                     mine.ok += 1;
@@ -432,6 +455,21 @@ fn main() {
                                     step,
                                 });
                                 break;
+                            }
+                            Ok(r)
+                                if r.status == 409
+                                    && token_of_session.is_some()
+                                    && String::from_utf8_lossy(&r.body)
+                                        .contains("session restarted") =>
+                            {
+                                // The session is gone here (another or a restarted replica):
+                                // a new episode, from a reset session.
+                                mine.restarted += 1;
+                                if !start_over(&mut mine) {
+                                    break;
+                                }
+                                done_steps = 0;
+                                token_of_session = None;
                             }
                             Ok(r) if r.status == 503 => {
                                 mine.busy_503 += 1;
@@ -462,6 +500,7 @@ fn main() {
                 t.conn_errors += mine.conn_errors;
                 t.resets += mine.resets;
                 t.stale += mine.stale;
+                t.restarted += mine.restarted;
                 t.other.extend(mine.other);
                 t.latency_ms.extend(mine.latency_ms);
                 for (r, n) in mine.replicas {
@@ -526,6 +565,7 @@ fn main() {
         "episode_steps": a.episode,
         "session_resets": t.resets,
         "stale_session_answers_resent": t.stale,
+        "session_restarted_409": t.restarted,
         "other_failures": t.other.len(),
         "other_failure_samples": t.other.iter().take(5).collect::<Vec<_>>(),
         "wall_s": wall,

@@ -135,7 +135,8 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
     let (worker, handle) = queue::start_engine(engine, opts.queue, sessions)?;
     let limits = Limits {
         queue: opts.queue,
-        max_body_bytes: opts.max_body_mb.saturating_mul(1024 * 1024),
+        max_body_bytes: doors.max_message_bytes,
+        connections: doors.caps,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

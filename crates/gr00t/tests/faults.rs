@@ -15,7 +15,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 use test_client::{exchange, get, parse, post_json, request, HttpResponse};
-use test_server::Server;
+use test_server::{fd_limit, Server};
 
 /// `gr00t serve` on the tiny checkpoint without the status page, killed on drop.
 fn start(extra: &[&str]) -> Server {
@@ -28,10 +28,6 @@ trait Probe {
     fn predict(&self, body: &[u8]) -> HttpResponse;
     /// GET `/health`'s status.
     fn health(&self) -> u16;
-    /// The process's resident memory (kB; 0 when unreadable).
-    fn rss_kb(&self) -> u64;
-    /// The process's open file descriptors.
-    fn open_fds(&self) -> usize;
 }
 
 impl Probe for Server {
@@ -41,24 +37,6 @@ impl Probe for Server {
 
     fn health(&self) -> u16 {
         get(&self.http, "/health").expect("GET /health").status
-    }
-
-    fn rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()));
-        status
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            })
-            .unwrap_or(0)
-    }
-
-    fn open_fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
-            .map(|d| d.count())
-            .unwrap_or(0)
     }
 }
 
@@ -177,17 +155,6 @@ fn a_100_mib_body_gets_413_and_the_server_stays_fine() {
 }
 
 /// How many sockets this process may open (the soft `RLIMIT_NOFILE`).
-fn fd_limit() -> usize {
-    std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("Max open files"))
-                .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
-        })
-        .unwrap_or(1024)
-}
-
 #[test]
 fn thousands_of_idle_connections_are_capped_and_health_still_answers() {
     const CAP: usize = 64;

@@ -242,3 +242,120 @@ fn a_session_supplies_the_older_frames_of_a_robot_sending_only_t() {
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["field"], json!("images.exterior_image_1_left"));
 }
+
+/// The answer's `session_token`.
+fn token_of(r: &Json) -> String {
+    r["session_token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no session_token: {r}"))
+        .to_string()
+}
+
+#[test]
+fn refused_observations_create_no_session_and_evict_no_robot() {
+    let s = Server::start(&["--max-sessions", "2"]);
+    let robot = predict(&s, &observation("case0", 0, Some("robot")));
+    assert_eq!(robot["session"]["step"], json!(1));
+    // 50 observations refused in 50 new sessions: 52 tokens of instruction (refused before
+    // the model) and a degenerate rotation (refused after it).
+    let long = "pick ".repeat(52);
+    for i in 0..50 {
+        let mut b = observation("case1", 0, Some(&format!("x{i}")));
+        if i % 2 == 0 {
+            b["instruction"] = json!(long);
+        } else {
+            b["state"]["eef_9d"] = json!([0.4, 0.1, 0.3, 0, 0, 0, 0, 0, 0]);
+        }
+        let r = post(&s, &b);
+        assert_eq!(r.status, 400, "{}", r.text());
+        let want = if i % 2 == 0 {
+            "instruction"
+        } else {
+            "degenerate rotation"
+        };
+        assert!(r.text().contains(want), "{}", r.text());
+    }
+    let info = test_client::get(&s.http, "/info").unwrap().json();
+    let st = &info["sessions"];
+    assert_eq!(
+        (
+            st["active"].as_u64(),
+            st["created"].as_u64(),
+            st["evicted"].as_u64()
+        ),
+        (Some(1), Some(1), Some(0)),
+        "{st}"
+    );
+    // The robot's session is intact: its next step joins its last chunk.
+    let next = predict(&s, &observation("case0", 1, Some("robot")));
+    assert_eq!(
+        (next["session"]["step"].clone(), next["rtc_source"].clone()),
+        (json!(2), json!("session"))
+    );
+    // And a refused observation of its own session leaves it as it was.
+    let mut bad = observation("case0", 2, Some("robot"));
+    bad["instruction"] = json!(long);
+    assert_eq!(post(&s, &bad).status, 400);
+    let third = predict(&s, &observation("case0", 2, Some("robot")));
+    assert_eq!(third["session"]["step"], json!(3));
+}
+
+#[test]
+fn an_echoed_session_token_tells_a_client_its_session_restarted() {
+    let mut s = Server::start(&[]);
+    let port: u16 = s.http.rsplit(':').next().unwrap().parse().unwrap();
+    let step = |s: &Server, k: u64, token: Option<&str>| {
+        let mut b = observation("case0", k, Some("arm"));
+        if let Some(t) = token {
+            b["session_token"] = json!(t);
+        }
+        post(s, &b)
+    };
+    // Clients that send no token behave as before.
+    let first = step(&s, 0, None).json();
+    let token = token_of(&first);
+    assert_eq!(token.len(), 32);
+    let second = step(&s, 1, Some(&token));
+    assert_eq!(second.status, 200, "{}", second.text());
+    assert_eq!(token_of(&second.json()), token);
+    assert_eq!(second.json()["session"]["step"], json!(2));
+    // A token of another incarnation: 409, and the session is not touched.
+    let r = step(&s, 2, Some("0123456789abcdef0123456789abcdef"));
+    assert_eq!(
+        (r.status, r.json()["field"].clone()),
+        (409, json!("session_token"))
+    );
+    // Reset: the old token names a session the server no longer holds.
+    let reset = test_client::post_json(&s.http, "/reset", br#"{"session_id": "arm"}"#).unwrap();
+    assert_eq!(reset.json()["reset"], json!(true));
+    let r = step(&s, 2, Some(&token));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.json()["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("session restarted"));
+    let again = step(&s, 0, None).json();
+    assert_eq!(again["session"]["step"], json!(1));
+    let token = token_of(&again);
+    // The server restarts (same port): the session and its token are gone, and it says so.
+    drop(s);
+    s = Server::start_on(port, &[]);
+    let r = step(&s, 1, Some(&token));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("holds no session"), "{}", r.text());
+    // Without the token the robot starts over: step 1, RTC from nothing.
+    let fresh = step(&s, 1, None).json();
+    assert_eq!(
+        (
+            fresh["session"]["step"].clone(),
+            fresh["rtc_source"].clone()
+        ),
+        (json!(1), json!("none"))
+    );
+    assert_ne!(token_of(&fresh), token);
+    let metrics = test_client::get(&s.http, "/metrics").unwrap().text();
+    assert!(
+        metrics.contains("gr00t_sessions_restarted_total 1"),
+        "{metrics}"
+    );
+}

@@ -955,3 +955,46 @@ fn websocket_serves_the_nested_gr00t_observation_for_every_embodiment() {
         http_actions(&http_multi(&s, "case_new_embodiment_1"), "single_arm")
     );
 }
+
+#[test]
+fn no_other_door_reaches_a_websocket_connections_sessions() {
+    let s = Server::start(&["--ws-port", "0"]);
+    let addr = s.ws.clone().expect("ws address");
+    // HTTP observations carrying only the t0 frame, in sessions named as a websocket
+    // connection's or RoboArena's used to be (`ws-<n>`, `roboarena-<id>`) or look now.
+    let case0 = test_server::request("case0");
+    let pollute = |ids: &[String]| {
+        for id in ids {
+            let mut b = case0.clone();
+            for cam in CAMERAS {
+                b["images"][cam] = serde_json::json!([b["images"][cam][1].clone()]);
+            }
+            b["session_id"] = serde_json::json!(id);
+            let body = serde_json::to_vec(&b).unwrap();
+            let r = test_client::post_json(&s.http, "/predict", &body).unwrap();
+            assert_eq!(r.status, 200, "{id}: {}", r.text());
+        }
+    };
+    let mut ids: Vec<String> = (1..=12).map(|n| format!("ws-{n}")).collect();
+    ids.extend(["roboarena-ep", "roboarena/ep", "ws/ep"].map(String::from));
+    pollute(&ids);
+    let fixture = |got: &[Vec<f32>]| {
+        for (g, got) in GROUPS.iter().zip(got) {
+            let d = max_abs_diff(got, &fixture_actions("case0", g));
+            assert!(d <= 1e-5, "{g}: max|Δ| {d:.3e} > 1e-5");
+        }
+    };
+    // A connection's own session: t-15, HTTP writes t0 again everywhere, then t0 is case0.
+    let (mut a, _) = connect(&addr, None).unwrap();
+    infer(&mut a, &Value::Map(observation(Some("t-15"))));
+    pollute(&ids);
+    fixture(&groups(&infer(
+        &mut a,
+        &Value::Map(observation(Some("t0"))),
+    )));
+    // RoboArena's "ep" the same way, on a second connection.
+    let (mut b, _) = connect(&addr, None).unwrap();
+    infer(&mut b, &arena("t-15", "ep"));
+    pollute(&ids);
+    fixture(&groups(&infer(&mut b, &arena("t0", "ep"))));
+}

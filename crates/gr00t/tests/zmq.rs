@@ -254,6 +254,75 @@ fn zmq_get_action_matches_fixture_and_http_and_survives_bad_requests() {
     let http_body = test_server::request("case0");
     assert_eq!(ours, http_predict(&s, &http_body), "ZMQ and HTTP differ");
 
+    // The noise as nested lists (`noise.tolist()`, as plain msgpack clients send it): the
+    // same actions, bit for bit.
+    let rows: Vec<Value> = noise("case0")
+        .chunks(132)
+        .map(|r| Value::Array(r.iter().map(|&x| Value::F64(f64::from(x))).collect()))
+        .collect();
+    let listed = c.call(
+        "get_action",
+        Some(get_action(
+            case0_observation(1, false),
+            str_map([("noise", Value::Array(rows))]),
+        )),
+        None,
+    );
+    assert_eq!(item(&actions(&listed), "", 0), ours, "noise as lists");
+    let ragged = Value::Array(vec![
+        Value::Array(vec![Value::F64(0.0)]),
+        Value::Array(vec![]),
+    ]);
+    let e = error_text(&c.call(
+        "get_action",
+        Some(get_action(
+            case0_observation(1, false),
+            str_map([("noise", ragged)]),
+        )),
+        None,
+    ));
+    assert!(e.contains("nested lists of numbers"), "{e}");
+
+    // Sessions: the reply's info carries the token; echoed, it continues the session; a
+    // ZMQ session is apart from HTTP's of the same name.
+    let in_session = |token: Option<&str>| {
+        let mut o = vec![("session_id", Value::from("arm")), ("seed", Value::from(1))];
+        if let Some(t) = token {
+            o.push(("session_token", Value::from(t)));
+        }
+        get_action(case0_observation(1, false), str_map(o))
+    };
+    let info = |reply: &Value| reply.as_array().unwrap()[1].as_map().unwrap().clone();
+    let first = info(&c.call("get_action", Some(in_session(None)), None));
+    let token = get(&first, "session_token")
+        .and_then(|t| t.as_str())
+        .unwrap()
+        .to_string();
+    assert_eq!(get(&first, "session_step"), Some(&Value::from(1)));
+    let second = info(&c.call("get_action", Some(in_session(Some(&token))), None));
+    assert_eq!(get(&second, "session_step"), Some(&Value::from(2)));
+    let reset = serde_json::json!({"session_id": "arm"}).to_string();
+    let r = test_client::post_json(&s.http, "/reset", reset.as_bytes()).unwrap();
+    assert_eq!(
+        r.json()["reset"],
+        serde_json::json!(false),
+        "HTTP reached ZMQ's session"
+    );
+    let r = c.call(
+        "reset",
+        Some(str_map([(
+            "options",
+            str_map([("session_id", Value::from("arm"))]),
+        )])),
+        None,
+    );
+    assert_eq!(
+        get(r.as_map().unwrap(), "reset"),
+        Some(&Value::Boolean(true))
+    );
+    let e = error_text(&c.call("get_action", Some(in_session(Some(&token))), None));
+    assert!(e.starts_with("session restarted:"), "{e}");
+
     // Seed 0 (case0's noise seed) through options; no options = HTTP's default seed 42.
     let seeded = c.call(
         "get_action",

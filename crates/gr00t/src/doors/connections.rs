@@ -418,6 +418,10 @@ impl GuardedStream {
                 Poll::Ready(_) => return Poll::Ready(()),
                 Poll::Pending => {
                     self.state.remember(cx.waker());
+                    // As in `poll_read`: an eviction just now is seen here.
+                    if self.state.evict.load(Ordering::SeqCst) {
+                        return Poll::Ready(());
+                    }
                     return Poll::Pending;
                 }
             }
@@ -463,6 +467,9 @@ impl AsyncRead for GuardedStream {
                 Poll::Ready(r)
             }
             Poll::Pending => {
+                // The waker first, then the flag: an eviction between the two still finds
+                // the waker, or is seen here (a lost wake-up would hold its slot).
+                this.state.remember(cx.waker());
                 // A request being computed is never cut: only a connection with nothing in
                 // progress times out or is evicted.
                 if this.state.is_idle() {
@@ -479,7 +486,6 @@ impl AsyncRead for GuardedStream {
                         )));
                     }
                 }
-                this.state.remember(cx.waker());
                 Poll::Pending
             }
         }
@@ -497,6 +503,9 @@ impl AsyncWrite for GuardedStream {
             return Poll::Ready(Err(closed()));
         };
         let r = Pin::new(inner).poll_write(cx, buf);
+        if r.is_pending() {
+            this.state.remember(cx.waker());
+        }
         match r {
             Poll::Ready(Ok(n)) if n > 0 => this.touch(),
             // A peer that stops reading its answer: no progress for the idle timeout (or an
@@ -510,7 +519,6 @@ impl AsyncWrite for GuardedStream {
                     "peer stopped reading its answer",
                 )));
             }
-            Poll::Pending => this.state.remember(cx.waker()),
             _ => {}
         }
         r

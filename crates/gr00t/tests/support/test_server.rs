@@ -45,12 +45,23 @@ impl Server {
 
     /// Starts the server on `checkpoint` (HTTP port `port`, 0: any) and waits until ready.
     pub fn start_in(checkpoint: &std::path::Path, port: u16, extra: &[&str]) -> Server {
+        Server::start_with_env(checkpoint, port, extra, &[])
+    }
+
+    /// [`Server::start_in`] with these environment variables set.
+    pub fn start_with_env(
+        checkpoint: &std::path::Path,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gr00t"))
             .arg("serve")
             .arg("--checkpoint")
             .arg(checkpoint)
             .args(["--port", &port.to_string()])
             .args(extra)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -115,6 +126,26 @@ impl Server {
         self.child.as_ref().map_or(0, Child::id)
     }
 
+    /// The process's resident memory (kB; 0 when unreadable).
+    pub fn rss_kb(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()));
+        status
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// The process's open file descriptors.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
     /// Everything the server logged so far.
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
@@ -156,6 +187,18 @@ impl Drop for Server {
             let _ = child.wait();
         }
     }
+}
+
+/// This process's soft limit on open files (1024 when unreadable).
+pub fn fd_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
+        })
+        .unwrap_or(1024)
 }
 
 /// A fixture frame as (width, height, RGB8 HWC bytes), decoded from its PNG.

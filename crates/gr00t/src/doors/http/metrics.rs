@@ -151,7 +151,7 @@ impl Metrics {
             );
         }
 
-        let gauges: [(&str, &str, &str, f64); 13] = [
+        let gauges: [(&str, &str, &str, f64); 14] = [
             (
                 "gr00t_queue_depth",
                 "gauge",
@@ -229,6 +229,13 @@ impl Metrics {
                 "counter",
                 "Sessions cleared by a client's reset.",
                 g.sessions.resets as f64,
+            ),
+            (
+                "gr00t_sessions_restarted_total",
+                "counter",
+                "Requests answered 409 session restarted: their session_token named a session \
+                 this server no longer holds.",
+                g.sessions.restarted as f64,
             ),
         ];
         for (name, kind, help, value) in gauges {
@@ -540,6 +547,7 @@ mod tests {
                 expired: 3,
                 evicted: 1,
                 resets: 4,
+                restarted: 7,
                 ..Default::default()
             },
         };
@@ -555,6 +563,7 @@ mod tests {
         assert_eq!(v("gr00t_sessions_created_total"), 9.0);
         assert_eq!(v("gr00t_sessions_dropped_total"), 4.0);
         assert_eq!(v("gr00t_sessions_reset_total"), 4.0);
+        assert_eq!(v("gr00t_sessions_restarted_total"), 7.0);
         assert_eq!(v("gr00t_vision_cache_hits_total"), 5.0);
         assert_eq!(v("gr00t_vision_cache_misses_total"), 2.0);
         assert_eq!(v("gr00t_model_load_seconds"), 1.25);

@@ -31,6 +31,8 @@ pub struct Limits {
     pub queue: usize,
     /// Largest accepted `/predict` body.
     pub max_body_bytes: usize,
+    /// Connections per door.
+    pub connections: crate::doors::connections::Caps,
 }
 
 /// Turns a `/predict` body and the [`SESSION_HEADER`]'s session into a typed request (run on
@@ -338,6 +340,7 @@ async fn info(State(app): State<AppState>) -> Response {
         "queue": limits.queue,
         "max_body_bytes": limits.max_body_bytes,
         "max_body_mb": limits.max_body_bytes / (1024 * 1024),
+        "connections": limits.connections,
     });
     body["queue"] = serde_json::to_value(app.0.worker.state()).unwrap_or_default();
     body["sessions"] = serde_json::to_value(app.0.worker.session_stats()).unwrap_or_default();

@@ -74,9 +74,12 @@ fn start_named(
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
     let addr = listener.local_addr().unwrap().to_string();
+    let opts = ConnectionOptions::default();
+    let caps = size_caps(&opts, false, false, 1 << 16);
     let limits = Limits {
         queue,
         max_body_bytes,
+        connections: caps,
     };
     let state = match replica {
         None => AppState::new(handle, body_as_instruction(), info(), limits),
@@ -90,10 +93,9 @@ fn start_named(
         ),
     };
     // The door as served: its guard (browser rules, body deadline) in front of the routes.
-    let opts = ConnectionOptions::default();
     let doors = DoorLimits {
         max_message_bytes: max_body_bytes,
-        caps: size_caps(&opts, false, false, 1 << 16),
+        caps,
         timers: Timers::new(&opts, max_body_bytes),
         body_timeout: std::time::Duration::from_secs(30),
         api_token: None,

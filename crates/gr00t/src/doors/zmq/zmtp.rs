@@ -491,6 +491,34 @@ mod tests {
         assert_eq!(feed(&mut d, &two).unwrap().len(), 2);
     }
 
+    /// What pyzmq 27.3 (libzmq 4.3) writes on a REQ socket that sends one msgpack `ping`,
+    /// captured by fuzz/seed_corpus.py.
+    const PYZMQ_REQ_PING: &str =
+        "ff00000000000000017f03014e554c4c0000000000000000000000000000000000000000000000000000\
+        0000000000000000000000000000000000000000000004260552454144590b536f636b65742d54797065\
+        00000003524551084964656e74697479000000000100000f81a8656e64706f696e74a470696e67";
+
+    #[test]
+    fn libzmq_req_bytes_decode_as_its_handshake_and_message() {
+        let hex = PYZMQ_REQ_PING;
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        let mut d = Decoder::new(Limits::new(1 << 20));
+        let ping = b"\x81\xa8endpoint\xa4ping".to_vec();
+        assert_eq!(
+            feed(&mut d, &bytes).unwrap(),
+            [
+                Event::Greeting { minor: 1 },
+                Event::Ready {
+                    socket_type: "REQ".into()
+                },
+                Event::Message(vec![vec![], ping])
+            ]
+        );
+    }
+
     #[test]
     fn a_declared_terabyte_is_refused_at_its_header() {
         let mut d = handshaken();

@@ -1,0 +1,305 @@
+//! An attacker on the loopback against the real `gr00t serve` (tiny checkpoint, HTTP + ZMQ +
+//! websocket doors): hostile ZMTP frames, floods of idle connections on every door, clients
+//! that never finish their handshake or message, an oversized websocket message. Every door
+//! must stay up and keep answering; the figures are printed (`--nocapture`). Every wait is a
+//! bounded socket read; nothing sleeps to let time pass.
+
+#[path = "../src/doors/http/test_client.rs"]
+mod test_client;
+#[path = "support/test_server.rs"]
+mod test_server;
+#[path = "support/zmtp_client.rs"]
+mod zmtp_client;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use test_server::{fd_limit, Server};
+use zmtp_client::{closed_within, greeting, long_header, ready, Req, PING};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// All three doors on free ports, no status page, plus `extra`.
+fn start(extra: &[&str]) -> Server {
+    let doors = ["--no-ui", "--zmq-port", "0", "--ws-port", "0"];
+    Server::start(&[&doors[..], extra].concat())
+}
+
+fn zmq(s: &Server) -> &str {
+    s.zmq.as_deref().expect("zmq address")
+}
+
+fn ws(s: &Server) -> &str {
+    s.ws.as_deref().expect("ws address")
+}
+
+/// `/health` and a ZMQ ping on a fresh connection, each answered within a second; the slower
+/// of the two.
+fn both_answer_within_a_second(s: &Server) -> Duration {
+    let t0 = Instant::now();
+    let health = test_client::get(&s.http, "/health").expect("GET /health");
+    assert_eq!(health.status, 200);
+    let http = t0.elapsed();
+    let t1 = Instant::now();
+    let mut c = Req::connect(zmq(s), SECOND).expect("ZMQ handshake within 1 s");
+    let pong = c.call(PING).expect("ZMQ ping answered within 1 s");
+    assert!(pong.windows(2).any(|w| w == b"ok"), "{pong:?}");
+    let slowest = http.max(t1.elapsed());
+    assert!(slowest < SECOND, "answered in {slowest:?}");
+    slowest
+}
+
+#[test]
+fn a_73_byte_zmq_packet_closes_its_connection_and_every_door_stays_up() {
+    for token in [None, Some("s3cret")] {
+        let extra: Vec<&str> = token.map(|t| vec!["--api-token", t]).unwrap_or_default();
+        let s = start(&extra);
+        // The greeting, then a long frame header declaring 1 TB: 73 bytes.
+        let packet = [greeting(), long_header(1 << 40)].concat();
+        assert_eq!(packet.len(), 73);
+        // The same header after a complete handshake.
+        let after_ready = [greeting(), ready(), long_header(1 << 40)].concat();
+        for (what, bytes) in [("73 bytes", packet), ("after READY", after_ready)] {
+            let mut c = TcpStream::connect(zmq(&s)).unwrap();
+            let t0 = Instant::now();
+            c.write_all(&bytes).unwrap();
+            assert!(closed_within(&mut c, 5 * SECOND), "{what}: still open");
+            println!("{what} (token {token:?}): refused in {:?}", t0.elapsed());
+        }
+        assert_eq!(test_client::get(ws(&s), "/healthz").unwrap().status, 200);
+        both_answer_within_a_second(&s);
+        assert!(
+            s.log_text().contains("over the limit of 16777216"),
+            "{}",
+            s.log_text()
+        );
+    }
+}
+
+#[test]
+fn a_64_mib_zmq_message_is_refused_at_its_header_with_rss_bounded() {
+    let s = start(&[]);
+    both_answer_within_a_second(&s);
+    let before = s.rss_kb();
+    let mut c = Req::connect(zmq(&s), 5 * SECOND).unwrap();
+    let t0 = Instant::now();
+    c.tcp
+        .write_all(&zmtp_client::frame(b"", true, false))
+        .unwrap();
+    c.tcp.write_all(&long_header(64 << 20)).unwrap();
+    // Then the 64 MiB themselves, as far as the server lets them in.
+    let chunk = vec![0x90u8; 1 << 20];
+    let mut sent = 0usize;
+    while sent < 64 << 20 {
+        if c.tcp.write_all(&chunk).is_err() {
+            break;
+        }
+        sent += chunk.len();
+    }
+    assert!(closed_within(&mut c.tcp, 5 * SECOND));
+    let refused = t0.elapsed();
+    let grown = s.rss_kb().saturating_sub(before);
+    println!(
+        "64 MiB message: closed after {:.1} MiB written, {refused:?}; server RSS {before} kB, \
+         +{grown} kB",
+        sent as f64 / (1 << 20) as f64
+    );
+    assert!(sent < 64 << 20, "the server read the whole message");
+    assert!(grown < 16 << 10, "RSS grew {grown} kB");
+    both_answer_within_a_second(&s);
+}
+
+#[test]
+fn idle_floods_on_every_door_stay_under_the_caps_and_the_doors_answer() {
+    const CAP: usize = 64;
+    let s = start(&[
+        "--max-connections",
+        "64",
+        "--ws-max-connections",
+        "64",
+        "--zmq-max-connections",
+        "64",
+        "--idle-timeout-s",
+        "600",
+        "--handshake-timeout-s",
+        "600",
+    ]);
+    let info = test_client::get(&s.http, "/info").unwrap().json();
+    let caps = &info["limits"]["connections"];
+    assert_eq!(
+        (
+            caps["http"].as_u64(),
+            caps["ws"].as_u64(),
+            caps["zmq"].as_u64()
+        ),
+        (Some(64), Some(64), Some(64)),
+        "{caps}"
+    );
+    // The server raised its soft file limit to the hard one.
+    assert!(caps["open_files"].as_u64().unwrap() >= fd_limit() as u64);
+    let fds_before = s.open_fds();
+    let rss_before = s.rss_kb();
+    // 5,000 per door when this process's files allow, else what fits.
+    let per_door = 5_000.min(fd_limit().saturating_sub(512) / 3);
+    assert!(per_door >= 500, "fd limit too low: {}", fd_limit());
+    let mut idle = Vec::new();
+    let mut slowest = Duration::ZERO;
+    let mut max_fds = 0;
+    for (door, addr) in [
+        ("http", s.http.clone()),
+        ("ws", ws(&s).into()),
+        ("zmq", zmq(&s).into()),
+    ] {
+        for i in 0..per_door {
+            idle.push(TcpStream::connect(&addr).expect("connect"));
+            if i % 500 == 499 {
+                max_fds = max_fds.max(s.open_fds());
+                slowest = slowest.max(both_answer_within_a_second(&s));
+            }
+        }
+        println!(
+            "{door}: {per_door} idle connections; server fds {} (before {fds_before}), RSS {} kB",
+            s.open_fds(),
+            s.rss_kb()
+        );
+    }
+    // The three doors' caps and the probes' own connections, nothing more.
+    max_fds = max_fds.max(s.open_fds());
+    assert!(
+        max_fds <= fds_before + 3 * CAP + 16,
+        "server held {max_fds} fds (before {fds_before}, caps 3 × {CAP})"
+    );
+    // Handshaken idle clients are capped the same way: websocket upgrades and ZMQ READYs.
+    let mut shaken = Vec::new();
+    let shakes = (per_door / 5).min(1000);
+    for i in 0..shakes {
+        let (c, _) = tungstenite::client(
+            format!("ws://{}/", ws(&s)),
+            TcpStream::connect(ws(&s)).unwrap(),
+        )
+        .expect("websocket handshake");
+        shaken.push(c);
+        shaken_zmq(&s, &mut idle);
+        if i % 100 == 99 {
+            max_fds = max_fds.max(s.open_fds());
+            slowest = slowest.max(both_answer_within_a_second(&s));
+        }
+    }
+    max_fds = max_fds.max(s.open_fds());
+    println!(
+        "after {shakes} websocket and {shakes} ZMQ handshakes: server fds {} (max {max_fds}), \
+         RSS {} kB (before {rss_before} kB); slowest /health or ZMQ ping {slowest:?}",
+        s.open_fds(),
+        s.rss_kb()
+    );
+    assert!(
+        max_fds <= fds_before + 3 * CAP + 16,
+        "server held {max_fds} fds"
+    );
+    drop((idle, shaken));
+    both_answer_within_a_second(&s);
+}
+
+/// One ZMQ connection that completes its handshake and then idles (kept in `keep`).
+fn shaken_zmq(s: &Server, keep: &mut Vec<TcpStream>) {
+    let mut c = TcpStream::connect(zmq(s)).unwrap();
+    c.write_all(&[greeting(), ready()].concat()).unwrap();
+    keep.push(c);
+}
+
+#[test]
+fn handshakes_messages_and_idle_connections_are_timed_out_on_zmq_and_websocket() {
+    let s = start(&[
+        "--handshake-timeout-s",
+        "1",
+        "--idle-timeout-s",
+        "4",
+        "--body-timeout-s",
+        "1",
+    ]);
+    let within = 10 * SECOND;
+    // Connected, silent: no greeting (ZMQ), no upgrade request (websocket).
+    for addr in [zmq(&s), ws(&s)] {
+        let mut c = TcpStream::connect(addr).unwrap();
+        let t0 = Instant::now();
+        assert!(
+            closed_within(&mut c, within),
+            "{addr}: silent connection kept"
+        );
+        println!("{addr}: silent connection closed after {:?}", t0.elapsed());
+    }
+    // A greeting trickled without READY: the handshake deadline still holds.
+    let mut c = TcpStream::connect(zmq(&s)).unwrap();
+    c.write_all(&greeting()).unwrap();
+    assert!(closed_within(&mut c, within), "greeting without READY kept");
+    // Handshaken, then idle past --idle-timeout-s.
+    let mut c = Req::connect(zmq(&s), within).unwrap();
+    let t0 = Instant::now();
+    assert!(
+        closed_within(&mut c.tcp, within),
+        "idle ZMQ connection kept"
+    );
+    println!("idle ZMQ connection closed after {:?}", t0.elapsed());
+    // A message begun and never finished: --body-timeout-s.
+    let mut c = Req::connect(zmq(&s), within).unwrap();
+    c.tcp
+        .write_all(&zmtp_client::frame(b"", true, false))
+        .unwrap();
+    c.tcp.write_all(&long_header(1000)).unwrap();
+    c.tcp.write_all(&[0x90; 10]).unwrap();
+    let t0 = Instant::now();
+    assert!(closed_within(&mut c.tcp, within), "half a message kept");
+    // Well before the idle timeout would have closed it.
+    assert!(t0.elapsed() < 3 * SECOND, "{:?}", t0.elapsed());
+    // An upgraded websocket, idle.
+    let (mut w, _) = tungstenite::client(
+        format!("ws://{}/", ws(&s)),
+        TcpStream::connect(ws(&s)).unwrap(),
+    )
+    .unwrap();
+    w.get_ref().set_read_timeout(Some(within)).unwrap();
+    let t0 = Instant::now();
+    loop {
+        match w.read() {
+            Ok(tungstenite::Message::Binary(_)) => continue, // the metadata frame
+            Ok(tungstenite::Message::Close(_)) => break,
+            Ok(other) => panic!("{other:?}"),
+            Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                panic!("idle websocket kept past {within:?}")
+            }
+            Err(_) => break,
+        }
+    }
+    println!("idle websocket closed after {:?}", t0.elapsed());
+    assert!(t0.elapsed() < within);
+    both_answer_within_a_second(&s);
+}
+
+#[test]
+fn an_oversized_websocket_message_gets_close_1009_and_the_next_client_is_served() {
+    let s = start(&["--max-body-mb", "1"]);
+    let (mut w, _) = tungstenite::client(
+        format!("ws://{}/", ws(&s)),
+        TcpStream::connect(ws(&s)).unwrap(),
+    )
+    .unwrap();
+    w.get_ref()
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    assert!(matches!(w.read().unwrap(), tungstenite::Message::Binary(_)));
+    w.send(tungstenite::Message::Binary(vec![0u8; 2 << 20].into()))
+        .unwrap();
+    let code = match w.read() {
+        Ok(tungstenite::Message::Close(Some(f))) => u16::from(f.code),
+        Ok(other) => panic!("expected a close frame, got {other:?}"),
+        Err(e) => panic!("no close frame: {e}"),
+    };
+    assert_eq!(code, 1009);
+    let (_, meta) = tungstenite::client(
+        format!("ws://{}/", ws(&s)),
+        TcpStream::connect(ws(&s)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(meta.status(), 101);
+    both_answer_within_a_second(&s);
+}
