@@ -27,11 +27,13 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -117,18 +119,21 @@ def wait_healthy(name, timeout):
     return status, time.monotonic() - t0
 
 
-def golden_delta(port, case):
+def golden_delta(port, case, token=None):
     """max|Δ| over the action groups between a fixture case's answer and NVIDIA's actions."""
-    got = predict(port, json.loads((case / "request.json").read_text()))
+    got = predict(port, json.loads((case / "request.json").read_text()), token)
     want = safetensors(case / "taps.safetensors")
     return max(float(np.max(np.abs(got[g] - want[f"output.{g}"].reshape(got[g].shape))))
                for g in GROUPS)
 
 
-def predict(port, body):
+def predict(port, body, token=None):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/predict", data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"}, method="POST")
+        f"http://127.0.0.1:{port}/predict", data=json.dumps(body).encode(), headers=headers,
+        method="POST")
     with urllib.request.urlopen(req, timeout=120) as r:
         reply = json.load(r)
     return {g: np.asarray(reply["actions"][g], np.float32) for g in GROUPS}
@@ -189,7 +194,8 @@ def docker_size(quantity):
 
 def docker_run_as_deployment(name, tag, cache, pod_name):
     """`docker run` flags that reproduce the Deployment's container (what kubelet would do with
-    it on one node); the readiness probe's container port and the grace period."""
+    it on one node); the readiness probe's container port, the grace period and the API token
+    that stands in for its Secret."""
     pod, c = deployment_container()
     ctx = {**pod.get("securityContext", {}), **c.get("securityContext", {})}
     flags = ["--name", name, "--user", f"{ctx['runAsUser']}:{ctx['runAsGroup']}"]
@@ -200,6 +206,7 @@ def docker_run_as_deployment(name, tag, cache, pod_name):
     flags += [f"--cap-drop={cap}" for cap in ctx.get("capabilities", {}).get("drop", [])]
     limits = c["resources"]["limits"]
     flags += ["--memory", docker_size(limits["memory"])]
+    token = None
     for e in c.get("env", []):
         src = e.get("valueFrom", {})
         if "value" in e:
@@ -208,6 +215,8 @@ def docker_run_as_deployment(name, tag, cache, pod_name):
             value = pod_name
         elif src.get("resourceFieldRef", {}).get("resource") == "limits.cpu":
             value = str(limits["cpu"])
+        elif "secretKeyRef" in src and e["name"] == "GR00T_API_TOKEN":
+            value = token = secrets.token_hex(24)  # what `kubectl create secret` would hold
         else:
             raise ValueError(f"env {e['name']}: no stand-in for {src}")
         flags += ["-e", f"{e['name']}={value}"]
@@ -223,14 +232,14 @@ def docker_run_as_deployment(name, tag, cache, pod_name):
     probe = c["readinessProbe"]["httpGet"]
     port = probe["port"] if isinstance(probe["port"], int) else ports[probe["port"]]
     return (["run", "-d", *flags, tag, *c["args"]], port, probe["path"],
-            c["lifecycle"]["preStop"]["exec"]["command"], pod["terminationGracePeriodSeconds"])
+            c["lifecycle"]["preStop"]["exec"]["command"], pod["terminationGracePeriodSeconds"], token)
 
 
 def check_as_deployment(tag, cache):
     """Runs the image as the Deployment's pod would and checks readiness, replica, answers and
     the shutdown sequence."""
     name, pod_name = f"gr00t-pod-{os.getpid()}", "gr00t-7c9f-abcde"
-    run, port, path, pre_stop, grace = docker_run_as_deployment(name, tag, cache, pod_name)
+    run, port, path, pre_stop, grace, token = docker_run_as_deployment(name, tag, cache, pod_name)
     try:
         docker(*run)
         host = None
@@ -253,7 +262,15 @@ def check_as_deployment(tag, cache):
             return
         check("as the Deployment runs it: X-Gr00t-Replica is the pod name", replica == pod_name,
               replica)
-        d = golden_delta(host, FIXTURE / "case0")
+        if token:
+            try:
+                golden_delta(host, FIXTURE / "case0")
+                refused = None
+            except urllib.error.HTTPError as e:
+                refused = e.code
+            check("as the Deployment runs it: /predict without the Secret's token is refused",
+                  refused == 401, f"HTTP {refused}")
+        d = golden_delta(host, FIXTURE / "case0", token)
         check("as the Deployment runs it: case0 matches the goldens", d < 1e-5, f"max|Δ| {d:.1e}")
         t0 = time.monotonic()
         docker("exec", name, *pre_stop)

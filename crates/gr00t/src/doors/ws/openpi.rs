@@ -68,6 +68,10 @@ pub fn metadata(info: &EngineInfo) -> Vec<u8> {
 /// The namespace of the connections' own sessions: apart from every other door's.
 const SESSIONS: &str = "ws";
 
+/// RoboArena sessions one connection without a token keeps at most (an evaluation client
+/// names one per episode).
+const MAX_NAMED_SESSIONS: usize = 16;
+
 /// One openpi connection's state.
 pub struct Connection {
     /// How long the previous message took, receive to reply sent.
@@ -112,6 +116,11 @@ impl Connection {
         }
         let key = self.session.within(roboarena::SESSIONS, id);
         if !self.named.contains(&key) {
+            // A connection naming ever new sessions keeps the newest few: the oldest closes.
+            if self.named.len() >= MAX_NAMED_SESSIONS {
+                let oldest = self.named.remove(0);
+                self.worker.close_session(&oldest);
+            }
             self.named.push(key.clone());
         }
         key
@@ -296,4 +305,31 @@ fn reply_map(r: &PredictResponse) -> Vec<(Value, Value)> {
             str_map([("infer_ms", Value::F64(r.timing_ms.total))]),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_keeps_the_newest_roboarena_sessions_it_named() {
+        let predict: gr00t_core::queue::PredictFn =
+            Box::new(|_, _| Err(gr00t_core::InferError::Stopped));
+        let (worker, queue) = gr00t_core::queue::start(predict, 1).unwrap();
+        let mut own = Connection::new(&queue, false).unwrap();
+        let first = own.arena_key("ep-0");
+        for i in 0..40 {
+            own.arena_key(&format!("ep-{i}"));
+        }
+        assert_eq!(own.named.len(), MAX_NAMED_SESSIONS);
+        assert!(!own.named.contains(&first));
+        // Apart from another connection's, and from the shared ones behind a token.
+        let other = Connection::new(&queue, false).unwrap().arena_key("ep-0");
+        assert_ne!(other, first);
+        let mut shared = Connection::new(&queue, true).unwrap();
+        assert_eq!(shared.arena_key("ep-0"), roboarena::session_key("ep-0"));
+        assert!(shared.named.is_empty());
+        drop((own, shared, queue));
+        worker.join();
+    }
 }
