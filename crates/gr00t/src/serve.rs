@@ -6,6 +6,7 @@ use crate::doors::answers::Answers;
 use crate::doors::browser::{BrowserOptions, BrowserRules};
 use crate::doors::connections::{self, ConnectionOptions, Timers};
 use crate::doors::http::{body, demo, metrics, observe, routes};
+use crate::doors::ports::{self, BoundPorts};
 use crate::doors::{DoorLimits, ProtocolOptions, Stop};
 use crate::shutdown;
 use gr00t_core::engine::{Engine, EngineInfo, EngineOptions, Layouts};
@@ -18,14 +19,10 @@ use std::error::Error;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::net::TcpListener;
 
 /// Environment variable naming the replica when `--replica-id` is not given (a Kubernetes
 /// manifest sets it to the pod name).
 pub const REPLICA_ENV: &str = "GR00T_REPLICA_ID";
-
-/// How many ports above the requested one are tried when it is taken.
-const PORT_SPAN: u16 = 99;
 
 /// Options of `gr00t serve`.
 #[derive(Debug, Clone)]
@@ -74,18 +71,19 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         Some(dir) => dir,
         None => match hub::default_checkpoint_dir() {
             Ok(dir) => dir,
-            Err(e) => {
-                eprintln!("error: no GR00T N1.7-3B weights found: {e}");
-                eprintln!(
-                    "get them with `gr00t pull` ({} at revision {}, into {}), or pass --checkpoint DIR",
-                    hub::MODEL_REPO,
-                    hub::MODEL_REVISION,
-                    hub::hub_cache_dir().display()
-                );
+            Err(_) => {
+                eprintln!("{}", no_weights_help());
                 return Ok(2);
             }
         },
     };
+    // Before the (long) load: a taken port fails now. Listening starts when the model is ready.
+    let bound = ports::bind_all(
+        &opts.host,
+        opts.port,
+        opts.protocols.zmq_port,
+        opts.protocols.ws_port,
+    )?;
     tracing::info!("loading checkpoint {}", checkpoint.display());
     let t0 = Instant::now();
     let engine = Engine::load(&EngineOptions {
@@ -148,7 +146,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         tracing::info!("replica id {id}");
     }
     let state = AppState::with_observer(handle, decode, info, limits, observer, replica);
-    let served = runtime.block_on(serve(&opts, &doors, state, protocols));
+    let served = runtime.block_on(serve(&opts, bound, &doors, state, protocols));
     // Dropping the runtime drops the router and with it the last queue handle, so the worker ends.
     drop(runtime);
     worker.join();
@@ -252,11 +250,12 @@ fn door_limits(opts: &ServeOptions) -> Result<DoorLimits, Box<dyn Error>> {
 
 async fn serve(
     opts: &ServeOptions,
+    bound: BoundPorts,
     limits: &DoorLimits,
     state: AppState,
     protocols: (Queue, EngineInfo, Layouts, Arc<Answers>),
 ) -> Result<(), Box<dyn Error>> {
-    let listener = bind(&opts.host, opts.port).await?;
+    let listener = bound.http.listen()?;
     let addr = listener.local_addr()?;
     if opts.port != 0 && addr.port() != opts.port {
         tracing::warn!("port {} is taken; using {}", opts.port, addr.port());
@@ -267,7 +266,7 @@ async fn serve(
     let (worker, info, layouts, answers) = protocols;
     let listeners = crate::doors::start(
         &opts.protocols,
-        &opts.host,
+        (bound.zmq, bound.ws),
         limits,
         crate::doors::Shared {
             worker: &worker,
@@ -295,25 +294,44 @@ async fn serve(
     Ok(())
 }
 
-/// Binds `port`, or the next free one up to `port + PORT_SPAN`.
-async fn bind(host: &str, port: u16) -> std::io::Result<TcpListener> {
-    let last = port.saturating_add(PORT_SPAN);
-    for p in port..=last {
-        match TcpListener::bind((host, p)).await {
-            Ok(listener) => return Ok(listener),
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
-            Err(e) => {
-                return Err(std::io::Error::new(
-                    e.kind(),
-                    format!("cannot listen on {host}:{p}: {e}"),
-                ))
-            }
-        }
+/// What `serve` says when no weights are given and none are cached: how to get the real ones,
+/// and the bundled test checkpoint to try the server with meanwhile.
+fn no_weights_help() -> String {
+    // Under `cargo run` the binary is not on PATH: name the command that was used.
+    let gr00t = if std::env::var_os("CARGO").is_some() {
+        "cargo run --release -p gr00t --"
+    } else {
+        "gr00t"
+    };
+    let mut help = format!(
+        "error: no GR00T N1.7-3B weights: {repo} at revision {rev} is not in the Hugging Face \
+         cache ({cache}), and no --checkpoint was given.\n\n\
+         The weights are gated: accept the licence at https://huggingface.co/{repo}, create a \
+         read token, then\n\
+         \x20 export HF_TOKEN=hf_...\n\
+         \x20 {gr00t} pull\n\
+         \x20 {gr00t} serve\n\
+         or serve a local copy: {gr00t} serve --checkpoint DIR\n",
+        repo = hub::MODEL_REPO,
+        rev = hub::MODEL_REVISION,
+        cache = hub::hub_cache_dir().display(),
+    );
+    let tiny = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/gr00t_n17_tiny/checkpoint"
+    );
+    if let Ok(tiny) = std::fs::canonicalize(tiny) {
+        // Relative to the working directory when inside it (the repository root under cargo).
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let tiny = tiny.strip_prefix(&cwd).map(PathBuf::from).unwrap_or(tiny);
+        help.push_str(&format!(
+            "\nTo try the server now (status page, doors, metrics), serve the bundled tiny TEST \
+             checkpoint; its actions are random and mean nothing to a robot:\n\
+             \x20 {gr00t} serve --checkpoint {}\n",
+            tiny.display()
+        ));
     }
-    Err(std::io::Error::new(
-        std::io::ErrorKind::AddrInUse,
-        format!("ports {port}-{last} on {host} are all taken"),
-    ))
+    help
 }
 
 fn warn_synthetic(info: &EngineInfo) {

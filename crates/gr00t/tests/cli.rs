@@ -391,3 +391,70 @@ fn predict_runs_every_extra_case() {
         }
     }
 }
+
+/// Without weights (an empty Hugging Face cache, no --checkpoint) `serve` exits 2 with one
+/// message: the gated licence and HF_TOKEN, `pull`, `--checkpoint`, and the bundled test
+/// checkpoint (labelled as meaningless for a robot), named as the command was run.
+#[test]
+fn serve_without_weights_says_how_to_get_them_and_how_to_try_it() {
+    let cache = std::env::temp_dir().join(format!("gr00t-empty-hub-{}", std::process::id()));
+    std::fs::create_dir_all(&cache).unwrap();
+    for (cargo, command) in [
+        (None, "gr00t"),
+        (Some("cargo"), "cargo run --release -p gr00t --"),
+    ] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gr00t"));
+        c.args(["serve", "--port", "0"])
+            .env("HF_HUB_CACHE", &cache)
+            .env_remove("CARGO");
+        if let Some(v) = cargo {
+            c.env("CARGO", v);
+        }
+        let out = c.output().expect("run gr00t");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        for part in [
+            "no GR00T N1.7-3B weights",
+            "https://huggingface.co/nvidia/GR00T-N1.7-3B",
+            "HF_TOKEN",
+            &format!("{command} pull"),
+            &format!("{command} serve --checkpoint DIR"),
+            "TEST checkpoint",
+            "mean nothing",
+            "tests/fixtures/gr00t_n17_tiny/checkpoint",
+        ] {
+            assert!(err.contains(part), "{part:?} missing from:\n{err}");
+        }
+        assert_eq!(err.matches("pull").count(), 1, "repeats itself:\n{err}");
+    }
+    std::fs::remove_dir_all(&cache).unwrap();
+}
+
+/// A taken ZMQ or websocket port fails at once, before the model loads (the checkpoint is
+/// never opened), naming the port.
+#[test]
+fn serve_fails_on_a_taken_port_before_loading() {
+    let taken = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    for (flag, what) in [("--zmq-port", "ZMQ"), ("--ws-port", "websockets")] {
+        let out = gr00t(&[
+            "serve",
+            "--checkpoint",
+            "/nonexistent-checkpoint",
+            "--port",
+            "0",
+            flag,
+            &port,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("cannot listen for {what} on 127.0.0.1:{port}")),
+            "{err}"
+        );
+        assert!(
+            !err.contains("nonexistent-checkpoint"),
+            "loaded first: {err}"
+        );
+    }
+}

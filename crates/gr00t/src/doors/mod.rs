@@ -9,6 +9,7 @@ pub mod answers;
 pub mod browser;
 pub mod connections;
 pub mod http;
+pub mod ports;
 pub mod request_line;
 pub mod wire;
 pub mod ws;
@@ -163,12 +164,11 @@ pub struct Shared<'a> {
     pub answers: &'a Arc<answers::Answers>,
 }
 
-/// Binds every enabled listener (a taken port is an error: clients are configured with it),
-/// logs where each listens and starts serving until `stop` fires.
-/// `host` is the HTTP `--host`.
+/// Serves the ZMQ and websocket listeners bound before the model loaded (`ports::bind_all`),
+/// logs where each listens, until `stop` fires.
 pub async fn start(
     opts: &ProtocolOptions,
-    host: &str,
+    ports: (Option<ports::BoundPort>, Option<ports::BoundPort>),
     limits: &DoorLimits,
     shared: Shared<'_>,
     stop: &Stop,
@@ -179,8 +179,9 @@ pub async fn start(
         layouts,
         answers,
     } = shared;
+    let (zmq_port, ws_port) = ports;
     let mut tasks = Vec::new();
-    if opts.zmq_port.is_none() && opts.ws_port.is_none() {
+    if zmq_port.is_none() && ws_port.is_none() {
         return Ok(Listeners { tasks });
     }
     // One schema per served embodiment, the default first, from the engine's layouts (the
@@ -201,9 +202,9 @@ pub async fn start(
             })
             .collect())
     };
-    if let Some(port) = opts.zmq_port {
+    if let Some(listener) = zmq_port {
         let schemas = schemas(opts.use_sim_policy_wrapper)?;
-        let listener = zmq::bind(host, port).await?;
+        let listener = listener.listen()?;
         let addr = listener.local_addr()?;
         tracing::info!(
             "ZMQ policy server (Isaac-GR00T PolicyClient, {} observations) listening on tcp://{addr}",
@@ -224,10 +225,8 @@ pub async fn start(
             stop.clone(),
         )));
     }
-    if let Some(port) = opts.ws_port {
-        let listener = tokio::net::TcpListener::bind((host, port))
-            .await
-            .map_err(|e| format!("cannot listen for websockets on {host}:{port}: {e}"))?;
+    if let Some(listener) = ws_port {
+        let listener = listener.listen()?;
         let addr = listener.local_addr()?;
         tracing::info!(
             "websocket policy server (openpi, RoboArena; vLLM-Omni on {}) listening on ws://{addr}",

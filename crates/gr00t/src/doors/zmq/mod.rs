@@ -61,18 +61,6 @@ impl ZmqContext {
 /// The namespace of the sessions ZMQ clients name: apart from every other door's.
 const SESSIONS: &str = "zmq";
 
-/// Binds the ZMQ port on `host:port` (port 0: any free port).
-pub async fn bind(host: &str, port: u16) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind((host, port))
-        .await
-        .map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot listen for ZMQ on {host}:{port}: {e}"),
-            )
-        })
-}
-
 /// Accepts and serves connections until `stop` fires; then waits for the requests in
 /// progress to be answered.
 pub async fn serve(
