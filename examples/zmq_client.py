@@ -10,6 +10,7 @@ server answers in the form it was sent. Prints the 40-step action chunk.
 import argparse
 import io
 import json
+import sys
 from pathlib import Path
 
 import msgpack
@@ -92,23 +93,28 @@ class PolicyClient:
 
     def __init__(self, host, port, api_token=None, timeout_ms=120_000, serializer="npy"):
         self.encode, self.decode = SERIALIZERS[serializer]
+        self.address = f"tcp://{host}:{port}"
+        self.timeout_ms = timeout_ms
         self.socket = zmq.Context.instance().socket(zmq.REQ)
-        self.socket.setsockopt(zmq.RCVTIMEO, timeout_ms)
         self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.connect(f"tcp://{host}:{port}")
+        self.socket.connect(self.address)
         self.api_token = api_token
 
-    def call_raw(self, payload: bytes):
+    def call_raw(self, payload: bytes, timeout_ms=None):
+        """One request; TimeoutError when no reply comes (ZMQ itself would wait forever)."""
+        timeout_ms = self.timeout_ms if timeout_ms is None else timeout_ms
         self.socket.send(payload)
+        if not self.socket.poll(timeout_ms, zmq.POLLIN):
+            raise TimeoutError(f"no reply from {self.address} within {timeout_ms / 1000:g} s")
         return msgpack.unpackb(self.socket.recv(), object_hook=self.decode)
 
-    def call(self, endpoint, data=None):
+    def call(self, endpoint, data=None, timeout_ms=None):
         request = {"endpoint": endpoint}
         if data is not None:
             request["data"] = data
         if self.api_token is not None:
             request["api_token"] = self.api_token
-        return self.call_raw(msgpack.packb(request, default=self.encode))
+        return self.call_raw(msgpack.packb(request, default=self.encode), timeout_ms)
 
     def get_action(self, observation, options=None):
         reply = self.call("get_action", {"observation": observation, "options": options})
@@ -127,9 +133,14 @@ def main():
     p.add_argument("--port", type=int, default=5555)
     p.add_argument("--api-token")
     p.add_argument("--serializer", choices=sorted(SERIALIZERS), default="npy")
+    p.add_argument("--connect-timeout", type=float, default=5.0,
+                   help="seconds to wait for the ping's reply (default 5)")
     args = p.parse_args()
     client = PolicyClient(args.host, args.port, args.api_token, serializer=args.serializer)
-    print("ping:", client.call("ping"))
+    try:
+        print("ping:", client.call("ping", timeout_ms=int(args.connect_timeout * 1000)))
+    except TimeoutError as e:
+        sys.exit(f"error: {e}: is `gr00t serve --zmq-port {args.port}` running there?")
     actions = client.get_action(case0_observation(), {"noise": case0_noise()})
     np.set_printoptions(precision=4, suppress=True, linewidth=160)
     for key, value in actions.items():

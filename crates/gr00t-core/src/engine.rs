@@ -20,7 +20,7 @@ use gr00t_embodiment::EMBODIMENT_TAG;
 use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::checkpoint::ModalityConfigs;
 use gr00t_model::cpu_kernel;
-use gr00t_model::hub::{MODEL_REPO, MODEL_REVISION};
+use gr00t_model::hub;
 use gr00t_model::taps::Recorder;
 use gr00t_model::vision_cache::{VisionCacheStats, DEFAULT_VISION_CACHE_IMAGES};
 use gr00t_model::{Checkpoint, Gr00tModel, Rtc};
@@ -73,9 +73,10 @@ impl Layouts {
 /// What `/info` reports about the loaded engine.
 #[derive(Debug, Clone, Serialize)]
 pub struct EngineInfo {
-    /// `nvidia/GR00T-N1.7-3B`.
+    /// What is served: the Hub repository of a cached snapshot (`nvidia/GR00T-N1.7-3B`), else
+    /// the checkpoint folder's last two path components.
     pub model_id: String,
-    /// Pinned revision.
+    /// The snapshot's commit (12 digits), or `local` for any other folder.
     pub revision: String,
     /// Checkpoint folder.
     pub checkpoint: String,
@@ -271,9 +272,10 @@ impl Engine {
         let mut model = Gr00tModel::load_with(&ckpt, &device, dtype, Some(&ids))?;
         model.set_denoise_backend(backend);
         model.set_vision_cache_capacity(cache_images);
+        let (model_id, revision) = hub::served_model(&opts.checkpoint);
         let info = EngineInfo {
-            model_id: MODEL_REPO.into(),
-            revision: MODEL_REVISION.into(),
+            model_id,
+            revision,
             checkpoint: opts.checkpoint.display().to_string(),
             checkpoint_digest: ckpt.digest()?,
             synthetic_weights: ckpt.is_synthetic(),

@@ -80,6 +80,38 @@ pub fn find_snapshot(cache: &Path, repo: &str, revision: &str) -> Result<PathBuf
     }
 }
 
+/// What a checkpoint folder is, as `/info` and `/v1/models` name it: `(id, revision)`. A
+/// snapshot of the Hugging Face cache is its repository and commit (12 digits); any other
+/// folder (a fine-tune, a copy, the test checkpoint) is its last two path components and
+/// `local`, never the released model's name.
+pub fn served_model(dir: &Path) -> (String, String) {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let parts: Vec<String> = dir
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if let [.., repo, snapshots, commit] = parts.as_slice() {
+        if let (Some(repo), "snapshots") = (repo.strip_prefix("models--"), snapshots.as_str()) {
+            if let Some((org, name)) = repo.split_once("--") {
+                let short = commit.get(..12).unwrap_or(commit);
+                return (format!("{org}/{name}"), short.to_string());
+            }
+        }
+    }
+    let tail: Vec<&str> = parts
+        .iter()
+        .rev()
+        .take(2)
+        .filter(|p| *p != "/")
+        .map(String::as_str)
+        .collect();
+    let id = tail.into_iter().rev().collect::<Vec<_>>().join("/");
+    (
+        if id.is_empty() { "local".into() } else { id },
+        "local".into(),
+    )
+}
+
 /// The pinned GR00T N1.7-3B snapshot in the default cache.
 pub fn default_checkpoint_dir() -> Result<PathBuf> {
     find_snapshot(&hub_cache_dir(), MODEL_REPO, MODEL_REVISION)
@@ -108,6 +140,23 @@ mod tests {
             cache_dir_from(p(""), p("/b"), p("/h")),
             PathBuf::from("/b/hub")
         );
+    }
+
+    #[test]
+    fn served_model_names_the_snapshot_or_the_folder() {
+        let full = format!("{MODEL_REVISION}{}", "0".repeat(40 - MODEL_REVISION.len()));
+        let snapshot =
+            PathBuf::from("/cache/hub/models--nvidia--GR00T-N1.7-3B/snapshots").join(&full);
+        assert_eq!(
+            served_model(&snapshot),
+            (MODEL_REPO.to_string(), MODEL_REVISION.to_string())
+        );
+        let fine_tune = Path::new("/work/so101_ft/checkpoint-20000");
+        assert_eq!(
+            served_model(fine_tune),
+            ("so101_ft/checkpoint-20000".to_string(), "local".to_string())
+        );
+        assert_eq!(served_model(Path::new("/ft")).0, "ft");
     }
 
     #[test]

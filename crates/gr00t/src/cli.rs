@@ -8,7 +8,7 @@ use gr00t_model::synth::{write_synthetic_checkpoint, SynthSize};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 
-/// gr00t-rs: NVIDIA GR00T N1.7-3B inference for the DROID Franka setup.
+/// gr00t-rs: NVIDIA GR00T N1.7-3B inference for every embodiment a checkpoint carries.
 #[derive(Parser, Debug)]
 #[command(name = "gr00t", version, about)]
 pub struct Cli {
@@ -23,7 +23,8 @@ pub struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Serve the model over HTTP (docs/API.md): POST /predict, GET /health /info /demo /v1/models.
+    /// Serve the model over HTTP (docs/API.md), and over ZMQ and websockets when asked
+    /// (--zmq-port, --ws-port).
     Serve {
         /// Checkpoint folder [default: the pinned snapshot in the Hugging Face cache].
         #[arg(long)]
@@ -118,7 +119,9 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         warmup: usize,
         /// Print one JSON object: {"stages": {name: {"median_ms", "gflop"}}, "total_ms",
-        /// "peak_rss_mb", "threads"}.
+        /// "cpu_ms", "peak_rss_mb", "threads", "dtype", "cpu_kernel", "cpu_blocks",
+        /// "denoise_weight_gb"}; with --interleave-f32: {"dtype", "cpu_kernel", "threads", "runs",
+        /// "f32", "f32_cpu_kernel", "total_ratio_median_of_pairs", "peak_rss_mb_both_models"}.
         #[arg(long)]
         json: bool,
         /// Simulate a control loop (each request's t−15 frames are the previous request's t

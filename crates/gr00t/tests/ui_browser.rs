@@ -426,7 +426,7 @@ fn status_page_shows_requests_and_runs_the_demo() {
         first["model"]
             .as_str()
             .unwrap()
-            .contains("nvidia/GR00T-N1.7-3B"),
+            .contains("gr00t_n17_tiny/checkpoint"),
         "{first}"
     );
 
