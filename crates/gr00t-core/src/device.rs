@@ -1,7 +1,11 @@
-//! `--device` and `--dtype`: where the network runs and in which precision.
+//! `--device`, `--dtype` and the compute knobs (`--cpu-kernel`, `--dit-backend`,
+//! `--vision-cache`): where the network runs, in which precision, and how.
 
 use candle_core::{DType, Device};
 use clap::ValueEnum;
+use gr00t_model::action_head::DenoiseBackend;
+use gr00t_model::cpu_kernel::CpuKernel;
+use gr00t_model::vision_cache::DEFAULT_VISION_CACHE_IMAGES;
 use std::fmt;
 use std::str::FromStr;
 
@@ -97,8 +101,28 @@ impl DtypeArg {
     }
 }
 
-/// The `--device` / `--dtype` pair shared by `serve`, `predict` and `bench`.
-#[derive(clap::Args, Debug, Clone, Copy, Default)]
+/// A cap on the CPU GEMM kernel: `auto` (none) or a kernel name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelCap(pub Option<CpuKernel>);
+
+impl FromStr for KernelCap {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<KernelCap, String> {
+        CpuKernel::parse_cap(s).map(KernelCap)
+    }
+}
+
+impl fmt::Display for KernelCap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.map_or("auto", CpuKernel::as_str))
+    }
+}
+
+/// The compute flags shared by `serve`, `predict` and `bench`: device, precision, CPU kernel,
+/// denoise backend and vision cache. Each also reads its `GR00T_…` variable (clap), so nothing
+/// below the command line reads the environment.
+#[derive(clap::Args, Debug, Clone, Copy)]
 pub struct DeviceOptions {
     /// Where the network runs: cpu, cuda or cuda:N (GPU N; needs a build with the cuda feature).
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
@@ -106,6 +130,41 @@ pub struct DeviceOptions {
     /// Compute precision: auto is f32 on the CPU and bf16 on a GPU.
     #[arg(long, value_enum, default_value_t = DtypeArg::Auto)]
     pub dtype: DtypeArg,
+    /// Caps the CPU GEMM kernel (auto: the best this CPU runs; amx, avx512bf16, avx512, avx2,
+    /// library), e.g. to measure the AVX2 path on an AVX-512 machine.
+    #[arg(
+        long,
+        env = "GR00T_CPU_KERNEL",
+        default_value = "auto",
+        value_name = "KERNEL"
+    )]
+    pub cpu_kernel: KernelCap,
+    /// Denoise implementation: fused (per-request and per-step work hoisted out of the Euler
+    /// loop) or reference (upstream's structure); their actions are bit-identical.
+    #[arg(
+        long,
+        env = "GR00T_DIT_BACKEND",
+        default_value = "fused",
+        value_name = "BACKEND"
+    )]
+    pub dit_backend: DenoiseBackend,
+    /// Images whose vision features are kept for reuse (a control loop's t−15 frames were the
+    /// t frames of an earlier request); 0 disables the cache.
+    #[arg(long, env = "GR00T_VISION_CACHE", default_value_t = DEFAULT_VISION_CACHE_IMAGES,
+          value_name = "IMAGES")]
+    pub vision_cache: usize,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> DeviceOptions {
+        DeviceOptions {
+            device: DeviceSpec::default(),
+            dtype: DtypeArg::default(),
+            cpu_kernel: KernelCap::default(),
+            dit_backend: DenoiseBackend::default(),
+            vision_cache: DEFAULT_VISION_CACHE_IMAGES,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -17,12 +17,11 @@ use gr00t_embodiment::image::ImagePipeline;
 use gr00t_embodiment::prompt::PromptEncoder;
 use gr00t_embodiment::request::{NoiseSource, RequestError};
 use gr00t_embodiment::EMBODIMENT_TAG;
-use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::checkpoint::ModalityConfigs;
 use gr00t_model::cpu_kernel;
 use gr00t_model::hub;
 use gr00t_model::taps::Recorder;
-use gr00t_model::vision_cache::{VisionCacheStats, DEFAULT_VISION_CACHE_IMAGES};
+use gr00t_model::vision_cache::VisionCacheStats;
 use gr00t_model::{Checkpoint, Gr00tModel, Rtc};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -93,8 +92,10 @@ pub struct EngineInfo {
     pub embodiment_weights_mib: f64,
     /// 40.
     pub action_horizon: usize,
-    /// Denoise implementation.
+    /// Denoise implementation (`--dit-backend`).
     pub denoise_backend: String,
+    /// Images the vision cache keeps (`--vision-cache`; 0: off).
+    pub vision_cache_images: usize,
     /// CPU GEMM kernel of the products (`amx` or `avx512bf16` for `--dtype bf16` on AMX or
     /// AVX512-BF16 CPUs, `avx512`, `avx2`, `library`; `none` on a GPU).
     pub cpu_kernel: String,
@@ -241,9 +242,9 @@ impl Engine {
     /// Loads the checkpoint and the tokenizer.
     pub fn load(opts: &EngineOptions) -> Result<Engine, Box<dyn std::error::Error + Send + Sync>> {
         // Configuration errors surface before the slow weight load.
-        let backend = DenoiseBackend::from_env()?;
-        let cache_images = vision_cache_images_from_env()?;
-        let kernel_cap = cpu_kernel::CpuKernel::cap_from_env()?;
+        let backend = opts.device.dit_backend;
+        let cache_images = opts.device.vision_cache;
+        let kernel_cap = opts.device.cpu_kernel.0;
         let ckpt = Checkpoint::open(&opts.checkpoint)?;
         let prompt = match &opts.tokenizer {
             Some(path) => PromptEncoder::load(path)?,
@@ -287,6 +288,7 @@ impl Engine {
             embodiment_weights_mib: model.embodiment_weight_bytes() as f64 / (1 << 20) as f64,
             action_horizon: ckpt.config.action_horizon,
             denoise_backend: model.denoise_backend().as_str().into(),
+            vision_cache_images: cache_images,
             // The kernel of the products this dtype runs (f32 ones never run amx or avx512bf16).
             cpu_kernel: if device.is_cpu() && dtype == candle_core::DType::BF16 {
                 kernel.as_str().into()
@@ -594,30 +596,6 @@ impl Engine {
     }
 }
 
-/// Environment variable bounding the vision cache, in images (0 disables it).
-pub const VISION_CACHE_ENV: &str = "GR00T_VISION_CACHE";
-
-/// The vision cache bound from [`VISION_CACHE_ENV`], or the default when it is unset.
-fn vision_cache_images_from_env() -> Result<usize, String> {
-    match std::env::var(VISION_CACHE_ENV) {
-        Err(std::env::VarError::NotPresent) => parse_vision_cache_images(None),
-        Ok(v) => parse_vision_cache_images(Some(&v)),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            Err(format!("{VISION_CACHE_ENV} is not valid UTF-8"))
-        }
-    }
-}
-
-/// A [`VISION_CACHE_ENV`] value as a number of images; unset or empty = the default.
-fn parse_vision_cache_images(value: Option<&str>) -> Result<usize, String> {
-    match value.map(str::trim) {
-        None | Some("") => Ok(DEFAULT_VISION_CACHE_IMAGES),
-        Some(v) => v.parse().map_err(|_| {
-            format!("{VISION_CACHE_ENV}={v:?} is not a number of images (0 disables the cache)")
-        }),
-    }
-}
-
 /// `f32` / `bf16`, as `--dtype` spells them.
 fn dtype_name(dtype: DType) -> &'static str {
     match dtype {
@@ -625,20 +603,5 @@ fn dtype_name(dtype: DType) -> &'static str {
         DType::F16 => "f16",
         DType::F32 => "f32",
         _ => "other",
-    }
-}
-
-#[cfg(test)]
-mod vision_cache_env_tests {
-    use super::*;
-
-    #[test]
-    fn vision_cache_bound_parses_or_names_the_variable() {
-        assert_eq!(parse_vision_cache_images(None), Ok(16));
-        assert_eq!(parse_vision_cache_images(Some(" ")), Ok(16));
-        assert_eq!(parse_vision_cache_images(Some("0")), Ok(0));
-        assert_eq!(parse_vision_cache_images(Some("64")), Ok(64));
-        let e = parse_vision_cache_images(Some("lots")).unwrap_err();
-        assert!(e.contains(VISION_CACHE_ENV) && e.contains("lots"), "{e}");
     }
 }

@@ -1,5 +1,5 @@
 //! Which GEMM multiplies f32 activations by the bf16 weights on the CPU: the best this CPU
-//! runs, unless `GR00T_CPU_KERNEL` names a lesser one (to measure the AVX2 or library path on
+//! runs, unless `--cpu-kernel` names a lesser one (to measure the AVX2 or library path on
 //! an AVX-512 machine). Fixed for the process before the weights load, since packing at load
 //! depends on it. Every kernel computes each element as one f32 fused multiply-add chain;
 //! the hand-written ones in the same order (same bits), the library in its own.
@@ -10,9 +10,6 @@
 
 use crate::cpu_caches::CpuCaches;
 use std::sync::OnceLock;
-
-/// Environment variable that caps the CPU GEMM kernel.
-pub const CPU_KERNEL_ENV: &str = "GR00T_CPU_KERNEL";
 
 /// A CPU GEMM kernel for bf16 weights, in increasing order of speed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -32,7 +29,7 @@ pub enum CpuKernel {
 }
 
 impl CpuKernel {
-    /// The name used by [`CPU_KERNEL_ENV`] and `/info`.
+    /// The name used by `--cpu-kernel` and `/info`.
     pub fn as_str(self) -> &'static str {
         match self {
             CpuKernel::Library => "library",
@@ -95,31 +92,19 @@ impl CpuKernel {
         }
     }
 
-    /// Parses a value of [`CPU_KERNEL_ENV`] (`None`, empty or `auto`: no cap). The error is a
-    /// message for the operator naming the variable.
-    pub fn cap_from_env_value(value: Option<&str>) -> Result<Option<CpuKernel>, String> {
-        match value.map(str::trim) {
-            None | Some("") | Some("auto") => Ok(None),
-            Some("avx512bf16") => Ok(Some(CpuKernel::Avx512Bf16)),
-            Some("amx") => Ok(Some(CpuKernel::Amx)),
-            Some("avx512") => Ok(Some(CpuKernel::Avx512)),
-            Some("avx2") => Ok(Some(CpuKernel::Avx2)),
-            Some("library") => Ok(Some(CpuKernel::Library)),
-            Some(other) => Err(format!(
-                "{CPU_KERNEL_ENV}={other:?} is not a CPU kernel; use auto, amx, avx512bf16, avx512, \
-                 avx2 or library"
+    /// Parses a kernel cap: `auto` or empty (no cap), `amx`, `avx512bf16`, `avx512`, `avx2`
+    /// or `library`.
+    pub fn parse_cap(value: &str) -> Result<Option<CpuKernel>, String> {
+        match value.trim() {
+            "" | "auto" => Ok(None),
+            "avx512bf16" => Ok(Some(CpuKernel::Avx512Bf16)),
+            "amx" => Ok(Some(CpuKernel::Amx)),
+            "avx512" => Ok(Some(CpuKernel::Avx512)),
+            "avx2" => Ok(Some(CpuKernel::Avx2)),
+            "library" => Ok(Some(CpuKernel::Library)),
+            other => Err(format!(
+                "{other:?} is not a CPU kernel; use auto, amx, avx512bf16, avx512, avx2 or library"
             )),
-        }
-    }
-
-    /// The cap named by [`CPU_KERNEL_ENV`] in the process environment.
-    pub fn cap_from_env() -> Result<Option<CpuKernel>, String> {
-        match std::env::var(CPU_KERNEL_ENV) {
-            Ok(v) => CpuKernel::cap_from_env_value(Some(&v)),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => {
-                Err(format!("{CPU_KERNEL_ENV} is not valid UTF-8"))
-            }
         }
     }
 }
@@ -151,9 +136,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_names_and_rejects_others_naming_the_variable() {
-        assert_eq!(CpuKernel::cap_from_env_value(None).unwrap(), None);
-        assert_eq!(CpuKernel::cap_from_env_value(Some(" auto ")).unwrap(), None);
+    fn parses_names_and_rejects_others_listing_the_choices() {
+        assert_eq!(CpuKernel::parse_cap("").unwrap(), None);
+        assert_eq!(CpuKernel::parse_cap(" auto ").unwrap(), None);
         for k in [
             CpuKernel::Library,
             CpuKernel::Avx2,
@@ -161,10 +146,10 @@ mod tests {
             CpuKernel::Avx512Bf16,
             CpuKernel::Amx,
         ] {
-            assert_eq!(CpuKernel::cap_from_env_value(Some(k.as_str())), Ok(Some(k)));
+            assert_eq!(CpuKernel::parse_cap(k.as_str()), Ok(Some(k)));
         }
-        let e = CpuKernel::cap_from_env_value(Some("sse")).unwrap_err();
-        assert!(e.contains(CPU_KERNEL_ENV) && e.contains("sse"), "{e}");
+        let e = CpuKernel::parse_cap("sse").unwrap_err();
+        assert!(e.contains("sse"), "{e}");
         assert!(e.contains("amx") && e.contains("avx512bf16"), "{e}");
     }
 

@@ -109,7 +109,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
     } else {
         cold(&engine, opts)?
     };
-    let backend = DenoiseBackend::from_env_value(Some(&info.denoise_backend))?;
+    let backend: DenoiseBackend = info.denoise_backend.parse()?;
     let seq_len = summary.seq_len;
     let mut flops = request_flops(
         &ckpt.config,
@@ -145,6 +145,8 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
             "cpu_kernel": info.cpu_kernel,
             "cpu_blocks": info.cpu_blocks,
             "dtype": info.dtype,
+            "denoise_backend": info.denoise_backend,
+            "vision_cache_images": info.vision_cache_images,
         });
         println!("{out}");
         return Ok(0);

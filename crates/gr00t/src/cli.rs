@@ -64,11 +64,6 @@ enum Command {
         #[arg(long, default_value_t = crate::doors::http::DEFAULT_HISTORY as u32,
               value_parser = clap::value_parser!(u32).range(1..=1000))]
         history: u32,
-        /// Images whose vision features are kept for reuse (a control loop's t−15 frames were
-        /// the t frames of an earlier request); 0 disables the cache [default: 16, or
-        /// $GR00T_VISION_CACHE].
-        #[arg(long, value_name = "IMAGES")]
-        vision_cache: Option<usize>,
         /// Name of this replica behind a load balancer, echoed in every response's
         /// X-Gr00t-Replica header and in /info [default: $GR00T_REPLICA_ID, else none].
         #[arg(long, value_name = "ID")]
@@ -99,10 +94,6 @@ enum Command {
         /// Tokenizer file (default: the bundled Qwen3 tokenizer).
         #[arg(long)]
         tokenizer: Option<PathBuf>,
-        /// Images whose vision features are kept for reuse; 0 disables the cache [default: 16,
-        /// or $GR00T_VISION_CACHE].
-        #[arg(long, value_name = "IMAGES")]
-        vision_cache: Option<usize>,
         #[command(flatten)]
         device: DeviceOptions,
     },
@@ -120,7 +111,7 @@ enum Command {
         warmup: usize,
         /// Print one JSON object: {"stages": {name: {"median_ms", "gflop"}}, "total_ms",
         /// "cpu_ms", "peak_rss_mb", "threads", "dtype", "cpu_kernel", "cpu_blocks",
-        /// "denoise_weight_gb"}; with --interleave-f32: {"dtype", "cpu_kernel", "threads", "runs",
+        /// "denoise_weight_gb", "denoise_backend", "vision_cache_images"}; with --interleave-f32: {"dtype", "cpu_kernel", "threads", "runs",
         /// "f32", "f32_cpu_kernel", "total_ratio_median_of_pairs", "peak_rss_mb_both_models"}.
         #[arg(long)]
         json: bool,
@@ -145,10 +136,6 @@ enum Command {
         /// With --control-hz: answers collected per mode (without RTC, with RTC).
         #[arg(long, value_name = "N", default_value_t = 20, requires = "control_hz")]
         chunks: usize,
-        /// Images whose vision features are kept for reuse (the loop needs at least 2)
-        /// [default: 16, or $GR00T_VISION_CACHE].
-        #[arg(long, value_name = "IMAGES")]
-        vision_cache: Option<usize>,
         #[command(flatten)]
         device: DeviceOptions,
     },
@@ -171,15 +158,24 @@ enum Size {
     Tiny,
 }
 
+/// Parses the process's command line (exits on a usage error, as clap does), noting what only
+/// the parser knows: whether the API token was typed on the command line.
+pub fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Command::Serve { protocols, .. }, Some(("serve", serve))) =
+        (&mut cli.command, matches.subcommand())
+    {
+        protocols.api_token_on_command_line =
+            serve.value_source("api_token") == Some(clap::parser::ValueSource::CommandLine);
+    }
+    cli
+}
+
 /// Runs the parsed command line's subcommand, returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     crate::doors::http::init_logging(cli.log_format);
-    if let Command::Serve { vision_cache, .. }
-    | Command::Predict { vision_cache, .. }
-    | Command::Bench { vision_cache, .. } = &cli.command
-    {
-        set_vision_cache(*vision_cache);
-    }
     let result = match cli.command {
         Command::Serve {
             checkpoint,
@@ -193,7 +189,6 @@ pub fn run(cli: Cli) -> i32 {
             max_body_mb,
             no_ui,
             history,
-            vision_cache: _,
             replica_id,
             protocols,
             connections,
@@ -228,7 +223,6 @@ pub fn run(cli: Cli) -> i32 {
             checkpoint,
             request,
             tokenizer,
-            vision_cache: _,
             device,
         } => predict(checkpoint, request, tokenizer, device),
         Command::Bench {
@@ -241,7 +235,6 @@ pub fn run(cli: Cli) -> i32 {
             control_hz,
             execute,
             chunks,
-            vision_cache: _,
             device,
         } => resolve_checkpoint(checkpoint).and_then(|checkpoint| {
             crate::bench::run(&crate::bench::BenchOptions {
@@ -267,14 +260,6 @@ pub fn run(cli: Cli) -> i32 {
             eprintln!("error: {e}");
             1
         }
-    }
-}
-
-/// A `--vision-cache` flag overrides $GR00T_VISION_CACHE, which the engine reads at load.
-fn set_vision_cache(images: Option<usize>) {
-    if let Some(n) = images {
-        // Set before any other thread exists (the server starts its threads later).
-        std::env::set_var(crate::engine::VISION_CACHE_ENV, n.to_string());
     }
 }
 

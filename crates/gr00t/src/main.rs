@@ -1,11 +1,9 @@
 //! `gr00t`: the command-line entry point of gr00t-rs: parse the command line, run it in the
 //! library.
 
-use clap::Parser;
-
 fn main() {
     // Before any other thread exists (see `allocator`).
     gr00t::allocator::keep_freed_buffers_mapped();
-    let cli = gr00t::cli::Cli::parse();
+    let cli = gr00t::cli::parse();
     std::process::exit(gr00t::cli::run(cli));
 }

@@ -458,3 +458,113 @@ fn serve_fails_on_a_taken_port_before_loading() {
         );
     }
 }
+
+/// The compute knobs are flags that also read their `GR00T_…` variable (the flag wins); a bad
+/// value is refused by the command line before anything loads, and the effective settings
+/// are what `predict` then runs with (the cache off, the reference backend: same actions).
+#[test]
+fn compute_knobs_are_flags_with_their_variables() {
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gr00t"));
+        c.args(args);
+        for k in [
+            "GR00T_CPU_KERNEL",
+            "GR00T_DIT_BACKEND",
+            "GR00T_VISION_CACHE",
+        ] {
+            c.env_remove(k);
+        }
+        c.envs(env.iter().copied());
+        c.output().expect("run gr00t")
+    };
+    for (args, env, said) in [
+        (
+            &["--cpu-kernel", "sse"][..],
+            &[][..],
+            "\"sse\" is not a CPU kernel",
+        ),
+        (
+            &[][..],
+            &[("GR00T_CPU_KERNEL", "sse")][..],
+            "\"sse\" is not a CPU kernel",
+        ),
+        (
+            &[][..],
+            &[("GR00T_DIT_BACKEND", "fast")][..],
+            "\"fast\" is not a denoise backend",
+        ),
+        (&["--vision-cache", "lots"][..], &[][..], "--vision-cache"),
+    ] {
+        let mut all = vec!["predict", "--checkpoint", "/nonexistent", "--request", "-"];
+        all.extend_from_slice(args);
+        let out = run(&all, env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {err}");
+        assert!(err.contains(said), "{args:?} {env:?}: {err}");
+        assert!(!err.contains("/nonexistent"), "loaded first: {err}");
+    }
+    let help = String::from_utf8(run(&["serve", "--help"], &[]).stdout).unwrap();
+    for var in [
+        "GR00T_CPU_KERNEL",
+        "GR00T_DIT_BACKEND",
+        "GR00T_VISION_CACHE",
+    ] {
+        assert!(
+            help.contains(&format!("env: {var}")),
+            "{var} missing from serve --help"
+        );
+    }
+    // The settings in effect, as `bench --json` (and /info) report them.
+    let bench = |args: &[&str], env: &[(&str, &str)]| {
+        let tiny = tiny();
+        let mut all = vec!["bench", "--checkpoint", &tiny, "--runs", "1", "--json"];
+        all.extend_from_slice(args);
+        let out = run(&all, env);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let plain = bench(&[], &[]);
+    assert_eq!(plain["denoise_backend"], "fused", "{plain}");
+    assert_eq!(plain["vision_cache_images"], 16, "{plain}");
+    for got in [
+        bench(
+            &[
+                "--dit-backend",
+                "reference",
+                "--vision-cache",
+                "0",
+                "--cpu-kernel",
+                "library",
+            ],
+            &[],
+        ),
+        bench(
+            &[],
+            &[
+                ("GR00T_DIT_BACKEND", "reference"),
+                ("GR00T_VISION_CACHE", "0"),
+                ("GR00T_CPU_KERNEL", "library"),
+            ],
+        ),
+        // The flag wins over the variable.
+        bench(
+            &[
+                "--dit-backend",
+                "reference",
+                "--vision-cache",
+                "0",
+                "--cpu-kernel",
+                "library",
+            ],
+            &[("GR00T_DIT_BACKEND", "fused"), ("GR00T_CPU_KERNEL", "auto")],
+        ),
+    ] {
+        assert_eq!(got["denoise_backend"], "reference", "{got}");
+        assert_eq!(got["vision_cache_images"], 0, "{got}");
+        assert_eq!(got["cpu_kernel"], "library", "{got}");
+    }
+}

@@ -1,9 +1,6 @@
 //! Which implementation of the flow-matching loop serves: the straightforward upstream-shaped
 //! one, or the one that hoists per-request and per-step work out of the Euler loop.
 
-/// Environment variable that selects the denoise backend.
-pub const DIT_BACKEND_ENV: &str = "GR00T_DIT_BACKEND";
-
 /// Implementation of the Euler loop; both use the same weights and compute the same function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DenoiseBackend {
@@ -17,34 +14,26 @@ pub enum DenoiseBackend {
 }
 
 impl DenoiseBackend {
-    /// The name used by [`DIT_BACKEND_ENV`] and `/info`.
+    /// The name used by `--dit-backend` and `/info`.
     pub fn as_str(self) -> &'static str {
         match self {
             DenoiseBackend::Reference => "reference",
             DenoiseBackend::Fused => "fused",
         }
     }
+}
 
-    /// Parses a value of [`DIT_BACKEND_ENV`]; `None` or empty selects the default (fused). The
-    /// error is a message for the operator naming the variable.
-    pub fn from_env_value(value: Option<&str>) -> Result<DenoiseBackend, String> {
-        match value.map(str::trim) {
-            None | Some("") => Ok(DenoiseBackend::default()),
-            Some("reference") => Ok(DenoiseBackend::Reference),
-            Some("fused") => Ok(DenoiseBackend::Fused),
-            Some(other) => Err(format!(
-                "{DIT_BACKEND_ENV}={other:?} is not a denoise backend; use reference or fused"
-            )),
-        }
-    }
+impl std::str::FromStr for DenoiseBackend {
+    type Err = String;
 
-    /// The backend named by [`DIT_BACKEND_ENV`] in the process environment.
-    pub fn from_env() -> Result<DenoiseBackend, String> {
-        match std::env::var(DIT_BACKEND_ENV) {
-            Ok(v) => DenoiseBackend::from_env_value(Some(&v)),
-            Err(std::env::VarError::NotPresent) => DenoiseBackend::from_env_value(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(format!(
-                "{DIT_BACKEND_ENV} is not valid UTF-8; use reference or fused"
+    /// `reference` or `fused`; empty selects the default (fused).
+    fn from_str(value: &str) -> Result<DenoiseBackend, String> {
+        match value.trim() {
+            "" => Ok(DenoiseBackend::default()),
+            "reference" => Ok(DenoiseBackend::Reference),
+            "fused" => Ok(DenoiseBackend::Fused),
+            other => Err(format!(
+                "{other:?} is not a denoise backend; use reference or fused"
             )),
         }
     }
@@ -62,23 +51,20 @@ mod tests {
 
     #[test]
     fn parses_names_and_rejects_others_naming_the_variable() {
+        assert_eq!("".parse::<DenoiseBackend>().unwrap(), DenoiseBackend::Fused);
+        assert_eq!("".parse::<DenoiseBackend>().unwrap(), DenoiseBackend::Fused);
         assert_eq!(
-            DenoiseBackend::from_env_value(None).unwrap(),
-            DenoiseBackend::Fused
-        );
-        assert_eq!(
-            DenoiseBackend::from_env_value(Some("")).unwrap(),
-            DenoiseBackend::Fused
-        );
-        assert_eq!(
-            DenoiseBackend::from_env_value(Some("reference")).unwrap(),
+            "reference".parse::<DenoiseBackend>().unwrap(),
             DenoiseBackend::Reference
         );
         assert_eq!(
-            DenoiseBackend::from_env_value(Some("fused")).unwrap(),
+            "fused".parse::<DenoiseBackend>().unwrap(),
             DenoiseBackend::Fused
         );
-        let e = DenoiseBackend::from_env_value(Some("fast")).unwrap_err();
-        assert!(e.contains(DIT_BACKEND_ENV) && e.contains("fast"), "{e}");
+        let e = "fast".parse::<DenoiseBackend>().unwrap_err();
+        assert!(
+            e.contains("fast") && e.contains("reference or fused"),
+            "{e}"
+        );
     }
 }

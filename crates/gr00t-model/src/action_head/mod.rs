@@ -23,7 +23,7 @@ use dit::{Dit, StepModulation, VlMemory};
 use embodiment_mlp::{ActionEncoder, CategorySpecificMlp, SelectedActionEncoder, SelectedMlp};
 use vl_adapter::VlAdapter;
 
-pub use backend::{DenoiseBackend, DIT_BACKEND_ENV};
+pub use backend::DenoiseBackend;
 
 /// Everything of one Euler step that depends only on its timestep bucket.
 struct StepConstants {

@@ -52,6 +52,10 @@ pub struct ProtocolOptions {
     /// File holding the API token (its first line; e.g. a mounted secret).
     #[arg(long, value_name = "FILE", conflicts_with = "api_token")]
     pub api_token_file: Option<PathBuf>,
+    /// Whether `--api-token` was given on the command line (not through $GR00T_API_TOKEN): set
+    /// by the command-line parser, which alone knows the difference.
+    #[arg(skip)]
+    pub api_token_on_command_line: bool,
     /// Let the ZMQ `kill` endpoint shut the server down.
     #[arg(long)]
     pub allow_kill: bool,
@@ -80,10 +84,9 @@ impl ProtocolOptions {
             }
             return Ok((Some(token.into()), false));
         }
-        let from_env = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
         match self.api_token.as_deref().map(str::trim) {
             Some("") => Err("--api-token: the token is empty".into()),
-            Some(t) => Ok((Some(t.into()), from_env.as_deref() != Some(t))),
+            Some(t) => Ok((Some(t.into()), self.api_token_on_command_line)),
             None => Ok((None, false)),
         }
     }

@@ -45,6 +45,7 @@ fn info() -> EngineInfo {
         embodiment_weights_mib: 0.0,
         action_horizon: 40,
         denoise_backend: "test".into(),
+        vision_cache_images: 16,
         cpu_kernel: "test".into(),
         cpu_blocks: "test".into(),
         dtype: "f32".into(),
