@@ -5,6 +5,7 @@
 use crate::doors::answers::Answers;
 use crate::doors::browser::{BrowserOptions, BrowserRules};
 use crate::doors::connections::{self, ConnectionOptions, Timers};
+use crate::doors::http::state::{self, AppState, Limits};
 use crate::doors::http::{body, demo, metrics, observe, routes};
 use crate::doors::ports::{self, BoundPorts};
 use crate::doors::{DoorLimits, ProtocolOptions, Stop};
@@ -14,7 +15,6 @@ use gr00t_core::queue::{self, Queue};
 use gr00t_core::session::{SessionLimits, Sessions};
 use gr00t_model::hub;
 use observe::{ObserveOptions, Observer};
-use routes::{AppState, Limits};
 use std::error::Error;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -124,7 +124,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
     // Every door counts its answers where /metrics reads them.
     let answers = observer.metrics().answers();
     let layouts = engine.layouts();
-    let decode: routes::Decoder = {
+    let decode: state::Decoder = {
         let layouts = layouts.clone();
         std::sync::Arc::new(move |b: &[u8], session| body::request_from_body(b, &layouts, session))
     };

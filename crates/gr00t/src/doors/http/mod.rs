@@ -1,4 +1,4 @@
-//! The HTTP door (docs/API.md): routes, the body → request decoding, refusals
+//! The HTTP door (docs/API.md): routes and their shared state, the body → request decoding, refusals
 //! (`From<InferError>` for the JSON error shape), hardening, the status page, the request log
 //! and `/metrics`. It knows the core's queue and nothing of the other doors.
 
@@ -11,6 +11,7 @@ pub(crate) mod metrics;
 pub(crate) mod observe;
 pub mod request_log;
 pub(crate) mod routes;
+pub(crate) mod state;
 mod ui;
 
 pub use observe::DEFAULT_HISTORY;
@@ -23,7 +24,7 @@ mod tests;
 
 use super::connections::{ConnInfo, LimitedListener};
 use super::{DoorLimits, Stop};
-use routes::AppState;
+use state::AppState;
 use tokio::net::TcpListener;
 
 /// Serves the routes on `listener` behind the connection cap and timers, the browser rules,

@@ -5,7 +5,7 @@
 use super::errors::ErrorNote;
 use super::metrics::{Outcome, Stage};
 use super::observe::Finished;
-use super::routes::AppState;
+use super::state::AppState;
 pub use crate::doors::request_line::{PredictFields, RequestId, RequestLine, X_REQUEST_ID};
 use axum::body::Bytes;
 use axum::extract::{Request, State};

@@ -4,10 +4,9 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::demo::demo_body;
 use super::errors::{json_response, ApiError};
-use super::observe::Observer;
 use super::request_log::{self, PredictNote};
+use super::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
@@ -16,29 +15,10 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use gr00t_core::queue::{Queue, QueueState};
-use gr00t_core::request::Request as InferRequest;
 use gr00t_core::session::check_session_id;
-use gr00t_core::{EngineInfo, InferError};
-use gr00t_embodiment::request::RequestError;
+use gr00t_core::InferError;
 use serde_json::json;
 use std::sync::Arc;
-
-/// Request limits, reported by `/info`.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Requests that may wait behind the one in flight.
-    pub queue: usize,
-    /// Largest accepted `/predict` body.
-    pub max_body_bytes: usize,
-    /// Connections per door.
-    pub connections: crate::doors::connections::Caps,
-}
-
-/// Turns a `/predict` body and the [`SESSION_HEADER`]'s session into a typed request (run on
-/// the blocking pool).
-pub type Decoder =
-    Arc<dyn Fn(&[u8], Option<String>) -> Result<InferRequest, RequestError> + Send + Sync>;
 
 /// Request header naming the client's session (what the balancer hashes on); the body's
 /// `session_id` may name it instead.
@@ -54,78 +34,6 @@ fn session_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         .map_err(|_| ApiError::bad_field(SESSION_HEADER, "expected printable ASCII"))?;
     check_session_id(id).map_err(|m| ApiError::bad_field(SESSION_HEADER, m))?;
     Ok(Some(id.to_string()))
-}
-
-/// What the handlers share.
-#[derive(Clone)]
-pub struct AppState(Arc<Inner>);
-
-struct Inner {
-    worker: Queue,
-    decode: Decoder,
-    replica: Option<HeaderValue>,
-    info: EngineInfo,
-    limits: Limits,
-    started_unix: u64,
-    demo: Bytes,
-    observer: Observer,
-    /// Bodies parsed at once (one per core): a burst of large bodies queues here instead of
-    /// taking every blocking thread and its memory.
-    parsing: tokio::sync::Semaphore,
-}
-
-/// Bodies parsed at the same time.
-const PARSERS: usize = 2;
-
-impl AppState {
-    /// State with default observation (metrics, and a status page without frames), for tests.
-    #[cfg(test)]
-    pub fn new(worker: Queue, decode: Decoder, info: EngineInfo, limits: Limits) -> AppState {
-        let observer = Observer::new(Default::default()).expect("start the history thread");
-        AppState::with_observer(worker, decode, info, limits, observer, None)
-    }
-
-    /// State over a running queue, the body decoder, the engine's description, an observer
-    /// and the replica id that every response names (see [`replica_id`]).
-    pub fn with_observer(
-        worker: Queue,
-        decode: Decoder,
-        info: EngineInfo,
-        limits: Limits,
-        observer: Observer,
-        replica: Option<HeaderValue>,
-    ) -> AppState {
-        let started_unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        AppState(Arc::new(Inner {
-            worker,
-            decode,
-            replica,
-            info,
-            limits,
-            started_unix,
-            demo: Bytes::from(demo_body()),
-            observer,
-            parsing: tokio::sync::Semaphore::new(PARSERS),
-        }))
-    }
-
-    /// Metrics and history.
-    pub fn observer(&self) -> &Observer {
-        &self.0.observer
-    }
-
-    /// The queue's live state.
-    pub fn queue_state(&self) -> QueueState {
-        self.0.worker.state()
-    }
-
-    /// The sessions' counts.
-    pub fn session_stats(&self) -> gr00t_core::session::SessionStats {
-        self.0.worker.session_stats()
-    }
 }
 
 /// Response header naming the replica that answered (`--replica-id`), so that a client behind a

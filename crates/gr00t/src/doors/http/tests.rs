@@ -2,7 +2,7 @@
 //! `tests/server.rs`): refusals, limits, overload, panics. The stand-in decoder passes each body
 //! on as the instruction of a request, so the stand-in predictor answers by body.
 
-use super::routes::{AppState, Decoder, Limits};
+use super::state::{AppState, Decoder, Limits};
 use super::test_client::{exchange, get, post_json, request};
 use crate::doors::browser::{BrowserOptions, BrowserRules};
 use crate::doors::connections::{size_caps, ConnectionOptions, Timers};

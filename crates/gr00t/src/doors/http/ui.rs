@@ -1,7 +1,7 @@
 //! The read-only face of the server: `GET /` (the status page, its script and style embedded
 //! in the binary), `GET /ui/requests` (what the page polls) and `GET /metrics`.
 
-use super::routes::AppState;
+use super::state::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
