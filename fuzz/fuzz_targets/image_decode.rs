@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     if frame.width * frame.height > MAX_PIPELINE_PIXELS {
         return;
     }
-    if gr00t_embodiment::image::check_frame_geometry(frame.width, frame.height).is_ok() {
+    if gr00t_embodiment::frame_policy::check_frame_geometry(frame.width, frame.height).is_ok() {
         let _ = gr00t_fuzz::pipeline().process(std::slice::from_ref(&frame));
     }
 });

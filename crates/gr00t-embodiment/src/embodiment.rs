@@ -11,8 +11,9 @@
 use crate::actions::{ActionDecoder, DecodedActions};
 use crate::frame_policy::{frame_policy, BoundFramePolicy};
 use crate::image::{decode_base64, EncodedFrame, Frame, ImagePipeline, ProcessedImages};
+pub use crate::observation::Observation;
+use crate::observation::{NoiseSource, RequestError};
 use crate::prompt::{EncodedPrompt, PromptEncoder, PromptError};
-use crate::request::{NoiseSource, RequestError};
 use crate::state::{StateError, StateNormalizer};
 use gr00t_model::{Checkpoint, ModelInputs};
 use std::time::Instant;
@@ -137,29 +138,6 @@ impl EmbodimentSpec {
             ));
         }
         Ok(())
-    }
-}
-
-/// One observation of any embodiment, as a client sends it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Observation {
-    /// Per view, its frames in `delta_indices` order (oldest first).
-    pub images: Vec<(String, Vec<Frame>)>,
-    /// Raw state per key (the last time step).
-    pub state: Vec<(String, Vec<f32>)>,
-    /// The instruction as sent.
-    pub instruction: String,
-    /// Initial noise.
-    pub noise: NoiseSource,
-}
-
-impl Observation {
-    /// The state as `(key, values)` pairs.
-    pub fn raw_state(&self) -> Vec<(&str, &[f32])> {
-        self.state
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
-            .collect()
     }
 }
 

@@ -97,6 +97,17 @@ impl BoundFramePolicy {
     }
 }
 
+/// Smallest accepted width/height ratio of a DROID frame (its [`FramePolicy`]).
+pub const MIN_FRAME_ASPECT: f64 = DROID_FRAMES.aspect.0;
+/// Largest accepted width/height ratio of a DROID frame (its [`FramePolicy`]).
+pub const MAX_FRAME_ASPECT: f64 = DROID_FRAMES.aspect.1;
+
+/// DROID's cheap frame check ([`DROID_FRAMES`]`.check_aspect`): landscape with width/height in
+/// [`MIN_FRAME_ASPECT`, `MAX_FRAME_ASPECT`] (16:9-like).
+pub fn check_frame_geometry(width: usize, height: usize) -> Result<(), ImageError> {
+    DROID_FRAMES.check_aspect(width, height)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! The embodiment layer of GR00T N1.7: any tag's layout read from the checkpoint
-//! ([`embodiment`]), the HTTP request types with validation, the action groups,
+//! ([`embodiment`]), the observation every door hands over ([`observation`]), the HTTP
+//! request types with validation, the action groups,
 //! image/prompt/state pre-processing into [`ModelInputs`], and decoding of the model's
 //! normalised action chunk into physical actions. DROID goes through the same
 //! [`EmbodimentProcessor`](embodiment::EmbodimentProcessor); what is DROID's own is data: its
@@ -14,6 +15,7 @@ pub mod embodiment_tags;
 pub mod frame_history;
 pub mod frame_policy;
 pub mod image;
+pub mod observation;
 pub mod pose;
 pub mod prompt;
 pub mod request;

@@ -8,8 +8,8 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub use crate::observation::{NoiseSource, RequestError};
 use serde_json::{Map, Value};
-use std::fmt;
 
 /// Camera names of the DROID layout, in model order.
 pub const CAMERAS: [&str; 2] = ["exterior_image_1_left", "wrist_image_left"];
@@ -54,46 +54,6 @@ pub(crate) const TOP_LEVEL_FIELDS: [&str; 13] = [
     "session_id",
     "session_token",
 ];
-
-/// A refused request: the field at fault and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestError {
-    /// JSON path of the field, e.g. `state.joint_position` or `images.wrist_image_left[1]`.
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl RequestError {
-    /// An error about `field`.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> RequestError {
-        RequestError {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.field.is_empty() {
-            write!(f, "{}", self.message)
-        } else {
-            write!(f, "{}: {}", self.field, self.message)
-        }
-    }
-}
-
-impl std::error::Error for RequestError {}
-
-/// Where the initial flow-matching noise comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum NoiseSource {
-    /// `torch.randn` with this seed.
-    Seed(u64),
-    /// Explicit `[horizon][action_dim]` values from the client, row-major.
-    Client(Vec<f32>),
-}
 
 /// The raw (un-normalised) arm state.
 #[derive(Debug, Clone, PartialEq)]

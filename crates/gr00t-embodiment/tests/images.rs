@@ -3,11 +3,11 @@
 
 use base64::Engine;
 use gr00t_embodiment::embodiment::{EmbodimentProcessor, EncodedRequest};
+use gr00t_embodiment::frame_policy::{check_frame_geometry, MAX_FRAME_ASPECT, MIN_FRAME_ASPECT};
 use gr00t_embodiment::image::area::resize_area;
-use gr00t_embodiment::image::pipeline::{MAX_FRAME_ASPECT, MIN_FRAME_ASPECT};
 use gr00t_embodiment::image::{
-    check_frame_geometry, decode_base64_frame, decode_frame_bytes, smart_resize, EncodedFrame,
-    EvalTransform, Frame, ImageError, ImagePipeline, ResizeKind, TvSize, DROID_GRID_THW,
+    decode_base64_frame, decode_frame_bytes, smart_resize, EncodedFrame, EvalTransform, Frame,
+    ImageError, ImagePipeline, ResizeKind, TvSize, DROID_GRID_THW,
 };
 use gr00t_embodiment::prompt::PromptEncoder;
 use gr00t_embodiment::request::PredictRequest;

@@ -13,19 +13,9 @@ use gr00t_model::checkpoint::ProcessorConfig;
 use gr00t_model::config::ImageProcessorConfig;
 use gr00t_model::Checkpoint;
 
-/// Smallest accepted width/height ratio of a DROID frame (its [`FramePolicy`](crate::frame_policy::FramePolicy)).
-pub const MIN_FRAME_ASPECT: f64 = crate::frame_policy::DROID_FRAMES.aspect.0;
-/// Largest accepted width/height ratio of a DROID frame (its [`FramePolicy`](crate::frame_policy::FramePolicy)).
-pub const MAX_FRAME_ASPECT: f64 = crate::frame_policy::DROID_FRAMES.aspect.1;
 /// The patch grid every DROID frame lands on under the released checkpoint (112 LLM tokens per
 /// frame); the check itself uses the grid of the checkpoint at hand.
 pub const DROID_GRID_THW: [usize; 3] = [1, 16, 28];
-
-/// DROID's cheap frame check ([`DROID_FRAMES`](crate::frame_policy::DROID_FRAMES)`.check_aspect`):
-/// landscape with width/height in [`MIN_FRAME_ASPECT`, `MAX_FRAME_ASPECT`] (16:9-like).
-pub fn check_frame_geometry(width: usize, height: usize) -> Result<(), ImageError> {
-    crate::frame_policy::DROID_FRAMES.check_aspect(width, height)
-}
 
 /// Sizes of every stage for one input size, computed without touching pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,8 @@ use crate::doors::wire::msgpack_numpy::{from_openpi_array, get, scalar, type_nam
 use crate::doors::wire::ndarray::{DType, Kind};
 use gr00t_core::request::{AnyRequest, Item};
 use gr00t_embodiment::embodiment::Observation;
-use gr00t_embodiment::image::{check_frame_geometry, Frame};
+use gr00t_embodiment::frame_policy::check_frame_geometry;
+use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::pose;
 use gr00t_embodiment::request::{NoiseSource, RawState, CAMERAS, DEFAULT_SEED};
 use gr00t_embodiment::EMBODIMENT_TAG;
