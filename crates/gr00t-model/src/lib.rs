@@ -19,6 +19,7 @@ pub mod hub;
 pub mod inputs;
 pub mod linear;
 pub mod model;
+pub(crate) mod nn;
 pub mod noise;
 pub(crate) mod out_ptr;
 pub mod rtc;

@@ -2,11 +2,11 @@
 //! position embedding, 2-D rotary ViT blocks with per-image attention, the 2×2 patch merger
 //! and the DeepStack mergers.
 
-use crate::backbone::nn::{apply_rope, attention, linear, LayerNorm, Mask};
 use crate::config::VisionConfig;
 use crate::cpu_math::gelu_tanh;
 use crate::error::{Error, Result};
 use crate::linear::{products_for, Linear, Products};
+use crate::nn::{apply_rope, attention, linear, LayerNorm, Mask};
 use crate::taps::Recorder;
 use crate::weights::COMPACT;
 use candle_core::{DType, Device, Module, Tensor};

@@ -2,9 +2,9 @@
 //! biases, scale 1/√head_dim), the GELU-tanh `FeedForward`, a two-pass LayerNorm and boolean key
 //! masks as additive biases.
 
-use crate::backbone::cpu_attention;
 use crate::cpu_math::{self, gelu_tanh};
 use crate::linear::{linear, products_for, Linear, Products};
+use crate::nn::cpu_attention;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::VarBuilder;

@@ -2,9 +2,6 @@
 //! Its features are the last kept layer's output (no final norm), plus the image and
 //! attention masks the action head needs.
 
-pub(crate) mod cpu_attention;
-pub(crate) mod nn;
-
 use crate::config::BackboneConfig;
 use crate::error::{Error, Result};
 use crate::taps::Recorder;

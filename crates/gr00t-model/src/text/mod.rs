@@ -6,10 +6,10 @@ pub mod rope;
 
 pub use rope::{rope_index, MropePositions};
 
-use crate::backbone::nn::{apply_rope, attention, linear, Mask, RmsNorm};
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::linear::{products_for, Linear, Products};
+use crate::nn::{apply_rope, attention, linear, Mask, RmsNorm};
 use crate::taps::Recorder;
 use crate::weights::COMPACT;
 use candle_core::{DType, Device, Module, Tensor};

@@ -1,5 +1,8 @@
-//! Layers shared by the vision tower and the LLM (norms, rotary application, softmax
-//! attention), written with plain candle ops so that every candle device runs them.
+//! Layers shared by the vision tower, the LLM and the action head (norms, rotary
+//! application, softmax attention), written with plain candle ops so that every candle device
+//! runs them; `cpu_attention` is the CPU's blocked attention behind [`attention`].
+
+pub(crate) mod cpu_attention;
 
 use candle_core::{DType, Module, Tensor, D};
 use candle_nn::VarBuilder;
@@ -114,8 +117,8 @@ pub(crate) fn attention(
     if hkv == 0 || !hq.is_multiple_of(hkv) {
         candle_core::bail!("attention: {hq} query heads do not share {hkv} kv heads evenly");
     }
-    if super::cpu_attention::applies(q, k, v, mask) {
-        return super::cpu_attention::attention(q, k, v, scale, mask, causal, products);
+    if cpu_attention::applies(q, k, v, mask) {
+        return cpu_attention::attention(q, k, v, scale, mask, causal, products);
     }
     let rep = hq / hkv;
     // Query heads of one kv head are adjacent, so they stack into one taller matrix.
