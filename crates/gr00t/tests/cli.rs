@@ -530,18 +530,16 @@ fn compute_knobs_are_flags_with_their_variables() {
     let plain = bench(&[], &[]);
     assert_eq!(plain["denoise_backend"], "fused", "{plain}");
     assert_eq!(plain["vision_cache_images"], 16, "{plain}");
+    let flags = [
+        "--dit-backend",
+        "reference",
+        "--vision-cache",
+        "0",
+        "--cpu-kernel",
+        "library",
+    ];
     for got in [
-        bench(
-            &[
-                "--dit-backend",
-                "reference",
-                "--vision-cache",
-                "0",
-                "--cpu-kernel",
-                "library",
-            ],
-            &[],
-        ),
+        bench(&flags, &[]),
         bench(
             &[],
             &[
@@ -552,14 +550,7 @@ fn compute_knobs_are_flags_with_their_variables() {
         ),
         // The flag wins over the variable.
         bench(
-            &[
-                "--dit-backend",
-                "reference",
-                "--vision-cache",
-                "0",
-                "--cpu-kernel",
-                "library",
-            ],
+            &flags,
             &[("GR00T_DIT_BACKEND", "fused"), ("GR00T_CPU_KERNEL", "auto")],
         ),
     ] {
