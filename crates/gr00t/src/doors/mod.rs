@@ -18,9 +18,6 @@ pub mod zmq;
 use wire::observation;
 use ws as websocket;
 
-#[cfg(test)]
-mod tests;
-
 use crate::engine::EngineInfo;
 use browser::BrowserRules;
 use connections::{Caps, ConnInfo, LimitedListener, Timers};

@@ -8,3 +8,6 @@ pub mod ndarray;
 pub mod npy;
 pub mod observation;
 pub mod session;
+
+#[cfg(test)]
+mod tests;

@@ -17,6 +17,8 @@
 pub mod droid_obs;
 mod openpi;
 pub mod roboarena;
+#[cfg(test)]
+mod tests;
 mod vllm_omni;
 
 pub use openpi::metadata;
