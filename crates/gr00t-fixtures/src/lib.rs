@@ -1,6 +1,8 @@
 //! Test support for gr00t-rs: where the bundled golden fixtures live, how to load their taps,
 //! and the comparison metrics the parity gates use.
 
+pub mod http_client;
+
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::PathBuf;

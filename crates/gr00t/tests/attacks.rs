@@ -4,8 +4,7 @@
 //! must stay up and keep answering; the figures are printed (`--nocapture`). Every wait is a
 //! bounded socket read; nothing sleeps to let time pass.
 
-#[path = "../src/doors/http/test_client.rs"]
-mod test_client;
+use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
 #[path = "support/zmtp_client.rs"]

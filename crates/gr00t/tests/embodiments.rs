@@ -2,8 +2,7 @@
 //! NVIDIA's code): every case's `request.json` over real HTTP against what `Gr00tPolicy`
 //! returned, `/info`'s layouts, `--embodiment`, and the refusals naming their field.
 
-#[path = "../src/doors/http/test_client.rs"]
-mod test_client;
+use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
 

@@ -4,8 +4,7 @@
 //! `tests/server.rs::sigterm_finishes_the_request_in_flight_and_exits_zero`.
 //! Every wait is bounded by a socket timeout or a deadline; nothing sleeps to let time pass.
 
-#[path = "../src/doors/http/test_client.rs"]
-mod test_client;
+use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
 

@@ -2,8 +2,7 @@
 //! `tests/fixtures/gr00t_n17_tiny_extra` (`letter_box_transform: true`; the torchvision path),
 //! each on its checkpoint variant: NVIDIA's actions within the DROID gate.
 
-#[path = "../src/doors/http/test_client.rs"]
-mod test_client;
+use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
 

@@ -5,20 +5,10 @@
 //! the same request through ZMQ and both websocket forms bit-identical to HTTP; and bad
 //! options refused on each door, naming the field.
 
-#[path = "../src/doors/http/test_client.rs"]
-mod test_client;
+use gr00t::doors::wire::{msgpack_numpy, ndarray};
+use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
-
-#[allow(dead_code)]
-#[path = "../src/doors/wire/msgpack_numpy.rs"]
-mod msgpack_numpy;
-#[allow(dead_code)]
-#[path = "../src/doors/wire/ndarray.rs"]
-mod ndarray;
-#[allow(dead_code)]
-#[path = "../src/doors/wire/npy.rs"]
-mod npy;
 
 use gr00t_fixtures::{max_abs, max_abs_diff, pearson, repo_root, Taps};
 use msgpack_numpy::{from_gr00t_array, from_openpi_array, get, gr00t_array, openpi_array};

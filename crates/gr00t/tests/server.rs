@@ -1,8 +1,7 @@
 //! End-to-end tests of `gr00t serve` and `gr00t pull`: the real binary on the tiny fixture
 //! checkpoint, spoken to over real HTTP. Each test starts its own server (killed on drop).
 
-#[path = "../src/doors/http/test_client.rs"]
-mod test_client;
+use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
 

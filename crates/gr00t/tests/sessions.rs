@@ -3,8 +3,7 @@
 //! stream answers alone; a robot posting faster than the server computes gets 409 for every
 //! observation a newer one replaced, and every answer it does get is its own observation's.
 
-#[path = "../src/doors/http/test_client.rs"]
-mod test_client;
+use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
 

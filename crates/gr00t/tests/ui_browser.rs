@@ -7,8 +7,7 @@
 //! Needs `chromium` and `chromium-driver` (`.ci/run` installs them): without them it skips with
 //! a loud message, except under `CI=true`, where it fails; `GR00T_SKIP_BROWSER=1` skips it.
 
-#[path = "../src/doors/http/test_client.rs"]
-mod test_client;
+use gr00t_fixtures::http_client as test_client;
 
 use base64::Engine as _;
 use gr00t_fixtures::{request_json, tiny_checkpoint};

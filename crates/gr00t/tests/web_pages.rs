@@ -3,8 +3,7 @@
 //! `fetch` with a Blob body and no type, a websocket from its own origin) and DNS rebinding
 //! (a page whose domain now resolves to 127.0.0.1). Also how the API token is given.
 
-#[path = "../src/doors/http/test_client.rs"]
-mod test_client;
+use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
 

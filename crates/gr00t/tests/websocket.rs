@@ -6,20 +6,10 @@
 //! upstream's nested GR00T observation gives exactly HTTP's actions (and the goldens' within
 //! their gates), with the refusals naming their field.
 
-#[path = "../src/doors/http/test_client.rs"]
-mod test_client;
+use gr00t::doors::wire::{msgpack_numpy, ndarray};
+use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
-
-#[allow(dead_code)]
-#[path = "../src/doors/wire/msgpack_numpy.rs"]
-mod msgpack_numpy;
-#[allow(dead_code)]
-#[path = "../src/doors/wire/ndarray.rs"]
-mod ndarray;
-#[allow(dead_code)]
-#[path = "../src/doors/wire/npy.rs"]
-mod npy;
 
 use gr00t_fixtures::max_abs_diff;
 use msgpack_numpy::{from_openpi_array, get, openpi_array, pack, str_map, unpack};

@@ -3,20 +3,10 @@
 //! fixture model: case0 gives the fixture's actions and exactly HTTP's, every endpoint answers,
 //! bad requests get `{"error": ...}` and the server keeps serving.
 
-#[path = "../src/doors/http/test_client.rs"]
-mod test_client;
+use gr00t::doors::wire::{msgpack_numpy, ndarray};
+use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
-
-#[allow(dead_code)]
-#[path = "../src/doors/wire/msgpack_numpy.rs"]
-mod msgpack_numpy;
-#[allow(dead_code)]
-#[path = "../src/doors/wire/ndarray.rs"]
-mod ndarray;
-#[allow(dead_code)]
-#[path = "../src/doors/wire/npy.rs"]
-mod npy;
 
 use gr00t_fixtures::max_abs_diff;
 use msgpack_numpy::{decode_array, from_gr00t_array, get, gr00t_array, nd_array, pack};

@@ -18,8 +18,6 @@ pub use observe::DEFAULT_HISTORY;
 pub use request_log::{init_logging, LogFormat};
 
 #[cfg(test)]
-mod test_client;
-#[cfg(test)]
 mod tests;
 
 use super::connections::{ConnInfo, LimitedListener};

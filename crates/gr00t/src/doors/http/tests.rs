@@ -3,7 +3,6 @@
 //! on as the instruction of a request, so the stand-in predictor answers by body.
 
 use super::state::{AppState, Decoder, Limits};
-use super::test_client::{exchange, get, post_json, request};
 use crate::doors::browser::{BrowserOptions, BrowserRules};
 use crate::doors::connections::{size_caps, ConnectionOptions, Timers};
 use crate::doors::{DoorLimits, Stop};
@@ -14,6 +13,7 @@ use gr00t_core::response::{ActionGroups, PredictResponse, TimingMs};
 use gr00t_core::InferError;
 use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::request::{NoiseSource, RequestError};
+use gr00t_fixtures::http_client::{exchange, get, post_json, request};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 

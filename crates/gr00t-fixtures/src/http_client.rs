@@ -1,6 +1,5 @@
-//! A minimal blocking HTTP/1.1 client over `std::net::TcpStream` for the server's tests (the
-//! unit tests and `tests/server.rs` share this file). One request per connection.
-#![allow(dead_code)]
+//! A minimal blocking HTTP/1.1 client over `std::net::TcpStream` for the server's tests (its
+//! unit tests and every integration test that starts a server). One request per connection.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
