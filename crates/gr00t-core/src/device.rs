@@ -113,12 +113,6 @@ impl FromStr for KernelCap {
     }
 }
 
-impl fmt::Display for KernelCap {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0.map_or("auto", CpuKernel::as_str))
-    }
-}
-
 /// The compute flags shared by `serve`, `predict` and `bench`: device, precision, CPU kernel,
 /// denoise backend and vision cache. Each also reads its `GR00T_…` variable (clap), so nothing
 /// below the command line reads the environment.

@@ -241,10 +241,6 @@ pub struct Engine {
 impl Engine {
     /// Loads the checkpoint and the tokenizer.
     pub fn load(opts: &EngineOptions) -> Result<Engine, Box<dyn std::error::Error + Send + Sync>> {
-        // Configuration errors surface before the slow weight load.
-        let backend = opts.device.dit_backend;
-        let cache_images = opts.device.vision_cache;
-        let kernel_cap = opts.device.cpu_kernel.0;
         let ckpt = Checkpoint::open(&opts.checkpoint)?;
         let prompt = match &opts.tokenizer {
             Some(path) => PromptEncoder::load(path)?,
@@ -264,15 +260,15 @@ impl Engine {
         let device = opts.device.device.open()?;
         let dtype = opts.device.dtype.resolve(&device);
         // Before the weights load: packing at load depends on the kernel.
-        let kernel = cpu_kernel::select(kernel_cap);
+        let kernel = cpu_kernel::select(opts.device.cpu_kernel.0);
         // Only the served embodiments' category-specific weights are kept (~20 MB a slot in
         // bf16 on the full model).
         let mut ids: Vec<usize> = embodiments.iter().map(|p| p.spec().embodiment_id).collect();
         ids.sort_unstable();
         ids.dedup();
         let mut model = Gr00tModel::load_with(&ckpt, &device, dtype, Some(&ids))?;
-        model.set_denoise_backend(backend);
-        model.set_vision_cache_capacity(cache_images);
+        model.set_denoise_backend(opts.device.dit_backend);
+        model.set_vision_cache_capacity(opts.device.vision_cache);
         let (model_id, revision) = hub::served_model(&opts.checkpoint);
         let info = EngineInfo {
             model_id,
@@ -288,7 +284,7 @@ impl Engine {
             embodiment_weights_mib: model.embodiment_weight_bytes() as f64 / (1 << 20) as f64,
             action_horizon: ckpt.config.action_horizon,
             denoise_backend: model.denoise_backend().as_str().into(),
-            vision_cache_images: cache_images,
+            vision_cache_images: opts.device.vision_cache,
             // The kernel of the products this dtype runs (f32 ones never run amx or avx512bf16).
             cpu_kernel: if device.is_cpu() && dtype == candle_core::DType::BF16 {
                 kernel.as_str().into()
