@@ -16,15 +16,15 @@ use std::sync::OnceLock;
 pub enum CpuKernel {
     /// Slabs of weight rows widened per call, multiplied by the `gemm` crate (every CPU).
     Library,
-    /// Hand-written AVX2+FMA kernel on weights packed at load (`gemm_avx2.rs`).
+    /// Hand-written AVX2+FMA kernel on weights packed at load (`gemm/avx2.rs`).
     Avx2,
-    /// Hand-written AVX-512 kernel on weights packed at load (`gemm_avx512.rs`).
+    /// Hand-written AVX-512 kernel on weights packed at load (`gemm/avx512.rs`).
     Avx512,
     /// As [`CpuKernel::Avx512`] for f32 products; bf16 products run `vdpbf16ps` on VNNI pairs
-    /// packed at load (`gemm_avx512bf16.rs`).
+    /// packed at load (`gemm/avx512bf16.rs`).
     Avx512Bf16,
     /// As [`CpuKernel::Avx512Bf16`], but the linear layers' bf16 products run AMX-BF16 tiles
-    /// on the same VNNI pairs (`gemm_amx.rs`; Sapphire, Emerald and Granite Rapids).
+    /// on the same VNNI pairs (`gemm/amx.rs`; Sapphire, Emerald and Granite Rapids).
     Amx,
 }
 
@@ -58,7 +58,7 @@ impl CpuKernel {
         );
         let f32_blocks = match self.for_f32() {
             CpuKernel::Avx2 => {
-                let b = crate::gemm_avx2::blocking();
+                let b = crate::gemm::avx2::blocking();
                 format!("{caches}; kc {} mc {} nc {}", b.kc, b.mc, b.nc)
             }
             CpuKernel::Avx512 | CpuKernel::Avx512Bf16 | CpuKernel::Amx => {
@@ -70,7 +70,7 @@ impl CpuKernel {
         if self == CpuKernel::Amx {
             format!(
                 "{f32_blocks}; bf16 {}",
-                crate::gemm_amx::blocks_description()
+                crate::gemm::amx::blocks_description()
             )
         } else {
             f32_blocks
@@ -79,13 +79,13 @@ impl CpuKernel {
 
     /// The fastest kernel this CPU runs.
     pub fn detected() -> CpuKernel {
-        if crate::gemm_amx::available() {
+        if crate::gemm::amx::available() {
             CpuKernel::Amx
-        } else if crate::gemm_avx512bf16::available() {
+        } else if crate::gemm::avx512bf16::available() {
             CpuKernel::Avx512Bf16
-        } else if crate::gemm_avx512::available() {
+        } else if crate::gemm::avx512::available() {
             CpuKernel::Avx512
-        } else if crate::gemm_avx2::available() {
+        } else if crate::gemm::avx2::available() {
             CpuKernel::Avx2
         } else {
             CpuKernel::Library
@@ -168,7 +168,7 @@ mod tests {
             .blocks_description()
             .contains("; bf16 AMX tiles"));
         let d = CpuKernel::Avx2.blocks_description();
-        let b = crate::gemm_avx2::blocking();
+        let b = crate::gemm::avx2::blocking();
         assert!(
             d.ends_with(&format!("kc {} mc {} nc {}", b.kc, b.mc, b.nc)),
             "{d}"

@@ -11,17 +11,13 @@ pub(crate) mod cpu_math;
 pub mod error;
 pub mod flash;
 pub mod flops;
-pub(crate) mod gemm_amx;
-pub(crate) mod gemm_avx2;
-pub(crate) mod gemm_avx512;
-pub(crate) mod gemm_avx512bf16;
+pub(crate) mod gemm;
 pub mod hub;
 pub mod inputs;
 pub mod linear;
 pub mod model;
 pub(crate) mod nn;
 pub mod noise;
-pub(crate) mod out_ptr;
 pub mod rtc;
 pub mod synth;
 pub mod taps;
@@ -30,8 +26,6 @@ mod test_rng;
 pub mod text;
 pub mod vision;
 pub mod vision_cache;
-#[cfg(test)]
-mod vnni_checks;
 pub mod weights;
 
 pub use checkpoint::Checkpoint;

@@ -1,22 +1,20 @@
 //! `nn.Linear` whose weight may stay bf16 in memory (half the bytes of f32) while the product
 //! is computed in f32. On AVX-512 and AVX2 CPUs the large weights are rearranged once at load
-//! into the hand-written kernels' panel order and widened exactly in registers (`gemm_avx512.rs`,
-//! `gemm_avx2.rs`); elsewhere slabs of weight rows are widened into a small per-thread f32 buffer
+//! into the hand-written kernels' panel order and widened exactly in registers (`gemm/avx512.rs`,
+//! `gemm/avx2.rs`); elsewhere slabs of weight rows are widened into a small per-thread f32 buffer
 //! and multiplied straight into their columns of the output (`cpu_kernel.rs` says which). The math is the f32 product of the stored
 //! values; only the summation order inside the GEMM may differ.
 //!
 //! A model loaded for bf16 products on the CPU ([`loading_with`], `--dtype bf16`) rounds each
 //! product's activations to bf16 (round to nearest even) and keeps everything else f32: on
 //! AVX512-BF16 CPUs `vdpbf16ps` multiplies them by weights packed at load as VNNI pairs
-//! (`gemm_avx512bf16.rs`), on AMX CPUs tiles of the same pairs (`gemm_amx.rs`); elsewhere the f32 kernels multiply the rounded values (the same
+//! (`gemm/avx512bf16.rs`), on AMX CPUs tiles of the same pairs (`gemm/amx.rs`); elsewhere the f32 kernels multiply the rounded values (the same
 //! numbers at f32 speed).
 
 use crate::cpu_kernel::{self, CpuKernel};
-use crate::gemm_amx;
-use crate::gemm_avx2;
-use crate::gemm_avx512::{self, Rhs};
-use crate::gemm_avx512bf16;
-use crate::out_ptr::OutPtr;
+use crate::gemm::avx512::{self, Rhs};
+use crate::gemm::out_ptr::OutPtr;
+use crate::gemm::{amx, avx2, avx512bf16};
 use crate::weights::COMPACT;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Storage, Tensor, D};
 use candle_nn::VarBuilder;
@@ -418,9 +416,9 @@ pub fn matmul_bf16_with(
     bias: Option<&[f32]>,
 ) -> Vec<f32> {
     let y = match kernel.for_f32() {
-        CpuKernel::Avx512 => gemm_avx512::matmul(x, m, k, Rhs::Bf16(w), n, bias),
-        CpuKernel::Avx2 if gemm_avx2::available() => {
-            PackedBf16::new(w, n, k).and_then(|p| gemm_avx2::matmul(x, m, k, &p, bias))
+        CpuKernel::Avx512 => avx512::matmul(x, m, k, Rhs::Bf16(w), n, bias),
+        CpuKernel::Avx2 if avx2::available() => {
+            PackedBf16::new(w, n, k).and_then(|p| avx2::matmul(x, m, k, &p, bias))
         }
         _ => None,
     };
@@ -432,7 +430,7 @@ pub fn matmul_bf16_with(
 
 /// A weight packed at load and its layouts (public only for the `gemm_shapes` benchmark).
 #[doc(hidden)]
-pub use crate::gemm_avx512::{PackLayout, PackedBf16};
+pub use crate::gemm::{PackLayout, PackedBf16};
 
 /// `x` `[m, k]` · a packed weight ᵀ (+ `bias`) through `kernel`: f32 `x` for
 /// [`PackLayout::Panels`] (the f32 kernel under `kernel`), `x` rounded to bf16 for
@@ -448,12 +446,12 @@ pub fn matmul_packed_with(
     bias: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
     match (w.layout(), kernel) {
-        (PackLayout::VnniPairs, CpuKernel::Amx) => gemm_amx::matmul(x, m, k, w, bias),
-        (PackLayout::VnniPairs, CpuKernel::Avx512Bf16) => gemm_avx512bf16::matmul(x, m, k, w, bias),
+        (PackLayout::VnniPairs, CpuKernel::Amx) => amx::matmul(x, m, k, w, bias),
+        (PackLayout::VnniPairs, CpuKernel::Avx512Bf16) => avx512bf16::matmul(x, m, k, w, bias),
         (PackLayout::VnniPairs, _) => None,
         (PackLayout::Panels, kernel) => match kernel.for_f32() {
-            CpuKernel::Avx512 => gemm_avx512::matmul(x, m, k, Rhs::Packed(w), w.dims().0, bias),
-            CpuKernel::Avx2 => gemm_avx2::matmul(x, m, k, w, bias),
+            CpuKernel::Avx512 => avx512::matmul(x, m, k, Rhs::Packed(w), w.dims().0, bias),
+            CpuKernel::Avx2 => avx2::matmul(x, m, k, w, bias),
             _ => None,
         },
     }
@@ -471,13 +469,13 @@ pub fn matmul_avx2_blocked(
     bias: Option<&[f32]>,
     blocks: crate::cpu_caches::GemmBlocking,
 ) -> Option<Vec<f32>> {
-    gemm_avx2::matmul_blocked(x, m, k, w, bias, blocks)
+    avx2::matmul_blocked(x, m, k, w, bias, blocks)
 }
 
 /// The blocks the AVX2 kernel uses on this CPU (public for the `gemm_blocking` sweep).
 #[doc(hidden)]
 pub fn avx2_blocking() -> crate::cpu_caches::GemmBlocking {
-    gemm_avx2::blocking()
+    avx2::blocking()
 }
 
 /// Whether the hand-written kernels measured faster than the library for weights `[n, k]`: on

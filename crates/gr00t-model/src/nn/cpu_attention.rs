@@ -14,11 +14,9 @@
 
 use crate::cpu_kernel::{self, CpuKernel};
 use crate::cpu_math::{softmax_numerators, ScoreTerms};
-use crate::gemm_amx;
-use crate::gemm_avx512::PackedBf16;
-use crate::gemm_avx512bf16;
+use crate::gemm::out_ptr::OutPtr;
+use crate::gemm::{amx, avx512bf16, PackedBf16};
 use crate::linear::Products;
-use crate::out_ptr::OutPtr;
 use candle_core::{DType, Layout, Storage, Tensor};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -83,7 +81,7 @@ enum Mul<'a> {
     Vnni(&'a [(PackedBf16, PackedBf16)], VnniMatmul),
 }
 
-/// `matmul_to` of `gemm_avx512bf16` or `gemm_amx` (the same contract).
+/// `matmul_to` of `gemm::avx512bf16` or `gemm::amx` (the same contract).
 type VnniMatmul =
     unsafe fn(&[f32], usize, usize, usize, &PackedBf16, usize, *mut f32, usize) -> bool;
 
@@ -114,9 +112,8 @@ fn attention_with(
     if hkv == 0 || !hq.is_multiple_of(hkv) {
         candle_core::bail!("attention: {hq} query heads do not share {hkv} kv heads evenly");
     }
-    let vnni = products == Products::Bf16
-        && kernel >= CpuKernel::Avx512Bf16
-        && gemm_avx512bf16::available();
+    let vnni =
+        products == Products::Bf16 && kernel >= CpuKernel::Avx512Bf16 && avx512bf16::available();
     // The kernel reads q rows of at least Dh at a positive stride.
     let unit_last = |t: &Tensor| -> candle_core::Result<Tensor> {
         if t.stride()[3] == 1 && (!vnni || t.stride()[2] >= dh) {
@@ -153,8 +150,8 @@ fn attention_with(
                     vv.index(bh / hkv, bh % hkv, 0),
                 );
                 let (ks, vs) = (kv.st[2], vv.st[2]);
-                let keys = gemm_avx512bf16::pack_vnni_f32(&kv.data[k0..], ks, 1, lk, dh);
-                let values = gemm_avx512bf16::pack_vnni_f32(&vv.data[v0..], 1, vs, dh, lk);
+                let keys = avx512bf16::pack_vnni_f32(&kv.data[k0..], ks, 1, lk, dh);
+                let values = avx512bf16::pack_vnni_f32(&vv.data[v0..], 1, vs, dh, lk);
                 (keys, values)
             })
             .collect()
@@ -165,10 +162,10 @@ fn attention_with(
         Products::F32 => Mul::F32,
         Products::Bf16 if vnni => Mul::Vnni(
             &packed,
-            if kernel == CpuKernel::Amx && gemm_amx::available() {
-                gemm_amx::matmul_to
+            if kernel == CpuKernel::Amx && amx::available() {
+                amx::matmul_to
             } else {
-                gemm_avx512bf16::matmul_to
+                avx512bf16::matmul_to
             },
         ),
         Products::Bf16 => Mul::RoundedF32,

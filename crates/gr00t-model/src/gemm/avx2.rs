@@ -5,17 +5,17 @@
 //! next the high words (16..32).
 //!
 //! Each output element is one fused multiply-add chain over k in order from its bias (or zero),
-//! as in `gemm_avx512`: the two kernels give the same bits, whatever M, the blocks or threads.
+//! as in `gemm::avx512`: the two kernels give the same bits, whatever M, the blocks or threads.
 //! The blocks follow the CPU's caches ([`GemmBlocking::for_tile`]).
 
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
 
-use crate::cpu_caches::{CpuCaches, GemmBlocking, TileBytes};
 #[cfg(target_arch = "x86_64")]
-use crate::gemm_avx512::Seed;
-use crate::gemm_avx512::{PackLayout, PackedBf16, NR};
-use crate::out_ptr::{split_output, OutPtr};
+use super::avx512::Seed;
+use super::avx512::{PackLayout, PackedBf16, NR};
+use super::out_ptr::{split_output, OutPtr};
+use crate::cpu_caches::{CpuCaches, GemmBlocking, TileBytes};
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
@@ -94,7 +94,7 @@ pub(crate) fn matmul_blocked(
         return None;
     }
     if m == 0 || n == 0 || k == 0 {
-        return Some(crate::out_ptr::product_without_terms(m, n, bias));
+        return Some(super::out_ptr::product_without_terms(m, n, bias));
     }
     // Rows split in MR tiles, columns in whole panels.
     let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
@@ -468,7 +468,7 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 mod tests {
     use super::{available, blocking, matmul_blocked, MR};
     use crate::cpu_caches::GemmBlocking;
-    use crate::gemm_avx512::{self, PackedBf16, Rhs, NR};
+    use crate::gemm::avx512::{self, PackedBf16, Rhs, NR};
     use half::bf16;
 
     /// Small blocks, so that the shapes below cross every block edge.
@@ -608,7 +608,7 @@ mod tests {
 
     #[test]
     fn same_bits_as_the_avx512_kernel() {
-        if !available() || !gemm_avx512::available() {
+        if !available() || !avx512::available() {
             return;
         }
         let mut rnd = crate::test_rng::xorshift(0x7f4a_7c15_u32);
@@ -618,7 +618,7 @@ mod tests {
             let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
             let packed = PackedBf16::new(&w, n, k).unwrap();
             for bias in [None, Some(&bias[..])] {
-                let want = gemm_avx512::matmul(&a, m, k, Rhs::Packed(&packed), n, bias).unwrap();
+                let want = avx512::matmul(&a, m, k, Rhs::Packed(&packed), n, bias).unwrap();
                 let got = matmul(&a, m, k, &packed, bias).unwrap();
                 assert_eq!(got, want, "{m}x{n}x{k}");
             }

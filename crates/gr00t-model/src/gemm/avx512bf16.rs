@@ -2,7 +2,7 @@
 //! rounded to bf16 (round to nearest even) while it is packed, and a bf16 `B` packed once at
 //! load as VNNI pairs ([`PackLayout::VnniPairs`]). `vdpbf16ps` multiplies a pair of bf16 per
 //! f32 lane, twice the multiply-adds of an f32 FMA per instruction; same Goto/BLIS blocking and
-//! 14×32 tiles as `gemm_avx512.rs`.
+//! 14×32 tiles as `gemm/avx512.rs`.
 //!
 //! Each output element is one f32 chain over k in order, seeded with its bias (or zero): a
 //! product of two bf16 is exact in f32, and `vdpbf16ps` adds the pair's high product first
@@ -14,8 +14,8 @@
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
 
-use crate::gemm_avx512::{PackLayout, PackedBf16, Seed, NR};
-use crate::out_ptr::{split_output, OutPtr};
+use super::avx512::{PackLayout, PackedBf16, Seed, NR};
+use super::out_ptr::{split_output, OutPtr};
 use std::cell::RefCell;
 
 #[cfg(target_arch = "x86_64")]
@@ -67,7 +67,7 @@ pub(crate) fn matmul(
         return None;
     }
     if m == 0 || n == 0 || k == 0 {
-        return Some(crate::out_ptr::product_without_terms(m, n, bias));
+        return Some(super::out_ptr::product_without_terms(m, n, bias));
     }
     let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
         // SAFETY: AVX-512F/BW/BF16 were detected above; `dst` points at row r0 of the m·n
@@ -234,12 +234,7 @@ unsafe fn pack_rows(src: &[f32], cs: usize, n: usize, k: usize, dst: *mut u32, p
             // SAFETY: pair rows q0..q0+16 ≤ pair_rows (a multiple of 16) of the panel, 16 slots
             // from c0 % NR (0 or 16).
             unsafe {
-                crate::gemm_avx512::transpose_store(
-                    v,
-                    panel.wrapping_add(q0 * NR).cast(),
-                    NR,
-                    0xFFFF,
-                )
+                super::avx512::transpose_store(v, panel.wrapping_add(q0 * NR).cast(), NR, 0xFFFF)
             };
         }
     }
@@ -506,7 +501,7 @@ unsafe fn pack_a(
             // SAFETY: rows q0..q0+16 of MR words lie inside the panel (KC_ROWS is a multiple
             // of 16); only MR lanes of each are stored.
             unsafe {
-                crate::gemm_avx512::transpose_store(
+                super::avx512::transpose_store(
                     v,
                     panel[q0 * MR..].as_mut_ptr().cast(),
                     MR,
@@ -604,8 +599,8 @@ unsafe fn micro(
 #[cfg(test)]
 mod tests {
     use super::{available, matmul, KC, MC, MR, NC, NR};
-    use crate::gemm_avx512::{PackLayout, PackedBf16};
-    use crate::vnni_checks::{self, vnni};
+    use crate::gemm::avx512::{PackLayout, PackedBf16};
+    use crate::gemm::checks::{self, vnni};
     use half::bf16;
 
     /// Scalar reference: the f32 fused multiply-add chain over k in order of the bf16-rounded
@@ -638,7 +633,7 @@ mod tests {
     #[test]
     fn exact_on_dyadic_inputs_with_and_without_bias() {
         if available() {
-            vnni_checks::exact_on_dyadic_inputs(matmul, &shapes());
+            checks::exact_on_dyadic_inputs(matmul, &shapes());
         }
     }
 
@@ -669,7 +664,7 @@ mod tests {
 
     #[test]
     fn same_bits_as_the_f32_kernel_on_rounded_activations() {
-        if !available() || !crate::gemm_avx512::available() {
+        if !available() || !crate::gemm::avx512::available() {
             return;
         }
         let mut rnd = crate::test_rng::lcg(0x51u32);
@@ -679,11 +674,11 @@ mod tests {
             let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
             let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
             let panels = PackedBf16::new(&w, n, k).unwrap();
-            let f32_kernel = crate::gemm_avx512::matmul(
+            let f32_kernel = crate::gemm::avx512::matmul(
                 &rounded,
                 m,
                 k,
-                crate::gemm_avx512::Rhs::Packed(&panels),
+                crate::gemm::avx512::Rhs::Packed(&panels),
                 n,
                 Some(&bias),
             )
@@ -696,7 +691,7 @@ mod tests {
     #[test]
     fn bits_do_not_depend_on_rows_threads_or_repeats() {
         if available() {
-            vnni_checks::bits_do_not_depend_on_rows_threads_or_repeats(
+            checks::bits_do_not_depend_on_rows_threads_or_repeats(
                 matmul,
                 (MC + 20, 3 * NR + 5, 4 * KC + 9),
                 &[(0, 1), (3, 3 + MR + 2), (MC - 1, MC + 20)],
@@ -709,7 +704,7 @@ mod tests {
         if !available() {
             return;
         }
-        vnni_checks::matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
+        checks::matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
             super::matmul_to,
             (
                 MR + 2,
@@ -759,14 +754,19 @@ mod tests {
 
     #[test]
     fn refuses_other_layouts_and_mismatched_lengths() {
-        vnni_checks::refuses_other_layouts_and_mismatched_lengths(matmul);
+        checks::refuses_other_layouts_and_mismatched_lengths(matmul);
         // The f32 kernels refuse VNNI pairs.
         let (a, p) = ([1f32; 6], vnni(&[bf16::ONE; 6], 2, 3));
-        assert!(
-            crate::gemm_avx512::matmul(&a, 2, 3, crate::gemm_avx512::Rhs::Packed(&p), 2, None)
-                .is_none()
-        );
-        assert!(crate::gemm_avx2::matmul(&a, 2, 3, &p, None).is_none());
+        assert!(crate::gemm::avx512::matmul(
+            &a,
+            2,
+            3,
+            crate::gemm::avx512::Rhs::Packed(&p),
+            2,
+            None
+        )
+        .is_none());
+        assert!(crate::gemm::avx2::matmul(&a, 2, 3, &p, None).is_none());
     }
 
     #[test]

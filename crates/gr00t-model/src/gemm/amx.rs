@@ -1,6 +1,6 @@
 //! Hand-written AMX-BF16 GEMM `C[M, N] = bf16(A)[M, K]·Bᵀ (+ bias)` for a row-major f32 `A`,
 //! rounded to bf16 (round to nearest even) while it is packed, and a bf16 `B` packed once at
-//! load as VNNI pairs ([`PackLayout::VnniPairs`], the layout `gemm_avx512bf16.rs` reads: a
+//! load as VNNI pairs ([`PackLayout::VnniPairs`], the layout `gemm/avx512bf16.rs` reads: a
 //! 32-column panel row of pairs is two B tiles side by side). Sapphire, Emerald and Granite
 //! Rapids multiply a 16×32 bf16 tile by a 32×16 one into 16×16 f32 in one `tdpbf16ps`, 16
 //! times the multiply-adds of an AVX-512 FMA per cycle.
@@ -19,8 +19,8 @@
     allow(dead_code, unused_variables, unused_macros)
 )]
 
-use crate::gemm_avx512::{PackLayout, PackedBf16, NR};
-use crate::out_ptr::{split_output, OutPtr};
+use super::avx512::{PackLayout, PackedBf16, NR};
+use super::out_ptr::{split_output, OutPtr};
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
@@ -53,7 +53,7 @@ pub(crate) fn available() -> bool {
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
         {
             cpu_has_amx_bf16()
-                && crate::gemm_avx512bf16::available()
+                && super::avx512bf16::available()
                 && std::arch::is_x86_feature_detected!("avx512bw")
                 // SAFETY: the arch_prctl requests below only read or set this process's
                 // XSTATE permissions.
@@ -136,7 +136,7 @@ pub(crate) fn matmul(
         return None;
     }
     if m == 0 || n == 0 || k == 0 {
-        return Some(crate::out_ptr::product_without_terms(m, n, bias));
+        return Some(super::out_ptr::product_without_terms(m, n, bias));
     }
     let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
         // SAFETY: AMX was granted and AVX-512F/BW/BF16 detected above; `dst` points at row r0
@@ -184,7 +184,7 @@ pub(crate) unsafe fn matmul_to(
     }
     // SAFETY: forwarded contract.
     if let Some(answer) =
-        unsafe { crate::gemm_avx512bf16::matmul_to_without_kernel(a, lda, m, k, w, n, dst, ldc) }
+        unsafe { super::avx512bf16::matmul_to_without_kernel(a, lda, m, k, w, n, dst, ldc) }
     {
         return answer;
     }
@@ -574,12 +574,12 @@ unsafe fn block_1x2(
 #[cfg(test)]
 mod tests {
     use super::{available, matmul, KC, MB, MC, NR};
-    use crate::vnni_checks::{self, vnni};
+    use crate::gemm::checks::{self, vnni};
     use half::bf16;
 
     /// Within f32 rounding (k+1 roundings of the running magnitude) of the exact product.
     fn within_f32_rounding(got: f32, a: &[f32], w: &[bf16], bias: f32) {
-        let (dot, mag) = crate::vnni_checks::exact_dot(a, w);
+        let (dot, mag) = crate::gemm::checks::exact_dot(a, w);
         let (dot, mag) = (dot + bias as f64, mag + bias.abs() as f64);
         let tol = (a.len() as f64 + 1.0) * f32::EPSILON as f64 * mag + 1e-30;
         assert!((got as f64 - dot).abs() <= tol, "{got} vs {dot}");
@@ -606,7 +606,7 @@ mod tests {
     #[test]
     fn exact_on_dyadic_inputs_with_and_without_bias() {
         if available() {
-            vnni_checks::exact_on_dyadic_inputs(matmul, &shapes());
+            checks::exact_on_dyadic_inputs(matmul, &shapes());
         }
     }
 
@@ -632,7 +632,7 @@ mod tests {
     #[test]
     fn bits_do_not_depend_on_rows_threads_or_repeats() {
         if available() {
-            vnni_checks::bits_do_not_depend_on_rows_threads_or_repeats(
+            checks::bits_do_not_depend_on_rows_threads_or_repeats(
                 matmul,
                 (2 * MC + 20, 3 * NR + 5, 4 * KC + 9),
                 &[(0, 1), (3, 3 + MB + 2), (MC - 1, 2 * MC + 20), (5, 5 + 200)],
@@ -645,7 +645,7 @@ mod tests {
         if !available() {
             return;
         }
-        vnni_checks::matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
+        checks::matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
             super::matmul_to,
             (
                 MB + 2,
@@ -662,6 +662,6 @@ mod tests {
 
     #[test]
     fn refuses_other_layouts_and_mismatched_lengths() {
-        vnni_checks::refuses_other_layouts_and_mismatched_lengths(matmul);
+        checks::refuses_other_layouts_and_mismatched_lengths(matmul);
     }
 }

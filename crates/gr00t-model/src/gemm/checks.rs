@@ -1,8 +1,8 @@
-//! Checks shared by the tests of the two kernels on VNNI pairs (`gemm_avx512bf16.rs`,
-//! `gemm_amx.rs`), which take the same arguments and differ only in how they round inside a
+//! Checks shared by the tests of the two kernels on VNNI pairs (`gemm/avx512bf16.rs`,
+//! `gemm/amx.rs`), which take the same arguments and differ only in how they round inside a
 //! sum.
 
-use crate::gemm_avx512::{PackLayout, PackedBf16};
+use super::avx512::{PackLayout, PackedBf16};
 use half::bf16;
 
 /// A kernel's `matmul`.

@@ -11,7 +11,7 @@
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
 
-use crate::out_ptr::{split_output, OutPtr};
+use super::out_ptr::{split_output, OutPtr};
 use half::bf16;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -63,8 +63,8 @@ pub enum PackLayout {
     /// with zero widen it exactly into columns 0..16 and 16..32 (the f32 kernels, AVX-512 and
     /// AVX2).
     Panels,
-    /// `[⌈N/NR⌉][⌈K/32⌉·16][NR][2]`: VNNI pairs for `vdpbf16ps` (`gemm_avx512bf16.rs`) and
-    /// AMX tiles (`gemm_amx.rs`), k padded with zero to a whole tile of 16 pairs. Each pair
+    /// `[⌈N/NR⌉][⌈K/32⌉·16][NR][2]`: VNNI pairs for `vdpbf16ps` (`gemm/avx512bf16.rs`) and
+    /// AMX tiles (`gemm/amx.rs`), k padded with zero to a whole tile of 16 pairs. Each pair
     /// holds k+1 in its low and k in its high half: `vdpbf16ps` adds the high product first,
     /// so each chain runs over k in order.
     VnniPairs,
@@ -249,7 +249,7 @@ pub(crate) fn matmul(
         return None;
     }
     if m == 0 || n == 0 || k == 0 {
-        return Some(crate::out_ptr::product_without_terms(m, n, bias));
+        return Some(super::out_ptr::product_without_terms(m, n, bias));
     }
     // Splits never change the bits (see the module docs).
     let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {

@@ -1,0 +1,25 @@
+//! The CPU's hand-written GEMM kernels: `C[M, N] = A[M, K]·Bᵀ (+ bias)` for f32 activations
+//! `A` and bf16 weights `B` `[N, K]`, most of them rearranged once at load ([`PackedBf16`]).
+//! `crate::cpu_kernel` picks the one this CPU runs; `crate::linear` and the CPU attention call
+//! them.
+//!
+//! | kernel | instructions | tile | bits of each element |
+//! | --- | --- | --- | --- |
+//! | [`avx512`] | AVX-512F FMA | 14×32 | one f32 FMA chain over k in order from the bias (or zero) |
+//! | [`avx2`] | AVX2 FMA | 6×16 | the same chain: the same bits as `avx512` |
+//! | [`avx512bf16`] | `vdpbf16ps` | 14×32 | that chain on the activations rounded to bf16 (denormals flushed) |
+//! | [`amx`] | AMX `tdpbf16ps` | 32×32 | the tiles' own rounding order, a function of K only |
+//!
+//! The contract every kernel keeps: an element's bits do not depend on M, on the block or tile
+//! its row falls in, nor on the thread count, and repeats are identical. Blocks split K only
+//! where C is stored and reloaded, never the order of the sums.
+
+pub(crate) mod amx;
+pub(crate) mod avx2;
+pub(crate) mod avx512;
+pub(crate) mod avx512bf16;
+#[cfg(test)]
+mod checks;
+pub(crate) mod out_ptr;
+
+pub use avx512::{PackLayout, PackedBf16};
