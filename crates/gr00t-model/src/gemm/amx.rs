@@ -19,8 +19,8 @@
     allow(dead_code, unused_variables, unused_macros)
 )]
 
-use super::avx512::{PackLayout, PackedBf16, NR};
 use super::out_ptr::{split_output, OutPtr};
+use super::{PackLayout, PackedBf16, NR};
 use std::cell::RefCell;
 use std::sync::OnceLock;
 

@@ -13,8 +13,8 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::avx512::Seed;
-use super::avx512::{PackLayout, PackedBf16, NR};
 use super::out_ptr::{split_output, OutPtr};
+use super::{PackLayout, PackedBf16, NR};
 use crate::cpu_caches::{CpuCaches, GemmBlocking, TileBytes};
 use std::cell::RefCell;
 use std::sync::OnceLock;
@@ -468,7 +468,8 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 mod tests {
     use super::{available, blocking, matmul_blocked, MR};
     use crate::cpu_caches::GemmBlocking;
-    use crate::gemm::avx512::{self, PackedBf16, Rhs, NR};
+    use crate::gemm::avx512::{self, Rhs};
+    use crate::gemm::{PackedBf16, NR};
     use half::bf16;
 
     /// Small blocks, so that the shapes below cross every block edge.

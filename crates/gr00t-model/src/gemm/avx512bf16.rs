@@ -14,8 +14,9 @@
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
 
-use super::avx512::{PackLayout, PackedBf16, Seed, NR};
+use super::avx512::Seed;
 use super::out_ptr::{split_output, OutPtr};
+use super::{PackLayout, PackedBf16, NR};
 use std::cell::RefCell;
 
 #[cfg(target_arch = "x86_64")]
@@ -599,8 +600,8 @@ unsafe fn micro(
 #[cfg(test)]
 mod tests {
     use super::{available, matmul, KC, MC, MR, NC, NR};
-    use crate::gemm::avx512::{PackLayout, PackedBf16};
     use crate::gemm::checks::{self, vnni};
+    use crate::gemm::{PackLayout, PackedBf16};
     use half::bf16;
 
     /// Scalar reference: the f32 fused multiply-add chain over k in order of the bf16-rounded

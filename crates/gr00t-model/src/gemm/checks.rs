@@ -2,7 +2,7 @@
 //! `gemm/amx.rs`), which take the same arguments and differ only in how they round inside a
 //! sum.
 
-use super::avx512::{PackLayout, PackedBf16};
+use super::{PackLayout, PackedBf16};
 use half::bf16;
 
 /// A kernel's `matmul`.

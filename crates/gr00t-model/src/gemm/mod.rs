@@ -21,5 +21,7 @@ pub(crate) mod avx512bf16;
 #[cfg(test)]
 mod checks;
 pub(crate) mod out_ptr;
+mod pack;
 
-pub use avx512::{PackLayout, PackedBf16};
+pub(crate) use pack::NR;
+pub use pack::{PackLayout, PackedBf16};
