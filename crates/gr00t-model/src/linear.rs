@@ -14,7 +14,7 @@
 use crate::cpu_kernel::{self, CpuKernel};
 use crate::gemm::avx512::{self, Rhs};
 use crate::gemm::out_ptr::OutPtr;
-use crate::gemm::{amx, avx2, avx512bf16};
+use crate::gemm::{amx, avx2, avx512bf16, widen};
 use crate::weights::COMPACT;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Storage, Tensor, D};
 use candle_nn::VarBuilder;
@@ -446,8 +446,10 @@ pub fn matmul_packed_with(
     bias: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
     match (w.layout(), kernel) {
-        (PackLayout::VnniPairs, CpuKernel::Amx) => amx::matmul(x, m, k, w, bias),
-        (PackLayout::VnniPairs, CpuKernel::Avx512Bf16) => avx512bf16::matmul(x, m, k, w, bias),
+        (PackLayout::VnniPairs, CpuKernel::Amx) => amx::KERNEL.matmul(x, m, k, w, bias),
+        (PackLayout::VnniPairs, CpuKernel::Avx512Bf16) => {
+            avx512bf16::KERNEL.matmul(x, m, k, w, bias)
+        }
         (PackLayout::VnniPairs, _) => None,
         (PackLayout::Panels, kernel) => match kernel.for_f32() {
             CpuKernel::Avx512 => avx512::matmul(x, m, k, Rhs::Packed(w), w.dims().0, bias),
@@ -523,7 +525,11 @@ fn library_matmul(
             if buf.len() < nr * k {
                 buf.resize(nr * k, 0.0);
             }
-            widen(&w[n0 * k..(n0 + nr) * k], &mut buf[..nr * k]);
+            let src = &w[n0 * k..(n0 + nr) * k];
+            buf[..nr * k]
+                .iter_mut()
+                .zip(src)
+                .for_each(|(d, &s)| *d = widen(s));
             // SAFETY: `dst` has m·n elements and this call writes only output columns
             // n0..n0+nr (in either layout); `x` is m·k, `buf` holds nr·k; no slab overlaps.
             unsafe {
@@ -588,13 +594,6 @@ fn slab_rows(m: usize, n: usize, threads: usize) -> usize {
     // Never split below ALIGN rows per slab.
     slabs = slabs.min(n.div_ceil(ALIGN)).max(1);
     n.div_ceil(slabs).next_multiple_of(ALIGN).min(n)
-}
-
-/// Exact bf16 → f32 (the bf16 bits are the high half of the f32).
-fn widen(src: &[bf16], dst: &mut [f32]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d = f32::from_bits(u32::from(s.to_bits()) << 16);
-    }
 }
 
 #[cfg(test)]

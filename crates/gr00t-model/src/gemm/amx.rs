@@ -1,9 +1,9 @@
 //! Hand-written AMX-BF16 GEMM `C[M, N] = bf16(A)[M, K]·Bᵀ (+ bias)` for a row-major f32 `A`,
 //! rounded to bf16 (round to nearest even) while it is packed, and a bf16 `B` packed once at
-//! load as VNNI pairs ([`PackLayout::VnniPairs`], the layout `gemm/avx512bf16.rs` reads: a
-//! 32-column panel row of pairs is two B tiles side by side). Sapphire, Emerald and Granite
-//! Rapids multiply a 16×32 bf16 tile by a 32×16 one into 16×16 f32 in one `tdpbf16ps`, 16
-//! times the multiply-adds of an AVX-512 FMA per cycle.
+//! load as VNNI pairs ([`PackLayout::VnniPairs`](super::PackLayout::VnniPairs), the layout
+//! `avx512bf16.rs` reads: a 32-column panel row of pairs is two B tiles side by side).
+//! Sapphire, Emerald and Granite Rapids multiply a 16×32 bf16 tile by a 32×16 one into 16×16
+//! f32 in one `tdpbf16ps`, 16 times the multiply-adds of an AVX-512 FMA per cycle.
 //!
 //! Blocks of 2×2 tiles (32×32 of C in tmm0-3, two A tiles in tmm4-5, two B tiles in tmm6-7)
 //! each run one `asm!` loop over a K block; stable Rust has no AMX intrinsics. C lives in the
@@ -19,11 +19,19 @@
     allow(dead_code, unused_variables, unused_macros)
 )]
 
-use super::out_ptr::{split_output, OutPtr};
-use super::{PackLayout, PackedBf16, NR};
+use super::driver::{AlignedBuf, VnniKernel};
+use super::{PackedBf16, NR};
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
+#[cfg(not(target_arch = "x86_64"))]
+use super::driver::no_unit as unit;
+#[cfg(target_arch = "x86_64")]
+use super::{
+    driver::Lhs,
+    out_ptr::OutPtr,
+    tile::{bf16_pairs, row_masks},
+};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
@@ -117,95 +125,14 @@ pub(crate) fn blocks_description() -> String {
     format!("AMX tiles 32x32, kc {KC} pairs, mc {MC}")
 }
 
-/// `bf16(a)` `[m, k]` · `w`ᵀ (+ `bias` `[n]` on every row) → `[m, n]` row-major, or `None`
-/// when the CPU lacks AMX-BF16, `w` is not in VNNI pairs or the lengths do not match.
-pub(crate) fn matmul(
-    a: &[f32],
-    m: usize,
-    k: usize,
-    w: &PackedBf16,
-    bias: Option<&[f32]>,
-) -> Option<Vec<f32>> {
-    let (n, wk) = w.dims();
-    if wk != k
-        || a.len() != m * k
-        || bias.is_some_and(|v| v.len() != n)
-        || w.layout() != PackLayout::VnniPairs
-        || !available()
-    {
-        return None;
-    }
-    if m == 0 || n == 0 || k == 0 {
-        return Some(super::out_ptr::product_without_terms(m, n, bias));
-    }
-    let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
-        // SAFETY: AMX was granted and AVX-512F/BW/BF16 detected above; `dst` points at row r0
-        // of the m·n output; every element of rows r0..r1 × columns n0..n1 lies in exactly one
-        // block, whose first K block writes it from the bias (or zero) without reading it.
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            let lhs = Lhs {
-                a: &a[r0 * k..r1 * k],
-                lda: k,
-                m: r1 - r0,
-                k,
-            };
-            unit(lhs, w, n0, n1, bias, dst, n)
-        }
-    };
+/// The kernel: [`VnniKernel::matmul`] in 32×32 blocks and [`VnniKernel::matmul_to`].
+pub(crate) static KERNEL: VnniKernel = VnniKernel {
+    available,
+    unit,
+    tile: (MB, NR),
     // `split_output` splits rows when m/MB > (n/NR)·rows_over_cols: 0 forces rows, m columns.
-    let rows_over_cols = if m >= SPLIT_ROWS_FROM { 0 } else { m };
-    // SAFETY: `part` writes exactly its rows × columns (above).
-    Some(unsafe { split_output(m, n, (MB, NR), rows_over_cols, part) })
-}
-
-/// On the calling thread (for callers already inside their own parallel tasks, such as the
-/// attention's): `dst[i·ldc + j] = Σ_{p<k} bf16(a[i·lda + p])·w[j, p]` for `i < m`, `j < n`,
-/// over the first `n` columns and the first `k` of K of `w` (a causal block's visible keys).
-/// `false` (nothing written) when the CPU lacks AMX-BF16, `w` is not in VNNI pairs or the
-/// sizes do not fit.
-///
-/// # Safety
-/// `dst` must be valid for writes at `i·ldc + j` for `i < m`, `j < n`, and nothing else may
-/// access those elements during the call.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn matmul_to(
-    a: &[f32],
-    lda: usize,
-    m: usize,
-    k: usize,
-    w: &PackedBf16,
-    n: usize,
-    dst: *mut f32,
-    ldc: usize,
-) -> bool {
-    if !available() {
-        return false;
-    }
-    // SAFETY: forwarded contract.
-    if let Some(answer) =
-        unsafe { super::avx512bf16::matmul_to_without_kernel(a, lda, m, k, w, n, dst, ldc) }
-    {
-        return answer;
-    }
-    // SAFETY: AMX granted and AVX-512F/BW/BF16 detected above; `dst` is valid for rows 0..m ×
-    // columns 0..n at stride ldc (contract), every element of which lies in exactly one block,
-    // the first K block writing it from zero.
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        unit(Lhs { a, lda, m, k }, w, 0, n, None, OutPtr(dst), ldc)
-    };
-    true
-}
-
-/// The rows of A a unit multiplies: `m` rows of `k` values at row stride `lda`.
-#[derive(Clone, Copy)]
-struct Lhs<'a> {
-    a: &'a [f32],
-    lda: usize,
-    m: usize,
-    k: usize,
-}
+    rows_over_cols: |m| if m >= SPLIT_ROWS_FROM { 0 } else { m },
+};
 
 /// A 64-byte aligned 32×32 f32 tile block (a C edge or the seed of a block).
 #[derive(Clone, Copy)]
@@ -214,8 +141,8 @@ struct Block32([f32; MB * NR]);
 
 /// Per-thread buffers, reused across calls.
 struct Scratch {
-    /// Packed A block, `[MC][KC]` pairs at most (plus room to align).
-    pa: Vec<u32>,
+    /// Packed A block, `[MC][KC]` pairs at most.
+    pa: AlignedBuf<u32>,
     /// The first K block's C: the bias (or zero) on every row.
     seed: Box<Block32>,
     /// C of a block at the edge of the output.
@@ -224,7 +151,7 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
-        pa: Vec::new(),
+        pa: AlignedBuf::new(),
         seed: Box::new(Block32([0.0; MB * NR])),
         edge: Box::new(Block32([0.0; MB * NR])),
     });
@@ -275,11 +202,7 @@ unsafe fn unit(
     SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
         let Scratch { pa, seed, edge } = &mut *s;
-        if pa.len() < MC * (KC + ROW_PAD) + 16 {
-            pa.resize(MC * (KC + ROW_PAD) + 16, 0);
-        }
-        let off = pa.as_ptr().align_offset(64).min(16);
-        let pa = &mut pa[off..off + MC * (KC + ROW_PAD)];
+        let pa = pa.take(MC * (KC + ROW_PAD));
         for ic in (0..m).step_by(MC) {
             let mc = MC.min(m - ic);
             let mcp = mc.next_multiple_of(MB);
@@ -374,7 +297,6 @@ fn seed_block(seed: &mut [f32; MB * NR], bias: Option<&[f32]>) {
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn pack_a(lhs: Lhs, ic: usize, mc: usize, mcp: usize, pc: usize, kc: usize, pa: &mut [u32]) {
     let Lhs { a, lda, k, .. } = lhs;
-    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
     for (i, dst) in pa[..mcp * (kc + ROW_PAD)]
         .chunks_exact_mut(kc + ROW_PAD)
         .map(|r| &mut r[..kc])
@@ -390,18 +312,11 @@ unsafe fn pack_a(lhs: Lhs, ic: usize, mc: usize, mcp: usize, pc: usize, kc: usiz
             let p = 2 * (pc + q);
             let valid = k.saturating_sub(p);
             let src = row.as_ptr().wrapping_add(p);
-            // SAFETY: only the lanes below k are read, inside the row.
-            let (lo, hi) = unsafe {
-                (
-                    _mm512_maskz_loadu_ps(lanes(valid), src),
-                    _mm512_maskz_loadu_ps(lanes(valid.saturating_sub(16)), src.wrapping_add(16)),
-                )
-            };
-            // Word 2j is k = p+2j; rotating each dword by 16 puts it in the high half.
-            let bh: __m512i = unsafe { std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo)) };
-            // SAFETY: `out` holds 16 words.
+            // SAFETY: only the lanes below k are read, inside the row (word j: k = p+2j high);
+            // `out` holds 16 words.
             unsafe {
-                _mm512_storeu_si512(out.as_mut_ptr().cast(), _mm512_rol_epi32::<16>(bh));
+                let pairs = bf16_pairs(src, row_masks(valid));
+                _mm512_storeu_si512(out.as_mut_ptr().cast(), pairs);
             }
         }
     }
@@ -573,7 +488,7 @@ unsafe fn block_1x2(
 
 #[cfg(test)]
 mod tests {
-    use super::{available, matmul, KC, MB, MC, NR};
+    use super::{available, KC, KERNEL, MB, MC, NR};
     use crate::gemm::checks::{self, vnni};
     use half::bf16;
 
@@ -606,7 +521,7 @@ mod tests {
     #[test]
     fn exact_on_dyadic_inputs_with_and_without_bias() {
         if available() {
-            checks::exact_on_dyadic_inputs(matmul, &shapes());
+            checks::exact_on_dyadic_inputs(&KERNEL, &shapes());
         }
     }
 
@@ -620,7 +535,9 @@ mod tests {
             let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
             let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
             let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
-            let y = matmul(&a, m, k, &vnni(&w, n, k), Some(&bias)).unwrap();
+            let y = KERNEL
+                .matmul(&a, m, k, &vnni(&w, n, k), Some(&bias))
+                .unwrap();
             for i in 0..m {
                 for j in 0..n {
                     within_f32_rounding(y[i * n + j], &a[i * k..][..k], &w[j * k..][..k], bias[j]);
@@ -633,7 +550,7 @@ mod tests {
     fn bits_do_not_depend_on_rows_threads_or_repeats() {
         if available() {
             checks::bits_do_not_depend_on_rows_threads_or_repeats(
-                matmul,
+                &KERNEL,
                 (2 * MC + 20, 3 * NR + 5, 4 * KC + 9),
                 &[(0, 1), (3, 3 + MB + 2), (MC - 1, 2 * MC + 20), (5, 5 + 200)],
             );
@@ -646,7 +563,7 @@ mod tests {
             return;
         }
         checks::matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
-            super::matmul_to,
+            &KERNEL,
             (
                 MB + 2,
                 2 * KC + 5,
@@ -662,6 +579,6 @@ mod tests {
 
     #[test]
     fn refuses_other_layouts_and_mismatched_lengths() {
-        checks::refuses_other_layouts_and_mismatched_lengths(matmul);
+        checks::refuses_other_layouts_and_mismatched_lengths(&KERNEL);
     }
 }

@@ -11,14 +11,18 @@
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
 
-#[cfg(target_arch = "x86_64")]
-use super::avx512::Seed;
-use super::out_ptr::{split_output, OutPtr};
+use super::driver::{fits, has_features, AlignedBuf};
+use super::out_ptr::product;
 use super::{PackLayout, PackedBf16, NR};
 use crate::cpu_caches::{CpuCaches, GemmBlocking, TileBytes};
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
+#[cfg(target_arch = "x86_64")]
+use super::{
+    out_ptr::OutPtr,
+    tile::{prefetch_rows, Block, CTile, Panels, Seed, Tile},
+};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
@@ -47,14 +51,7 @@ const TILE: TileBytes = TileBytes {
 
 /// Whether this CPU runs the kernel (AVX2 and FMA).
 pub(crate) fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    has_features!("avx2", "fma")
 }
 
 /// `a` `[m, k]` · the packed `w` `[n, k]`ᵀ (+ `bias` `[n]` on every row) → `[m, n]`, or `None`
@@ -79,40 +76,32 @@ pub(crate) fn matmul_blocked(
     bias: Option<&[f32]>,
     blocks: GemmBlocking,
 ) -> Option<Vec<f32>> {
-    let (n, wk) = w.dims();
     if !available()
         || blocks.kc == 0
         || blocks.mc == 0
         || !blocks.mc.is_multiple_of(MR)
         || blocks.nc == 0
         || !blocks.nc.is_multiple_of(NR)
-        || wk != k
-        || a.len() != m * k
-        || bias.is_some_and(|v| v.len() != n)
-        || w.layout() != PackLayout::Panels
+        || !fits(a, m, k, w, PackLayout::Panels, bias)
     {
         return None;
     }
-    if m == 0 || n == 0 || k == 0 {
-        return Some(super::out_ptr::product_without_terms(m, n, bias));
-    }
-    // Rows split in MR tiles, columns in whole panels.
-    let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
-        // SAFETY: AVX2/FMA were detected above; `dst` points at row r0 of the m·n output; the
-        // first K block writes every element of rows r0..r1 × columns n0..n1 (n0 a multiple of
-        // NR) from its seed without reading it, and nothing else.
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            unit(&a[r0 * k..r1 * k], r1 - r0, k, w, n0, n1, bias, dst, blocks)
-        }
-    };
-    // SAFETY: `part` writes exactly its rows × columns (above).
-    Some(unsafe { split_output(m, n, (MR, NR), 4, part) })
+    let n = w.dims().0;
+    // SAFETY: AVX2/FMA were detected above; each part's `dst` points at the first of its `mr`
+    // rows of the m·n output, and its unit writes every element of those rows × columns n0..n1
+    // (n0 a multiple of NR: rows split in MR tiles, columns in whole panels) from its seed
+    // without reading it, and nothing else.
+    Some(unsafe {
+        product(a, (m, n, k), bias, (MR, NR), 4, |rows, mr, n0, n1, dst| {
+            #[cfg(target_arch = "x86_64")]
+            unit(rows, mr, k, w, n0, n1, bias, dst, blocks)
+        })
+    })
 }
 
 thread_local! {
     /// Per-thread packed block of A (reused across calls).
-    static PACKED_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static PACKED_A: RefCell<AlignedBuf<f32>> = const { RefCell::new(AlignedBuf::new()) };
 }
 
 /// Columns `n0..n1` of the product for the `m` rows of `a`, written through `dst` (`[m, n]`), in
@@ -143,111 +132,48 @@ unsafe fn unit(
     } = blocks;
     PACKED_A.with(|pa| {
         let mut pa = pa.borrow_mut();
-        if pa.len() < mcb * kcb {
-            pa.resize(mcb * kcb, 0.0);
-        }
-        // K blocks outermost, in order: each element's chain over k is unchanged.
-        for pc in (0..k).step_by(kcb) {
-            let kc = kcb.min(k - pc);
-            for ic in (0..m).step_by(mcb) {
-                let mc = mcb.min(m - ic);
+        let pa = pa.take(mcb * kcb);
+        for blk in Block::k_outer((k, m), (n0, n1), (kcb, mcb, ncb), k, n) {
+            if blk.jc == n0 {
                 // SAFETY: AVX2 per the contract.
-                unsafe { pack_a(a, k, ic, mc, pc, kc, &mut pa) };
-                for jc in (n0..n1).step_by(ncb) {
-                    let blk = Block {
-                        ic,
-                        mc,
-                        jc,
-                        nc: ncb.min(n1 - jc),
-                        pc,
-                        kc,
-                        k,
-                        n,
-                    };
-                    // SAFETY: forwarded contract.
-                    unsafe { block(blk, &pa, w, bias, dst) };
-                }
+                unsafe { pack_a(a, k, blk.ic, blk.mc, blk.pc, blk.kc, pa) };
             }
+            let panels = &w.panels()[blk.panel_start()..];
+            // SAFETY: forwarded contract.
+            unsafe { block(blk, pa, panels, bias, dst) };
         }
     });
 }
 
-/// One block of C: rows `ic..ic+mc`, columns `jc..jc+nc` (`jc` a multiple of NR), K rows
-/// `pc..pc+kc`.
-#[derive(Clone, Copy)]
-struct Block {
-    ic: usize,
-    mc: usize,
-    jc: usize,
-    nc: usize,
-    pc: usize,
-    kc: usize,
-    k: usize,
-    /// Row stride of C.
-    n: usize,
-}
-
-/// Multiplies the packed A block by the block's weight panels into C.
+/// Multiplies the packed A block by the block's weight panels (`panels` from the first one,
+/// at the block's first K row) into C.
 ///
 /// # Safety
 /// As [`unit`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn block(blk: Block, pa: &[f32], w: &PackedBf16, bias: Option<&[f32]>, dst: OutPtr) {
-    let Block {
-        ic,
-        mc,
-        jc,
-        nc,
-        pc,
-        kc,
-        k,
-        n,
-    } = blk;
-    let row_tiles = mc.div_ceil(MR);
-    // Half-panel tiles with at least one column inside the block.
-    let col_tiles = nc.div_ceil(TW);
-    // A few rows (the DiT's 41): a weight panel stays in L1 while every row tile passes.
-    // Otherwise an A panel stays in L1 while the block's weight streams from L2.
-    let b_outer = mc <= FEW_ROWS;
-    let panels = w.panels();
-    let count = row_tiles * col_tiles;
-    // Tile t of the block in the chosen order, as (first row, first column).
-    let tile_at = |t: usize| {
-        if b_outer {
-            (t % row_tiles * MR, t / row_tiles * TW)
-        } else {
-            (t / col_tiles * MR, t % col_tiles * TW)
-        }
-    };
-    for t in 0..count {
-        let (ir, jr) = tile_at(t);
-        let (mr, nr) = (MR.min(mc - ir), TW.min(nc - jr));
-        let panel = (jc + jr) / NR;
-        let bp = panels[(panel * k + pc) * NR..][..kc * NR].as_ptr();
+unsafe fn block(blk: Block, pa: &[f32], panels: &[half::bf16], bias: Option<&[f32]>, dst: OutPtr) {
+    let Block { kc, n, .. } = blk;
+    let k = blk.panel_rows;
+    // Half-panel tiles with at least one column inside the block. A few rows (the DiT's 41): a
+    // weight panel stays in L1 while every row tile passes. Otherwise an A panel stays in L1
+    // while the block's weight streams from L2.
+    let b_outer = blk.mc <= FEW_ROWS;
+    for Tile { ir, jr, out } in blk.tiles((MR, TW), b_outer, dst, bias) {
+        let bp = panels[jr / NR * k * NR..][..kc * NR].as_ptr();
         // The next panel's rows, fetched while this tile runs (prefetches never fault).
-        let next_bp = bp.wrapping_add(k * NR);
+        let next = bp.wrapping_add(k * NR);
         let ap = pa[ir * kc..(ir + MR) * kc].as_ptr();
-        let c = dst.add((ic + ir) * n + jc + jr);
-        // The next tile's C rows are fetched while this one computes: with long K they come
-        // back from L3 or memory at every K block.
-        let next = if t + 1 < count {
-            let (ir, jr) = tile_at(t + 1);
-            dst.add((ic + ir) * n + jc + jr)
-        } else {
-            c
-        };
-        let seed = match (pc, bias) {
-            (0, Some(b)) => Seed::Bias(b[jc + jr..].as_ptr()),
-            (0, None) => Seed::Zero,
-            _ => Seed::C,
-        };
-        let high = (jc + jr) % NR != 0;
+        let panels = Panels { kc, ap, bp, next };
+        let high = !(blk.jc + jr).is_multiple_of(NR);
+        let CTile {
+            seed, c, mr, nr, ..
+        } = out;
         // SAFETY: `ap` holds kc·MR floats, `bp` kc panel rows; the tile's mr×nr elements lie
         // in this unit's part of `dst`; a bias seed holds nr values.
         unsafe {
             if mr == MR && nr == TW {
-                tile(high, kc, ap, bp, next_bp, seed, c, n, next, n);
+                tile(high, panels, out, n);
             } else {
                 // Edge tile: computed whole in a local buffer, only its valid part copied.
                 let mut buf = [0f32; MR * TW];
@@ -260,18 +186,14 @@ unsafe fn block(blk: Block, pa: &[f32], w: &PackedBf16, bias: Option<&[f32]>, ds
                         };
                     }
                 }
-                tile(
-                    high,
-                    kc,
-                    ap,
-                    bp,
-                    next_bp,
-                    Seed::C,
-                    buf.as_mut_ptr(),
-                    TW,
-                    next,
-                    n,
-                );
+                let c_buf = buf.as_mut_ptr();
+                let whole = CTile {
+                    seed: Seed::C,
+                    c: c_buf,
+                    ldc: TW,
+                    ..out
+                };
+                tile(high, panels, whole, n);
                 for i in 0..mr {
                     for j in 0..nr {
                         *c.add(i * n + j) = buf[i * TW + j];
@@ -282,44 +204,28 @@ unsafe fn block(blk: Block, pa: &[f32], w: &PackedBf16, bias: Option<&[f32]>, ds
     }
 }
 
-/// Prefetches the MR rows of TW floats at `next` (row stride `ld_next`; any address) and
+/// Prefetches the MR rows of TW floats at `out.next` (row stride `ld_next`; any address) and
 /// dispatches to the low- or high-word tile.
 ///
 /// # Safety
 /// As [`micro`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile(
-    high: bool,
-    kc: usize,
-    ap: *const f32,
-    bp: *const half::bf16,
-    next_bp: *const half::bf16,
-    seed: Seed,
-    c: *mut f32,
-    ldc: usize,
-    next: *const f32,
-    ld_next: usize,
-) {
-    // A row of TW floats spans up to two cache lines; prefetches never fault.
-    for i in 0..MR {
-        let r = next.wrapping_add(i * ld_next);
-        _mm_prefetch::<_MM_HINT_T0>(r.cast());
-        _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(TW - 1).cast());
-    }
+unsafe fn tile(high: bool, panels: Panels<f32, half::bf16>, out: CTile, ld_next: usize) {
+    // A row of TW floats spans up to two cache lines.
+    prefetch_rows(out.next, MR, ld_next, TW - 1);
     // SAFETY: forwarded contract.
     unsafe {
         if high {
-            micro::<true>(kc, ap, bp, next_bp, seed, c, ldc)
+            micro::<true>(panels, out)
         } else {
-            micro::<false>(kc, ap, bp, next_bp, seed, c, ldc)
+            micro::<false>(panels, out)
         }
     }
 }
 
-/// One full MR×TW tile: `c[i, j] = fma-chain over p of ap[p, i]·w[p, j]` from `seed`, where `w`
-/// row p is columns 0..16 (`HIGH` false) or 16..32 of the panel row at `bp + p·NR`.
+/// One full MR×TW tile `out`: `c[i, j] = fma-chain over p of ap[p, i]·w[p, j]` from its seed,
+/// where `w` row p is columns 0..16 (`HIGH` false) or 16..32 of the panel row at `bp + p·NR`.
 ///
 /// # Safety
 /// AVX2 and FMA; `ap` holds `kc·MR` floats, `bp` `kc` panel rows of NR bf16; `c + i·ldc + j`
@@ -327,15 +233,9 @@ unsafe fn tile(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn micro<const HIGH: bool>(
-    kc: usize,
-    ap: *const f32,
-    bp: *const half::bf16,
-    next_bp: *const half::bf16,
-    seed: Seed,
-    c: *mut f32,
-    ldc: usize,
-) {
+unsafe fn micro<const HIGH: bool>(panels: Panels<f32, half::bf16>, out: CTile) {
+    let Panels { kc, ap, bp, next } = panels;
+    let CTile { seed, c, ldc, .. } = out;
     let mut acc = [[_mm256_setzero_ps(); 2]; MR];
     // SAFETY: the seed's reads are valid per the contract.
     unsafe {
@@ -355,7 +255,7 @@ unsafe fn micro<const HIGH: bool>(
         // SAFETY: p < kc, within the panel rows and the A panel.
         unsafe {
             let row = bp.add(p * NR);
-            _mm_prefetch::<_MM_HINT_T0>(next_bp.wrapping_add(p * NR).cast());
+            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(p * NR).cast());
             // Words 0..16 of the row widen to columns 0..8 and 16..24, words 16..32 to 8..16 and
             // 24..32 (see `stored_column`): bf16 in the high half of each f32, zero below.
             let r0 = _mm256_loadu_si256(row.cast());

@@ -11,12 +11,18 @@
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
 
-use super::out_ptr::{split_output, OutPtr};
-use super::pack::widen;
+use super::driver::{has_features, AlignedBuf};
+use super::out_ptr::product;
 use super::{PackLayout, PackedBf16, NR};
 use half::bf16;
 use std::cell::RefCell;
 
+#[cfg(target_arch = "x86_64")]
+use super::{
+    out_ptr::OutPtr,
+    pack::widen,
+    tile::{run_tile, transpose_store, Block, CTile, Panels, Tile},
+};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
@@ -47,29 +53,21 @@ impl Rhs<'_> {
 }
 
 /// Rows of C per microkernel tile (broadcast side).
-const MR: usize = 14;
+pub(super) const MR: usize = 14;
 /// K block: a fixed split of K (only where C is reloaded, never the summation order).
 /// KC, MC and NC were tuned on the model's shapes (examples/gemm_shapes.rs, Zen 5).
 const KC: usize = 384;
-/// Row blocks up to this size multiply a packed weight panel by panel (see `unit`).
-const FEW_ROWS: usize = 4 * MR;
+/// Row blocks up to this size multiply a packed weight panel by panel (see `block`).
+pub(super) const FEW_ROWS: usize = 4 * MR;
 /// Rows of A packed at once; each MR-row panel (KC·MR floats) is reused from L1.
-const MC: usize = MR * 24;
+pub(super) const MC: usize = MR * 24;
 /// Columns of B packed at once per thread (KC·NC floats, streamed from L2).
-const NC: usize = NR * 16;
+pub(super) const NC: usize = NR * 16;
 
 /// Whether this CPU runs the kernel: AVX-512F, and BW for widening packed bf16 in registers
 /// (every AVX-512 CPU since Skylake-SP has both).
 pub(crate) fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    has_features!("avx512f", "avx512bw")
 }
 
 /// `a` `[m, k]` · `b` `[n, k]`ᵀ (+ `bias` `[n]` on every row) → `[m, n]` row-major, or `None`
@@ -90,43 +88,22 @@ pub(crate) fn matmul(
     {
         return None;
     }
-    if m == 0 || n == 0 || k == 0 {
-        return Some(super::out_ptr::product_without_terms(m, n, bias));
-    }
-    // Splits never change the bits (see the module docs).
-    let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
-        // SAFETY: AVX-512F/BW were detected above; `dst` points at row r0 of the m·n output;
-        // the first K block of every tile writes its C from the bias (or zero) without reading
-        // it, and every element of rows r0..r1 × columns n0..n1 lies in exactly one tile.
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            unit(&a[r0 * k..r1 * k], r1 - r0, k, b, n, n0, n1, bias, dst)
-        }
-    };
-    // SAFETY: `part` writes exactly its rows × columns (above).
-    Some(unsafe { split_output(m, n, (MR, NR), 2, part) })
-}
-
-/// A 64-byte aligned f32 scratch buffer (packed rows then never straddle cache lines).
-#[derive(Default)]
-struct Scratch {
-    buf: Vec<f32>,
-}
-
-impl Scratch {
-    /// `len` floats at a 64-byte boundary (contents unspecified).
-    fn take(&mut self, len: usize) -> &mut [f32] {
-        if self.buf.len() < len + 16 {
-            self.buf.resize(len + 16, 0.0);
-        }
-        let off = self.buf.as_ptr().align_offset(64).min(16);
-        &mut self.buf[off..off + len]
-    }
+    // SAFETY: AVX-512F/BW were detected above; each part's `dst` points at the first of its
+    // `mr` rows of the m·n output, and its unit writes exactly those rows × columns n0..n1:
+    // every element lies in one tile, whose first K block writes it from the bias (or zero)
+    // without reading it. Splits never change the bits (see the module docs).
+    Some(unsafe {
+        product(a, (m, n, k), bias, (MR, NR), 2, |rows, mr, n0, n1, dst| {
+            #[cfg(target_arch = "x86_64")]
+            unit(rows, mr, k, b, n, n0, n1, bias, dst)
+        })
+    })
 }
 
 thread_local! {
     /// Per-thread packed blocks of A and B (reused across calls).
-    static PACKS: RefCell<(Scratch, Scratch)> = RefCell::new(Default::default());
+    static PACKS: RefCell<(AlignedBuf<f32>, AlignedBuf<f32>)> =
+        const { RefCell::new((AlignedBuf::new(), AlignedBuf::new())) };
 }
 
 /// Columns `n0..n1` of the product, written through `dst` (`[m, n]`; every element's chain
@@ -155,31 +132,14 @@ unsafe fn unit(
         let pa = pa.take(MC * KC);
         let pb = pb.take(NC * KC);
         if let Rhs::Packed(w) = b {
-            // Nothing to pack on the B side, so each A block is packed once (K blocks outermost,
-            // in order: each element's chain over k is unchanged).
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
-                for ic in (0..m).step_by(MC) {
-                    let mc = MC.min(m - ic);
-                    pack_a(a, k, ic, mc, pc, kc, pa);
-                    for jc in (n0..n1).step_by(NC) {
-                        // Units and blocks start on panel boundaries (multiples of NR).
-                        debug_assert_eq!(jc % NR, 0);
-                        let panels = w.panels()[(jc / NR * k + pc) * NR..].as_ptr();
-                        let blk = Block {
-                            ic,
-                            mc,
-                            jc,
-                            nc: NC.min(n1 - jc),
-                            kc,
-                            k,
-                            n,
-                            first: pc == 0,
-                        };
-                        // SAFETY: forwarded contract; `panels` starts this block's K rows.
-                        unsafe { block(blk, pa, BSide::Packed(panels), bias, dst) };
-                    }
+            // Nothing to pack on the B side, so each A block is packed once.
+            for blk in Block::k_outer((k, m), (n0, n1), (KC, MC, NC), k, n) {
+                if blk.jc == n0 {
+                    pack_a(a, k, blk.ic, blk.mc, blk.pc, blk.kc, pa);
                 }
+                let panels = w.panels()[blk.panel_start()..].as_ptr();
+                // SAFETY: forwarded contract; `panels` starts this block's K rows.
+                unsafe { block(blk, pa, BSide::Packed(panels), bias, dst) };
             }
             return;
         }
@@ -196,10 +156,10 @@ unsafe fn unit(
                         mc,
                         jc,
                         nc,
+                        pc,
                         kc,
-                        k,
+                        panel_rows: k,
                         n,
-                        first: pc == 0,
                     };
                     // SAFETY: forwarded contract.
                     unsafe { block(blk, pa, BSide::Widened(pb), bias, dst) };
@@ -207,33 +167,6 @@ unsafe fn unit(
             }
         }
     });
-}
-
-/// One block of C: rows `ic..ic+mc`, columns `jc..jc+nc`, one K block of `kc`.
-#[derive(Clone, Copy)]
-struct Block {
-    ic: usize,
-    mc: usize,
-    jc: usize,
-    nc: usize,
-    kc: usize,
-    /// Full K (the row stride of a packed panel is k·NR).
-    k: usize,
-    /// Row stride of C.
-    n: usize,
-    /// The first K block: C is written from the bias (or zero), not read.
-    first: bool,
-}
-
-/// Where a tile's chains start.
-#[derive(Clone, Copy)]
-pub(crate) enum Seed {
-    /// The current C (a later K block).
-    C,
-    /// The bias values of the tile's columns (the first K block).
-    Bias(*const f32),
-    /// Zero (the first K block, no bias).
-    Zero,
 }
 
 /// Where a block's B values come from.
@@ -253,48 +186,13 @@ enum BSide<'a> {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn block(blk: Block, pa: &[f32], bside: BSide, bias: Option<&[f32]>, dst: OutPtr) {
-    let Block {
-        ic,
-        mc,
-        jc,
-        nc,
-        kc,
-        k,
-        n,
-        first,
-    } = blk;
+    let kc = blk.kc;
     // A few rows (the DiT's 41) of a packed weight: one B panel stays in L1 while the A panels
     // pass, so each weight byte comes from memory once. Otherwise one A panel stays in L1 while
     // the B panels stream past it (measured faster for hundreds of rows, examples/gemm_shapes.rs).
-    let b_outer = matches!(bside, BSide::Packed(_)) && mc <= FEW_ROWS;
-    let (row_tiles, col_tiles) = (mc.div_ceil(MR), nc.div_ceil(NR));
-    // Tile t of the block in the chosen order, as (first row, first column).
-    let tile = |t: usize| {
-        if b_outer {
-            (t % row_tiles * MR, t / row_tiles * NR)
-        } else {
-            (t / col_tiles * MR, t % col_tiles * NR)
-        }
-    };
-    let count = row_tiles * col_tiles;
-    for t in 0..count {
-        let (ir, jr) = tile(t);
-        let mr = MR.min(mc - ir);
-        let nr = NR.min(nc - jr);
-        let ap = &pa[ir * kc..(ir + MR) * kc];
-        let at = |ir: usize, jr: usize| (ic + ir) * n + jc + jr;
-        let c = dst.add(at(ir, jr));
-        let seed = match (first, bias) {
-            (false, _) => Seed::C,
-            (true, Some(b)) => Seed::Bias(b[jc + jr..].as_ptr()),
-            (true, None) => Seed::Zero,
-        };
-        let next = if t + 1 < count {
-            let (ir, jr) = tile(t + 1);
-            dst.add(at(ir, jr))
-        } else {
-            c
-        };
+    let b_outer = matches!(bside, BSide::Packed(_)) && blk.mc <= FEW_ROWS;
+    for Tile { ir, jr, out } in blk.tiles((MR, NR), b_outer, dst, bias) {
+        let ap = pa[ir * kc..(ir + MR) * kc].as_ptr();
         // SAFETY: `ap` holds kc·MR packed floats; a packed weight holds kc rows of NR bf16
         // per panel from `panels` (row stride k·NR), and `pb` kc·NR floats per panel; the
         // tile's valid mr×nr elements lie inside `dst` in the unit's columns; `next` is only
@@ -303,32 +201,17 @@ unsafe fn block(blk: Block, pa: &[f32], bside: BSide, bias: Option<&[f32]>, dst:
             match bside {
                 BSide::Packed(panels) => {
                     // The next panel's rows are fetched while this one runs.
-                    let next_panel = if jr + NR < nc { jr + NR } else { jr };
-                    micro::<true>(
-                        kc,
-                        ap.as_ptr(),
-                        panels.add(jr / NR * k * NR).cast(),
-                        panels.add(next_panel / NR * k * NR).cast(),
-                        seed,
-                        c,
-                        n,
-                        mr,
-                        nr,
-                        next,
-                    )
+                    let stride = blk.panel_rows * NR;
+                    let next_panel = blk.next_panel(jr, NR) / NR * stride;
+                    let bp = panels.add(jr / NR * stride).cast();
+                    let next = panels.add(next_panel).cast();
+                    micro::<true>(Panels { kc, ap, bp, next }, out)
                 }
-                BSide::Widened(pb) => micro::<false>(
-                    kc,
-                    ap.as_ptr(),
-                    pb[jr * kc..(jr + NR) * kc].as_ptr().cast(),
-                    std::ptr::null(),
-                    seed,
-                    c,
-                    n,
-                    mr,
-                    nr,
-                    next,
-                ),
+                BSide::Widened(pb) => {
+                    let bp = pb[jr * kc..(jr + NR) * kc].as_ptr().cast();
+                    let next = std::ptr::null();
+                    micro::<false>(Panels { kc, ap, bp, next }, out)
+                }
             }
         };
     }
@@ -451,119 +334,25 @@ unsafe fn tile_f32(src: *const f32, ld: usize, dst: *mut f32) {
     unsafe { transpose_store(v, dst, NR, 0xFFFF) }
 }
 
-/// Stores the transpose of the 16×16 tile `v` (row r = `v[r]`) as rows `dst + c·ld`, only the
-/// lanes in `mask`.
+/// One MR×NR tile: `c[i, j] = fma-chain over p of ap[p, i]·bp[p, j]`, continuing from
+/// `out.seed` (the current `c`, a bias row or zero); only the valid rows and columns of `out`
+/// are read or written, and its next tile's C rows are prefetched. `bp` is `kc` rows of NR f32,
+/// or with `BF16` `kc` rows of NR bf16 in [`stored_column`](super::pack::stored_column) order at
+/// a row stride of NR, and then the `kc` rows at `next` (any address) are prefetched too.
 ///
 /// # Safety
-/// AVX-512F; the `mask` lanes of `dst + c·ld` must be writable for c in 0..16.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-pub(crate) unsafe fn transpose_store(v: [__m512; 16], dst: *mut f32, ld: usize, mask: __mmask16) {
-    // Pairs of rows interleaved within 128-bit lanes, then pairs of pairs.
-    let mut t = [_mm512_setzero_ps(); 16];
-    for i in 0..8 {
-        t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
-    }
-    // u[4g + q] lane l = column q + 4l of rows 4g..4g+4.
-    let mut u = [_mm512_setzero_ps(); 16];
-    for g in 0..4 {
-        let (x0, x1, x2, x3) = (
-            _mm512_castps_pd(t[4 * g]),
-            _mm512_castps_pd(t[4 * g + 1]),
-            _mm512_castps_pd(t[4 * g + 2]),
-            _mm512_castps_pd(t[4 * g + 3]),
-        );
-        u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(x0, x2));
-        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x0, x2));
-        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(x1, x3));
-        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(x1, x3));
-    }
-    for q in 0..4 {
-        let w0 = _mm512_shuffle_f32x4::<0b10_00_10_00>(u[q], u[4 + q]);
-        let w1 = _mm512_shuffle_f32x4::<0b11_01_11_01>(u[q], u[4 + q]);
-        let x0 = _mm512_shuffle_f32x4::<0b10_00_10_00>(u[8 + q], u[12 + q]);
-        let x1 = _mm512_shuffle_f32x4::<0b11_01_11_01>(u[8 + q], u[12 + q]);
-        let rows = [
-            (q, _mm512_shuffle_f32x4::<0b10_00_10_00>(w0, x0)),
-            (q + 8, _mm512_shuffle_f32x4::<0b11_01_11_01>(w0, x0)),
-            (q + 4, _mm512_shuffle_f32x4::<0b10_00_10_00>(w1, x1)),
-            (q + 12, _mm512_shuffle_f32x4::<0b11_01_11_01>(w1, x1)),
-        ];
-        for (c, r) in rows {
-            // SAFETY: row c of the destination is writable per the contract.
-            unsafe { _mm512_mask_storeu_ps(dst.add(c * ld), mask, r) };
-        }
-    }
-}
-
-/// One MR×NR tile: `c[i, j] = fma-chain over p of ap[p, i]·bp[p, j]`, continuing from `seed`
-/// (the current `c`, a bias row or zero); only the first `mr` rows and `nr` columns of `c` are
-/// read or written. The C
-/// rows of the tile at `next` (any address) are prefetched. `bp` is `kc` rows of NR f32, or
-/// with `BF16` `kc` rows of NR bf16 in [`stored_column`](super::pack::stored_column) order at a row stride of NR, and then
-/// the `kc` rows at `next_bp` (any address) are prefetched too.
-///
-/// # Safety
-/// AVX-512F and BW; `ap` holds `kc·MR` floats and `bp` `kc` rows as above; `c + i·ldc + j` is
-/// valid for `i < mr`, `j < nr` (and initialised with `Seed::C`); a `Seed::Bias` holds `nr`.
+/// AVX-512F and BW; `ap` holds `kc·MR` floats and `bp` `kc` rows as above; the valid elements
+/// of `out` are valid (and initialised with `Seed::C`); a `Seed::Bias` holds `nr`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn micro<const BF16: bool>(
-    kc: usize,
-    ap: *const f32,
-    bp: *const u8,
-    next_bp: *const u8,
-    seed: Seed,
-    c: *mut f32,
-    ldc: usize,
-    mr: usize,
-    nr: usize,
-    next: *const f32,
-) {
-    // The next tile's C rows, fetched while this one computes (prefetches never fault).
-    for i in 0..MR {
-        let r = next.wrapping_add(i * ldc);
-        _mm_prefetch::<_MM_HINT_T0>(r.cast());
-        _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(16).cast());
-    }
-    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
-    let m0 = lanes(nr);
-    let m1 = lanes(nr.saturating_sub(16));
-    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    match seed {
-        Seed::C => {
-            for (i, row) in acc.iter_mut().enumerate() {
-                let (k0, k1) = if i < mr { (m0, m1) } else { (0, 0) };
-                let ci = c.wrapping_add(i * ldc);
-                // SAFETY: masked-off lanes are not read; the enabled ones are valid (and were
-                // written by the first K block) per the contract.
-                unsafe {
-                    row[0] = _mm512_maskz_loadu_ps(k0, ci);
-                    row[1] = _mm512_maskz_loadu_ps(k1, ci.wrapping_add(16));
-                }
-            }
-        }
-        Seed::Bias(b) => {
-            // SAFETY: the tile's nr bias values are valid per the contract.
-            let row = unsafe {
-                [
-                    _mm512_maskz_loadu_ps(m0, b),
-                    _mm512_maskz_loadu_ps(m1, b.wrapping_add(16)),
-                ]
-            };
-            acc = [row; MR];
-        }
-        Seed::Zero => {}
-    }
+unsafe fn micro<const BF16: bool>(panels: Panels<f32, u8>, out: CTile) {
+    let Panels { kc, ap, bp, next } = panels;
     let zero = _mm512_setzero_si512();
-    for p in 0..kc {
-        // SAFETY: p < kc, within the panels.
-        unsafe {
+    // SAFETY: AVX-512F; the tile's lanes are valid per the contract; p < kc, within the panels.
+    unsafe {
+        run_tile::<MR>(kc, out, |p, acc| {
             let (b0, b1) = if BF16 {
-                _mm_prefetch::<_MM_HINT_T0>(next_bp.wrapping_add(p * NR * 2).cast());
+                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(p * NR * 2).cast());
                 // bf16 in the high half of each f32 word, zero in the low half: exact.
                 let raw = _mm512_loadu_si512(bp.add(p * NR * 2).cast());
                 (
@@ -583,16 +372,7 @@ unsafe fn micro<const BF16: bool>(
                 row[0] = _mm512_fmadd_ps(ai, b0, row[0]);
                 row[1] = _mm512_fmadd_ps(ai, b1, row[1]);
             }
-        }
-    }
-    for (i, row) in acc.iter().enumerate() {
-        let (k0, k1) = if i < mr { (m0, m1) } else { (0, 0) };
-        let ci = c.wrapping_add(i * ldc);
-        // SAFETY: masked-off lanes are not written; the enabled ones are valid.
-        unsafe {
-            _mm512_mask_storeu_ps(ci, k0, row[0]);
-            _mm512_mask_storeu_ps(ci.wrapping_add(16), k1, row[1]);
-        }
+        })
     }
 }
 

@@ -14,154 +14,43 @@
 // Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
 
-use super::avx512::Seed;
-use super::out_ptr::{split_output, OutPtr};
+use super::avx512::MR;
+use super::driver::{has_features, AlignedBuf, VnniKernel};
 use super::{PackLayout, PackedBf16, NR};
 use std::cell::RefCell;
 
+#[cfg(not(target_arch = "x86_64"))]
+use super::driver::no_unit as unit;
+#[cfg(target_arch = "x86_64")]
+use super::{
+    avx512::{FEW_ROWS, MC, NC},
+    driver::Lhs,
+    out_ptr::OutPtr,
+    tile::CTile,
+    tile::{bf16_pairs, lanes, row_masks, run_tile, transpose_store, Block, Panels, Tile},
+};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-/// Rows of C per microkernel tile (broadcast side).
-const MR: usize = 14;
 /// K block in pairs (only where C is reloaded, never the summation order). Tuned with
-/// examples/gemm_shapes.rs on Zen 5.
+/// examples/gemm_shapes.rs on Zen 5; the tiles (MR×NR) and the row and column blocks (MC, NC,
+/// FEW_ROWS) are the f32 kernel's.
 const KC: usize = 256;
-/// Row blocks up to this size multiply the weight panel by panel (see `block`).
-const FEW_ROWS: usize = 4 * MR;
-/// Rows of A packed at once.
-const MC: usize = MR * 24;
-/// Columns per block.
-const NC: usize = NR * 16;
 
 /// Whether this CPU runs the kernel: AVX-512F/BW and AVX512-BF16 (Zen 4/5, Cooper Lake,
 /// Sapphire Rapids and later).
 pub(crate) fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512bf16")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    has_features!("avx512f", "avx512bw", "avx512bf16")
 }
 
-/// `bf16(a)` `[m, k]` · `w`ᵀ (+ `bias` `[n]` on every row) → `[m, n]` row-major, or `None`
-/// when the CPU lacks AVX512-BF16, `w` is not in VNNI pairs or the lengths do not match.
-pub(crate) fn matmul(
-    a: &[f32],
-    m: usize,
-    k: usize,
-    w: &PackedBf16,
-    bias: Option<&[f32]>,
-) -> Option<Vec<f32>> {
-    let (n, wk) = w.dims();
-    if !available()
-        || wk != k
-        || a.len() != m * k
-        || bias.is_some_and(|v| v.len() != n)
-        || w.layout() != PackLayout::VnniPairs
-    {
-        return None;
-    }
-    if m == 0 || n == 0 || k == 0 {
-        return Some(super::out_ptr::product_without_terms(m, n, bias));
-    }
-    let part = |r0: usize, r1: usize, n0: usize, n1: usize, dst: OutPtr| {
-        // SAFETY: AVX-512F/BW/BF16 were detected above; `dst` points at row r0 of the m·n
-        // output; the first K block of every tile writes its C from the bias (or zero) without
-        // reading it, and every element of rows r0..r1 × columns n0..n1 lies in exactly one
-        // tile.
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            let lhs = Lhs {
-                a: &a[r0 * k..r1 * k],
-                lda: k,
-                m: r1 - r0,
-                k,
-            };
-            unit(lhs, w, n0, n1, bias, dst, n)
-        }
-    };
-    // SAFETY: `part` writes exactly its rows × columns (above).
-    Some(unsafe { split_output(m, n, (MR, NR), 2, part) })
-}
-
-/// On the calling thread (for callers already inside their own parallel tasks, such as the
-/// attention's): `dst[i·ldc + j] = Σ_{p<k} bf16(a[i·lda + p])·w[j, p]` for `i < m`, `j < n`,
-/// over the first `n` columns and the first `k` of K of `w` (a causal block's visible keys).
-/// The same chains as [`matmul`]. `false` (nothing written) when the CPU lacks AVX512-BF16,
-/// `w` is not in VNNI pairs or the sizes do not fit.
-///
-/// # Safety
-/// `dst` must be valid for writes at `i·ldc + j` for `i < m`, `j < n`, and nothing else may
-/// access those elements during the call.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn matmul_to(
-    a: &[f32],
-    lda: usize,
-    m: usize,
-    k: usize,
-    w: &PackedBf16,
-    n: usize,
-    dst: *mut f32,
-    ldc: usize,
-) -> bool {
-    if !available() {
-        return false;
-    }
-    // SAFETY: forwarded contract.
-    if let Some(answer) = unsafe { matmul_to_without_kernel(a, lda, m, k, w, n, dst, ldc) } {
-        return answer;
-    }
-    // SAFETY: AVX-512F/BW/BF16 were detected above; `dst` is valid for rows 0..m × columns
-    // 0..n at stride ldc (contract), every element of which lies in exactly one tile, the
-    // first K block writing it from zero.
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        unit(Lhs { a, lda, m, k }, w, 0, n, None, OutPtr(dst), ldc)
-    };
-    true
-}
-
-/// What a VNNI kernel's `matmul_to` answers without multiplying: `Some(false)` (nothing
-/// written) when `w` is not in VNNI pairs or the sizes do not fit, `Some(true)` once it has
-/// written an empty product (k = 0: zeros), `None` when the kernel has work to do.
-///
-/// # Safety
-/// As for [`matmul_to`].
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn matmul_to_without_kernel(
-    a: &[f32],
-    lda: usize,
-    m: usize,
-    k: usize,
-    w: &PackedBf16,
-    n: usize,
-    dst: *mut f32,
-    ldc: usize,
-) -> Option<bool> {
-    let (wn, wk) = w.dims();
-    let fits =
-        n <= wn && k <= wk && lda >= k && ldc >= n && (m == 0 || a.len() >= (m - 1) * lda + k);
-    if w.layout() != PackLayout::VnniPairs || !fits {
-        return Some(false);
-    }
-    if m == 0 || n == 0 {
-        return Some(true);
-    }
-    if k == 0 {
-        for i in 0..m {
-            // SAFETY: row i's first n elements are the caller's (contract).
-            unsafe { std::slice::from_raw_parts_mut(dst.add(i * ldc), n).fill(0.0) };
-        }
-        return Some(true);
-    }
-    None
-}
+/// The kernel: [`VnniKernel::matmul`] on MR×NR tiles (the threads split the longer side of C)
+/// and [`VnniKernel::matmul_to`], both the chains of the module docs.
+pub(crate) static KERNEL: VnniKernel = VnniKernel {
+    available,
+    unit,
+    tile: (MR, NR),
+    rows_over_cols: |_| 2,
+};
 
 /// The `[n, k]` matrix whose element `(c, p)` is `bf16(src[c·cs + p·ps])` (round to nearest
 /// even) in [`PackLayout::VnniPairs`]: the attention's keys (`ps = 1`) and values (`cs = 1`),
@@ -207,7 +96,6 @@ pub(crate) fn pack_vnni_f32(src: &[f32], cs: usize, ps: usize, n: usize, k: usiz
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn pack_rows(src: &[f32], cs: usize, n: usize, k: usize, dst: *mut u32, pair_rows: usize) {
-    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
     for c0 in (0..n).step_by(16) {
         let cols = 16.min(n - c0);
         // Panel c0/NR, slots c0%NR.. (16 of a panel's NR).
@@ -218,25 +106,12 @@ unsafe fn pack_rows(src: &[f32], cs: usize, n: usize, k: usize, dst: *mut u32, p
             let mut v = [_mm512_setzero_ps(); 16];
             for (i, v) in v.iter_mut().enumerate().take(cols) {
                 let row = src.as_ptr().wrapping_add((c0 + i) * cs + p);
-                // SAFETY: only the lanes below k of row c0+i are read.
-                let (lo, hi) = unsafe {
-                    (
-                        _mm512_maskz_loadu_ps(lanes(valid), row),
-                        _mm512_maskz_loadu_ps(
-                            lanes(valid.saturating_sub(16)),
-                            row.wrapping_add(16),
-                        ),
-                    )
-                };
-                // Word 2j is k = p+2j; rotating each dword by 16 puts it in the high half.
-                let bh: __m512i = unsafe { std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo)) };
-                *v = _mm512_castsi512_ps(_mm512_rol_epi32::<16>(bh));
+                // SAFETY: only the lanes below k of row c0+i are read. Word j: k = p+2j high.
+                *v = _mm512_castsi512_ps(unsafe { bf16_pairs(row, row_masks(valid)) });
             }
             // SAFETY: pair rows q0..q0+16 ≤ pair_rows (a multiple of 16) of the panel, 16 slots
             // from c0 % NR (0 or 16).
-            unsafe {
-                super::avx512::transpose_store(v, panel.wrapping_add(q0 * NR).cast(), NR, 0xFFFF)
-            };
+            unsafe { transpose_store(v, panel.wrapping_add(q0 * NR).cast(), NR, 0xFFFF) };
         }
     }
 }
@@ -257,7 +132,6 @@ unsafe fn pack_columns(
     dst: *mut u32,
     pair_rows: usize,
 ) {
-    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
     for c0 in (0..n).step_by(16) {
         let m = lanes(n - c0);
         let panel = dst.wrapping_add(c0 / NR * pair_rows * NR + c0 % NR);
@@ -283,35 +157,9 @@ unsafe fn pack_columns(
     }
 }
 
-/// The rows of A a unit multiplies: `m` rows of `k` values at row stride `lda`.
-#[derive(Clone, Copy)]
-struct Lhs<'a> {
-    a: &'a [f32],
-    lda: usize,
-    m: usize,
-    k: usize,
-}
-
-/// A 64-byte aligned u32 scratch buffer.
-#[derive(Default)]
-struct Scratch {
-    buf: Vec<u32>,
-}
-
-impl Scratch {
-    /// `len` words at a 64-byte boundary (contents unspecified).
-    fn take(&mut self, len: usize) -> &mut [u32] {
-        if self.buf.len() < len + 16 {
-            self.buf.resize(len + 16, 0);
-        }
-        let off = self.buf.as_ptr().align_offset(64).min(16);
-        &mut self.buf[off..off + len]
-    }
-}
-
 thread_local! {
     /// Per-thread packed block of A (reused across calls).
-    static PACK_A: RefCell<Scratch> = RefCell::new(Default::default());
+    static PACK_A: RefCell<AlignedBuf<u32>> = const { RefCell::new(AlignedBuf::new()) };
 }
 
 /// Pair rows of an A panel: KC rounded up to the 16 pairs `pack_a` writes at once.
@@ -342,48 +190,18 @@ unsafe fn unit(
     PACK_A.with(|p| {
         let mut p = p.borrow_mut();
         let pa = p.take(MC * KC_ROWS);
-        // K blocks outermost, in order: each element's chain over k is unchanged.
-        for pc in (0..pairs).step_by(KC) {
-            let kc = KC.min(pairs - pc);
-            for ic in (0..m).step_by(MC) {
-                let mc = MC.min(m - ic);
+        for blk in Block::k_outer((pairs, m), (n0, n1), (KC, MC, NC), panel_pairs, ldc) {
+            let Block { ic, mc, pc, kc, .. } = blk;
+            if blk.jc == n0 {
                 // SAFETY: AVX-512F/BF16 per the contract; `pa` holds MC·KC_ROWS words.
                 unsafe { pack_a(a, lda, k, ic, mc, pc, kc, pa) };
-                for jc in (n0..n1).step_by(NC) {
-                    debug_assert_eq!(jc % NR, 0);
-                    let panels = w.panels()[(jc / NR * panel_pairs + pc) * NR * 2..].as_ptr();
-                    let blk = Block {
-                        ic,
-                        mc,
-                        jc,
-                        nc: NC.min(n1 - jc),
-                        kc,
-                        pairs: panel_pairs,
-                        n: ldc,
-                        first: pc == 0,
-                    };
-                    // SAFETY: forwarded contract; `panels` starts this block's pair rows.
-                    unsafe { block(blk, pa, panels.cast(), bias, dst) };
-                }
             }
+            // Two bf16 a pair.
+            let panels = w.panels()[blk.panel_start() * 2..].as_ptr();
+            // SAFETY: forwarded contract; `panels` starts this block's pair rows.
+            unsafe { block(blk, pa, panels.cast(), bias, dst) };
         }
     });
-}
-
-/// One block of C: rows `ic..ic+mc`, columns `jc..jc+nc`, one K block of `kc` pairs.
-#[derive(Clone, Copy)]
-struct Block {
-    ic: usize,
-    mc: usize,
-    jc: usize,
-    nc: usize,
-    kc: usize,
-    /// Pair rows of a whole weight panel.
-    pairs: usize,
-    /// Row stride of C.
-    n: usize,
-    /// The first K block: C is written from the bias (or zero), not read.
-    first: bool,
 }
 
 /// Multiplies the packed A block `pa` by the block's weight panels (from `panels`, the first
@@ -395,63 +213,20 @@ struct Block {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn block(blk: Block, pa: &[u32], panels: *const u32, bias: Option<&[f32]>, dst: OutPtr) {
-    let Block {
-        ic,
-        mc,
-        jc,
-        nc,
-        kc,
-        pairs,
-        n,
-        first,
-    } = blk;
+    let kc = blk.kc;
     // A few rows (the DiT's 41): one weight panel stays in L1 while the A panels pass, so each
     // weight byte comes from memory once; otherwise one A panel stays while the panels stream.
-    let b_outer = mc <= FEW_ROWS;
-    let (row_tiles, col_tiles) = (mc.div_ceil(MR), nc.div_ceil(NR));
-    let tile = |t: usize| {
-        if b_outer {
-            (t % row_tiles * MR, t / row_tiles * NR)
-        } else {
-            (t / col_tiles * MR, t % col_tiles * NR)
-        }
-    };
-    let count = row_tiles * col_tiles;
-    let at = |ir: usize, jr: usize| (ic + ir) * n + jc + jr;
-    for t in 0..count {
-        let (ir, jr) = tile(t);
-        let mr = MR.min(mc - ir);
-        let nr = NR.min(nc - jr);
-        let ap = &pa[ir / MR * MR * KC_ROWS..][..MR * kc];
-        let c = dst.add(at(ir, jr));
-        let seed = match (first, bias) {
-            (false, _) => Seed::C,
-            (true, Some(b)) => Seed::Bias(b[jc + jr..].as_ptr()),
-            (true, None) => Seed::Zero,
-        };
-        let next = if t + 1 < count {
-            let (ir, jr) = tile(t + 1);
-            dst.add(at(ir, jr))
-        } else {
-            c
-        };
-        let next_panel = if jr + NR < nc { jr + NR } else { jr };
+    let b_outer = blk.mc <= FEW_ROWS;
+    let stride = blk.panel_rows * NR;
+    for Tile { ir, jr, out } in blk.tiles((MR, NR), b_outer, dst, bias) {
+        let ap = pa[ir / MR * MR * KC_ROWS..][..MR * kc].as_ptr();
         // SAFETY: `ap` holds kc·MR pairs; each panel holds kc pair rows of NR u32 from
         // `panels` (panel stride pairs·NR); the tile's mr×nr elements lie inside `dst` in the
-        // unit's columns; `next` and the next panel are only prefetched.
+        // unit's columns; the next tile's C and the next panel are only prefetched.
         unsafe {
-            micro(
-                kc,
-                ap.as_ptr(),
-                panels.add(jr / NR * pairs * NR),
-                panels.wrapping_add(next_panel / NR * pairs * NR),
-                seed,
-                c,
-                n,
-                mr,
-                nr,
-                next,
-            )
+            let bp = panels.add(jr / NR * stride);
+            let next = panels.wrapping_add(blk.next_panel(jr, NR) / NR * stride);
+            micro(Panels { kc, ap, bp, next }, out)
         };
     }
 }
@@ -476,103 +251,44 @@ unsafe fn pack_a(
     pa: &mut [u32],
 ) {
     let (k0, k1) = (2 * pc, (2 * (pc + kc)).min(k));
-    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
     for (ir, panel) in (0..mc).step_by(MR).zip(pa.chunks_exact_mut(MR * KC_ROWS)) {
         let rows = MR.min(mc - ir);
         for q0 in (0..kc).step_by(16) {
             // 32 values of k from k0 + 2·q0 per row: 16 pairs.
             let p = k0 + 2 * q0;
             let valid = k1 - p;
-            let (m0, m1) = (lanes(valid), lanes(valid.saturating_sub(16)));
+            let masks = row_masks(valid);
             let mut v = [_mm512_setzero_ps(); 16];
             for (i, v) in v.iter_mut().enumerate().take(rows) {
                 let row = a[(ic + ir + i) * lda + p..].as_ptr();
-                // SAFETY: only the lanes below k1 are read, inside row ic+ir+i of `a`.
-                let (lo, hi) = unsafe {
-                    (
-                        _mm512_maskz_loadu_ps(m0, row),
-                        _mm512_maskz_loadu_ps(m1, row.wrapping_add(16)),
-                    )
-                };
-                // bf16 (RNE) of lo in words 0..16, hi in 16..32: word 2j is k = p+2j. Rotating
-                // each dword by 16 puts k in its high half.
-                let bh: __m512i = unsafe { std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo)) };
-                *v = _mm512_castsi512_ps(_mm512_rol_epi32::<16>(bh));
+                // SAFETY: only the lanes below k1 are read, inside row ic+ir+i of `a`. Word j
+                // holds k = p+2j high.
+                *v = _mm512_castsi512_ps(unsafe { bf16_pairs(row, masks) });
             }
             // SAFETY: rows q0..q0+16 of MR words lie inside the panel (KC_ROWS is a multiple
             // of 16); only MR lanes of each are stored.
-            unsafe {
-                super::avx512::transpose_store(
-                    v,
-                    panel[q0 * MR..].as_mut_ptr().cast(),
-                    MR,
-                    (1 << MR) - 1,
-                )
-            };
+            unsafe { transpose_store(v, panel[q0 * MR..].as_mut_ptr().cast(), MR, (1 << MR) - 1) };
         }
     }
 }
 
-/// One MR×NR tile: `c[i, j]` continues its chain from `seed` over the `kc` pairs of `ap`
-/// (`[kc][MR]`) and `bp` (`kc` rows of NR pairs, row stride NR); only the first `mr` rows and
-/// `nr` columns of `c` are read or written. The C rows at `next` and the panel rows at
-/// `next_bp` (any addresses) are prefetched.
+/// One MR×NR tile: `c[i, j]` continues its chain from `out.seed` over the `kc` pairs of `ap`
+/// (`[kc][MR]`) and `bp` (`kc` rows of NR pairs, row stride NR); only the valid rows and
+/// columns of `out` are read or written. Its next tile's C rows and the panel rows at
+/// `next` (any addresses) are prefetched.
 ///
 /// # Safety
-/// AVX-512F/BW/BF16; `ap` holds `kc·MR` and `bp` `kc·NR` words; `c + i·ldc + j` is valid for
-/// `i < mr`, `j < nr` (and initialised with `Seed::C`); a `Seed::Bias` holds `nr`.
+/// AVX-512F/BW/BF16; `ap` holds `kc·MR` and `bp` `kc·NR` words; the valid elements of `out`
+/// are valid (and initialised with `Seed::C`); a `Seed::Bias` holds `nr`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn micro(
-    kc: usize,
-    ap: *const u32,
-    bp: *const u32,
-    next_bp: *const u32,
-    seed: Seed,
-    c: *mut f32,
-    ldc: usize,
-    mr: usize,
-    nr: usize,
-    next: *const f32,
-) {
-    for i in 0..MR {
-        let r = next.wrapping_add(i * ldc);
-        _mm_prefetch::<_MM_HINT_T0>(r.cast());
-        _mm_prefetch::<_MM_HINT_T0>(r.wrapping_add(16).cast());
-    }
-    let lanes = |w: usize| -> __mmask16 { ((1u32 << w.min(16)) - 1) as __mmask16 };
-    let m0 = lanes(nr);
-    let m1 = lanes(nr.saturating_sub(16));
-    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    match seed {
-        Seed::C => {
-            for (i, row) in acc.iter_mut().enumerate() {
-                let (k0, k1) = if i < mr { (m0, m1) } else { (0, 0) };
-                let ci = c.wrapping_add(i * ldc);
-                // SAFETY: masked-off lanes are not read; the enabled ones are valid.
-                unsafe {
-                    row[0] = _mm512_maskz_loadu_ps(k0, ci);
-                    row[1] = _mm512_maskz_loadu_ps(k1, ci.wrapping_add(16));
-                }
-            }
-        }
-        Seed::Bias(b) => {
-            // SAFETY: the tile's nr bias values are valid per the contract.
-            let row = unsafe {
-                [
-                    _mm512_maskz_loadu_ps(m0, b),
-                    _mm512_maskz_loadu_ps(m1, b.wrapping_add(16)),
-                ]
-            };
-            acc = [row; MR];
-        }
-        Seed::Zero => {}
-    }
-    for p in 0..kc {
-        // SAFETY: p < kc, within `ap` and `bp`; `next_bp` is only prefetched.
-        unsafe {
-            let nb = next_bp.wrapping_add(p * NR);
+unsafe fn micro(panels: Panels<u32, u32>, out: CTile) {
+    let Panels { kc, ap, bp, next } = panels;
+    // SAFETY: AVX-512F/BF16; the tile's lanes are valid per the contract; p < kc, within `ap`
+    // and `bp`; `next` is only prefetched.
+    unsafe {
+        run_tile::<MR>(kc, out, |p, acc| {
+            let nb = next.wrapping_add(p * NR);
             _mm_prefetch::<_MM_HINT_T0>(nb.cast());
             _mm_prefetch::<_MM_HINT_T0>(nb.wrapping_add(16).cast());
             let row = bp.add(p * NR);
@@ -584,22 +300,13 @@ unsafe fn micro(
                 acc[0] = _mm512_dpbf16_ps(acc[0], ai, b0);
                 acc[1] = _mm512_dpbf16_ps(acc[1], ai, b1);
             }
-        }
-    }
-    for (i, row) in acc.iter().enumerate() {
-        let (k0, k1) = if i < mr { (m0, m1) } else { (0, 0) };
-        let ci = c.wrapping_add(i * ldc);
-        // SAFETY: masked-off lanes are not written; the enabled ones are valid.
-        unsafe {
-            _mm512_mask_storeu_ps(ci, k0, row[0]);
-            _mm512_mask_storeu_ps(ci.wrapping_add(16), k1, row[1]);
-        }
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{available, matmul, KC, MC, MR, NC, NR};
+    use super::{available, KC, KERNEL, MC, MR, NC, NR};
     use crate::gemm::checks::{self, vnni};
     use crate::gemm::{PackLayout, PackedBf16};
     use half::bf16;
@@ -634,7 +341,7 @@ mod tests {
     #[test]
     fn exact_on_dyadic_inputs_with_and_without_bias() {
         if available() {
-            checks::exact_on_dyadic_inputs(matmul, &shapes());
+            checks::exact_on_dyadic_inputs(&KERNEL, &shapes());
         }
     }
 
@@ -648,7 +355,9 @@ mod tests {
             let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
             let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
             let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
-            let y = matmul(&a, m, k, &vnni(&w, n, k), Some(&bias)).unwrap();
+            let y = KERNEL
+                .matmul(&a, m, k, &vnni(&w, n, k), Some(&bias))
+                .unwrap();
             for i in 0..m {
                 for j in 0..n {
                     let want = chain(&a[i * k..][..k], &w[j * k..][..k], Some(bias[j]));
@@ -684,7 +393,9 @@ mod tests {
                 Some(&bias),
             )
             .unwrap();
-            let got = matmul(&a, m, k, &vnni(&w, n, k), Some(&bias)).unwrap();
+            let got = KERNEL
+                .matmul(&a, m, k, &vnni(&w, n, k), Some(&bias))
+                .unwrap();
             assert_eq!(got, f32_kernel, "{m}x{n}x{k}");
         }
     }
@@ -693,7 +404,7 @@ mod tests {
     fn bits_do_not_depend_on_rows_threads_or_repeats() {
         if available() {
             checks::bits_do_not_depend_on_rows_threads_or_repeats(
-                matmul,
+                &KERNEL,
                 (MC + 20, 3 * NR + 5, 4 * KC + 9),
                 &[(0, 1), (3, 3 + MR + 2), (MC - 1, MC + 20)],
             );
@@ -706,7 +417,7 @@ mod tests {
             return;
         }
         checks::matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
-            super::matmul_to,
+            &KERNEL,
             (
                 MR + 2,
                 2 * KC + 5,
@@ -755,7 +466,7 @@ mod tests {
 
     #[test]
     fn refuses_other_layouts_and_mismatched_lengths() {
-        checks::refuses_other_layouts_and_mismatched_lengths(matmul);
+        checks::refuses_other_layouts_and_mismatched_lengths(&KERNEL);
         // The f32 kernels refuse VNNI pairs.
         let (a, p) = ([1f32; 6], vnni(&[bf16::ONE; 6], 2, 3));
         assert!(crate::gemm::avx512::matmul(

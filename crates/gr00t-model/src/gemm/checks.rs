@@ -2,16 +2,16 @@
 //! `gemm/amx.rs`), which take the same arguments and differ only in how they round inside a
 //! sum.
 
-use super::{PackLayout, PackedBf16};
+use super::{Lhs, PackLayout, PackedBf16, VnniKernel};
 use half::bf16;
 
-/// A kernel's `matmul`.
-pub(crate) type Matmul = fn(&[f32], usize, usize, &PackedBf16, Option<&[f32]>) -> Option<Vec<f32>>;
-/// A kernel's `matmul_to`.
-pub(crate) type MatmulTo =
-    unsafe fn(&[f32], usize, usize, usize, &PackedBf16, usize, *mut f32, usize) -> bool;
 /// Checks one output `got` against its row of activations and column of weights.
 pub(crate) type Element = fn(got: f32, a: &[f32], w: &[bf16]);
+
+/// `m` rows of `k` values of `a` at row stride `lda`.
+fn lhs(a: &[f32], lda: usize, m: usize, k: usize) -> Lhs<'_> {
+    Lhs { a, lda, m, k }
+}
 
 /// `w` `[n, k]` packed as VNNI pairs.
 pub(crate) fn vnni(w: &[bf16], n: usize, k: usize) -> PackedBf16 {
@@ -30,7 +30,7 @@ pub(crate) fn exact_dot(a: &[f32], w: &[bf16]) -> (f64, f64) {
 /// On activations with more than 8 significant bits (their rounding to bf16 is part of the
 /// product) and weights in quarters every partial sum is exact in f32, so any kernel's
 /// output is the exact product of the rounded activations (plus the bias).
-pub(crate) fn exact_on_dyadic_inputs(matmul: Matmul, shapes: &[(usize, usize, usize)]) {
+pub(crate) fn exact_on_dyadic_inputs(kernel: &VnniKernel, shapes: &[(usize, usize, usize)]) {
     for &(m, n, k) in shapes {
         let a: Vec<f32> = (0..m * k)
             .map(|i| ((i * 37 % 1021) as f32 - 510.0) / 512.0)
@@ -41,7 +41,7 @@ pub(crate) fn exact_on_dyadic_inputs(matmul: Matmul, shapes: &[(usize, usize, us
         let bias: Vec<f32> = (0..n).map(|j| j as f32 / 16.0).collect();
         let packed = vnni(&w, n, k);
         for bias in [None, Some(&bias[..])] {
-            let y = matmul(&a, m, k, &packed, bias).unwrap();
+            let y = kernel.matmul(&a, m, k, &packed, bias).unwrap();
             for i in 0..m {
                 for j in 0..n {
                     let (dot, _) = exact_dot(&a[i * k..][..k], &w[j * k..][..k]);
@@ -56,7 +56,7 @@ pub(crate) fn exact_on_dyadic_inputs(matmul: Matmul, shapes: &[(usize, usize, us
 /// The bits of `matmul` on `[m, k]`·`[n, k]`ᵀ repeat, and do not change with the rows asked
 /// for (`row_ranges`) nor with the thread count.
 pub(crate) fn bits_do_not_depend_on_rows_threads_or_repeats(
-    matmul: Matmul,
+    kernel: &VnniKernel,
     (m, n, k): (usize, usize, usize),
     row_ranges: &[(usize, usize)],
 ) {
@@ -65,10 +65,16 @@ pub(crate) fn bits_do_not_depend_on_rows_threads_or_repeats(
     let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
     let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
     let p = vnni(&w, n, k);
-    let all = matmul(&a, m, k, &p, Some(&bias)).unwrap();
-    assert_eq!(matmul(&a, m, k, &p, Some(&bias)).unwrap(), all, "repeat");
+    let all = kernel.matmul(&a, m, k, &p, Some(&bias)).unwrap();
+    assert_eq!(
+        kernel.matmul(&a, m, k, &p, Some(&bias)).unwrap(),
+        all,
+        "repeat"
+    );
     for &(r0, r1) in row_ranges {
-        let part = matmul(&a[r0 * k..r1 * k], r1 - r0, k, &p, Some(&bias)).unwrap();
+        let part = kernel
+            .matmul(&a[r0 * k..r1 * k], r1 - r0, k, &p, Some(&bias))
+            .unwrap();
         assert_eq!(part, all[r0 * n..r1 * n], "rows {r0}..{r1}");
     }
     for threads in [1, 3] {
@@ -76,7 +82,7 @@ pub(crate) fn bits_do_not_depend_on_rows_threads_or_repeats(
             .num_threads(threads)
             .build()
             .unwrap();
-        let y = pool.install(|| matmul(&a, m, k, &p, Some(&bias)).unwrap());
+        let y = pool.install(|| kernel.matmul(&a, m, k, &p, Some(&bias)).unwrap());
         assert_eq!(y, all, "{threads} threads");
     }
 }
@@ -86,7 +92,7 @@ pub(crate) fn bits_do_not_depend_on_rows_threads_or_repeats(
 /// columns `< n` (each checked by `element` against its strided row of A and the first k of
 /// its weight column), and refuses too wide a prefix, a short stride and the f32 layout.
 pub(crate) fn matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
-    matmul_to: MatmulTo,
+    kernel: &VnniKernel,
     extra: (usize, usize, usize, usize, usize, usize, usize),
     element: Element,
 ) {
@@ -104,7 +110,7 @@ pub(crate) fn matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
         let sentinel = -7.25f32;
         let mut c = vec![sentinel; m * ldc];
         // SAFETY: c holds m rows of ldc.
-        assert!(unsafe { matmul_to(&a, lda, m, k, &p, n, c.as_mut_ptr(), ldc) });
+        assert!(unsafe { kernel.matmul_to(lhs(&a, lda, m, k), &p, n, c.as_mut_ptr(), ldc) });
         for i in 0..m {
             for j in 0..ldc {
                 let got = c[i * ldc + j];
@@ -122,21 +128,21 @@ pub(crate) fn matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
     let a = [1f32; 8];
     // SAFETY: c holds every element the calls could write.
     unsafe {
-        assert!(!matmul_to(&a, 3, 2, 4, &p, 2, c.as_mut_ptr(), 2));
-        assert!(!matmul_to(&a, 3, 2, 3, &p, 3, c.as_mut_ptr(), 3));
-        assert!(!matmul_to(&a, 2, 2, 3, &p, 2, c.as_mut_ptr(), 2));
+        assert!(!kernel.matmul_to(lhs(&a, 3, 2, 4), &p, 2, c.as_mut_ptr(), 2));
+        assert!(!kernel.matmul_to(lhs(&a, 3, 2, 3), &p, 3, c.as_mut_ptr(), 3));
+        assert!(!kernel.matmul_to(lhs(&a, 2, 2, 3), &p, 2, c.as_mut_ptr(), 2));
         let panels = PackedBf16::new(&w, 2, 3).unwrap();
-        assert!(!matmul_to(&a, 3, 2, 3, &panels, 2, c.as_mut_ptr(), 2));
+        assert!(!kernel.matmul_to(lhs(&a, 3, 2, 3), &panels, 2, c.as_mut_ptr(), 2));
     }
 }
 
 /// `matmul` refuses the f32 layout and lengths that do not match.
-pub(crate) fn refuses_other_layouts_and_mismatched_lengths(matmul: Matmul) {
+pub(crate) fn refuses_other_layouts_and_mismatched_lengths(kernel: &VnniKernel) {
     let w = [bf16::ONE; 6];
     let a = [1f32; 6];
     let panels = PackedBf16::new(&w, 2, 3).unwrap();
-    assert!(matmul(&a, 2, 3, &panels, None).is_none());
+    assert!(kernel.matmul(&a, 2, 3, &panels, None).is_none());
     let p = vnni(&w, 2, 3);
-    assert!(matmul(&a, 3, 3, &p, None).is_none());
-    assert!(matmul(&a, 2, 3, &p, Some(&[0.0])).is_none());
+    assert!(kernel.matmul(&a, 3, 3, &p, None).is_none());
+    assert!(kernel.matmul(&a, 2, 3, &p, Some(&[0.0])).is_none());
 }

@@ -13,15 +13,23 @@
 //! The contract every kernel keeps: an element's bits do not depend on M, on the block or tile
 //! its row falls in, nor on the thread count, and repeats are identical. Blocks split K only
 //! where C is stored and reloaded, never the order of the sums.
+//!
+//! Besides one file per kernel: `pack.rs` (the weight layouts), `tile.rs` (what the
+//! microkernels share: seeds, tile order, prefetches, masked loads and stores), `driver.rs`
+//! (feature and operand checks, aligned scratch, the VNNI kernels' one driver), `out_ptr.rs`
+//! (the output split among threads) and, for the tests, `checks.rs`.
 
 pub(crate) mod amx;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 pub(crate) mod avx512bf16;
 #[cfg(test)]
-mod checks;
+pub(crate) mod checks;
+mod driver;
 pub(crate) mod out_ptr;
 mod pack;
+mod tile;
 
-pub(crate) use pack::NR;
+pub(crate) use driver::{Lhs, VnniKernel};
+pub(crate) use pack::{widen, NR};
 pub use pack::{PackLayout, PackedBf16};

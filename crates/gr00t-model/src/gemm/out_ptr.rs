@@ -1,5 +1,6 @@
 //! An output buffer's raw pointer shared by parallel workers, each of which writes only its
-//! own disjoint elements (GEMM tiles, weight slabs, attention rows).
+//! own disjoint elements (GEMM tiles, weight slabs, attention rows), and the split of a fresh
+//! product among the threads.
 
 /// A `*mut f32` that can cross into rayon tasks.
 #[derive(Clone, Copy)]
@@ -18,24 +19,31 @@ impl OutPtr {
     }
 }
 
-/// A fresh `[m, n]` output (m, n > 0) filled by `part(r0, r1, n0, n1, dst)` on the rayon pool,
-/// `dst` pointing at row `r0`. The threads split the longer side in whole tiles of `tile`
-/// (rows, columns): by rows when there are more than `rows_over_cols` times as many row tiles as
-/// column tiles (the other operand is then repacked by every thread, the cheaper duplication).
+/// The `[m, n]` product over `k` terms of the rows of `a` `[m, k]`, filled on the rayon pool
+/// by `part(rows, mr, n0, n1, dst)` for the `mr` rows `r0..r0+mr` of `a` and columns `n0..n1`,
+/// `dst` pointing at row `r0` of the output; without terms, rows or columns the bias on every
+/// row (or zero), without calling `part`. The threads split the longer side in whole tiles of
+/// `tile` (rows, columns): by rows when there are more than `rows_over_cols` times as many row
+/// tiles as column tiles (the other operand is then repacked by every thread, the cheaper
+/// duplication).
 ///
 /// # Safety
-/// `part` must write every element of rows `r0..r1` × columns `n0..n1` (row stride n) through
-/// `dst`, and nothing else.
-pub(crate) unsafe fn split_output<F>(
-    m: usize,
-    n: usize,
+/// `a` holds m·k values; `part` must write every element of its rows × columns `n0..n1` (row
+/// stride n) through `dst`, and nothing else.
+pub(crate) unsafe fn product<F>(
+    a: &[f32],
+    (m, n, k): (usize, usize, usize),
+    bias: Option<&[f32]>,
     tile: (usize, usize),
     rows_over_cols: usize,
     part: F,
 ) -> Vec<f32>
 where
-    F: Fn(usize, usize, usize, usize, OutPtr) + Sync,
+    F: Fn(&[f32], usize, usize, usize, OutPtr) + Sync,
 {
+    if m == 0 || n == 0 || k == 0 {
+        return product_without_terms(m, n, bias);
+    }
     use rayon::prelude::*;
     let (mr, nr) = tile;
     // Not initialised: the parts write every element.
@@ -51,11 +59,11 @@ where
     let units = len.div_ceil(per);
     let dst = OutPtr(out.as_mut_ptr());
     let run = |u: usize| {
-        let (a, b) = (u * per, ((u + 1) * per).min(len));
+        let (s0, s1) = (u * per, ((u + 1) * per).min(len));
         if by_rows {
-            part(a, b, 0, n, OutPtr(dst.add(a * n)));
+            part(&a[s0 * k..s1 * k], s1 - s0, 0, n, OutPtr(dst.add(s0 * n)));
         } else {
-            part(0, m, a, b, dst);
+            part(a, m, s0, s1, dst);
         }
     };
     if units == 1 {
@@ -70,7 +78,7 @@ where
 
 /// The `[m, n]` product over an empty K (or of no rows or columns): the bias on every row, or
 /// zero.
-pub(crate) fn product_without_terms(m: usize, n: usize, bias: Option<&[f32]>) -> Vec<f32> {
+fn product_without_terms(m: usize, n: usize, bias: Option<&[f32]>) -> Vec<f32> {
     match bias {
         Some(v) => v.repeat(m),
         None => vec![0f32; m * n],

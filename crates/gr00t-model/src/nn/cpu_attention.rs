@@ -15,7 +15,7 @@
 use crate::cpu_kernel::{self, CpuKernel};
 use crate::cpu_math::{softmax_numerators, ScoreTerms};
 use crate::gemm::out_ptr::OutPtr;
-use crate::gemm::{amx, avx512bf16, PackedBf16};
+use crate::gemm::{amx, avx512bf16, Lhs, PackedBf16, VnniKernel};
 use crate::linear::Products;
 use candle_core::{DType, Layout, Storage, Tensor};
 use rayon::prelude::*;
@@ -74,16 +74,12 @@ enum Mul<'a> {
     /// bf16-rounded q, k, v (already) and softmax weights (rounded here) through the `gemm`
     /// crate.
     RoundedF32,
-    /// `vdpbf16ps` or AMX tiles (the `matmul_to` given): per (batch, kv head), the keys
+    /// `vdpbf16ps` or AMX tiles (the kernel given): per (batch, kv head), the keys
     /// `[Lk, Dh]` and the values transposed
     /// `[Dh, Lk]` as VNNI pairs; q is rounded while the kernel packs it, the weights in place
     /// (for their sum).
-    Vnni(&'a [(PackedBf16, PackedBf16)], VnniMatmul),
+    Vnni(&'a [(PackedBf16, PackedBf16)], &'static VnniKernel),
 }
-
-/// `matmul_to` of `gemm::avx512bf16` or `gemm::amx` (the same contract).
-type VnniMatmul =
-    unsafe fn(&[f32], usize, usize, usize, &PackedBf16, usize, *mut f32, usize) -> bool;
 
 /// [`attention`] with bf16 products run by `kernel` (`vdpbf16ps` for
 /// [`CpuKernel::Avx512Bf16`] or [`CpuKernel::Amx`] on a CPU that has it, the f32 GEMMs
@@ -163,9 +159,9 @@ fn attention_with(
         Products::Bf16 if vnni => Mul::Vnni(
             &packed,
             if kernel == CpuKernel::Amx && amx::available() {
-                amx::matmul_to
+                &amx::KERNEL
             } else {
-                avx512bf16::matmul_to
+                &avx512bf16::KERNEL
             },
         ),
         Products::Bf16 => Mul::RoundedF32,
@@ -237,22 +233,18 @@ fn blocks(
                             );
                         }
                     }
-                    Mul::Vnni(packed, matmul_to) => {
+                    Mul::Vnni(packed, kernel) => {
                         let q0 = qv.index(bi, h, r0);
-                        let q_rows = &qv.data[q0..];
-                        // SAFETY: s is rows×lk at row stride lk, this task's own buffer.
-                        let done = unsafe {
-                            matmul_to(
-                                q_rows,
-                                qv.st[2],
-                                rows,
-                                dh,
-                                &packed[bi * hkv + hk].0,
-                                lk,
-                                s.as_mut_ptr(),
-                                lk,
-                            )
+                        let q_rows = Lhs {
+                            a: &qv.data[q0..],
+                            lda: qv.st[2],
+                            m: rows,
+                            k: dh,
                         };
+                        let keys = &packed[bi * hkv + hk].0;
+                        // SAFETY: s is rows×lk at row stride lk, this task's own buffer.
+                        let done =
+                            unsafe { kernel.matmul_to(q_rows, keys, lk, s.as_mut_ptr(), lk) };
                         assert!(done, "attention: the bf16 kernel refused q·kᵀ");
                     }
                 }
@@ -286,20 +278,17 @@ fn blocks(
                             );
                         }
                     }
-                    Mul::Vnni(packed, matmul_to) => {
-                        // SAFETY: as above; the first lk keys of the packed values.
-                        let done = unsafe {
-                            matmul_to(
-                                s,
-                                lk,
-                                rows,
-                                lk,
-                                &packed[bi * hkv + hk].1,
-                                dh,
-                                out_at,
-                                row_stride,
-                            )
+                    Mul::Vnni(packed, kernel) => {
+                        let weights = Lhs {
+                            a: s,
+                            lda: lk,
+                            m: rows,
+                            k: lk,
                         };
+                        let values = &packed[bi * hkv + hk].1;
+                        // SAFETY: as above; the first lk keys of the packed values.
+                        let done =
+                            unsafe { kernel.matmul_to(weights, values, dh, out_at, row_stride) };
                         assert!(done, "attention: the bf16 kernel refused p·v");
                     }
                 }
