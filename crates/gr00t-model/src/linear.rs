@@ -599,20 +599,30 @@ fn slab_rows(m: usize, n: usize, threads: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::{matmul_bf16_with, slab_rows, CpuKernel, Linear, PackLayout, Products};
+    use crate::gemm::checks::{self, Operands};
     use candle_core::{Device, Module, Tensor};
     use half::bf16;
+
+    /// Random operands from `rnd` and the `[m, k]` input, `[n, k]` weight and `[n]` bias
+    /// tensors holding them.
+    fn operands(
+        mut rnd: impl FnMut() -> f32,
+        (m, n, k): (usize, usize, usize),
+    ) -> (Operands, [Tensor; 3]) {
+        let (x, w, b) = checks::random(&mut rnd, (m, n, k));
+        let dev = Device::Cpu;
+        let tensors = [
+            Tensor::from_slice(&x, (m, k), &dev).unwrap(),
+            Tensor::from_slice(&w, (n, k), &dev).unwrap(),
+            Tensor::from_slice(&b, n, &dev).unwrap(),
+        ];
+        ((x, w, b), tensors)
+    }
 
     #[test]
     fn bf16_products_round_the_activations_and_f32_ones_do_not() {
         let (m, n, k) = (5, 40, 70);
-        let mut rnd = crate::test_rng::lcg(3u32);
-        let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-        let b: Vec<f32> = (0..n).map(|_| rnd()).collect();
-        let dev = Device::Cpu;
-        let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
-        let bt = Tensor::from_slice(&b, n, &dev).unwrap();
-        let xt = Tensor::from_slice(&x, (m, k), &dev).unwrap();
+        let ((x, w, b), [xt, wt, bt]) = operands(crate::test_rng::lcg(3u32), (m, n, k));
         let run = |products| {
             let l = Linear::new_for_cpu(wt.clone(), Some(bt.clone()), products).unwrap();
             assert_eq!(l.products(), products);
@@ -660,14 +670,7 @@ mod tests {
             return;
         }
         let (m, n, k) = (17, 1056, 1030);
-        let mut rnd = crate::test_rng::xorshift(11u32);
-        let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-        let b: Vec<f32> = (0..n).map(|_| rnd()).collect();
-        let dev = Device::Cpu;
-        let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
-        let bt = Tensor::from_slice(&b, n, &dev).unwrap();
-        let xt = Tensor::from_slice(&x, (m, k), &dev).unwrap();
+        let (_, [xt, wt, bt]) = operands(crate::test_rng::xorshift(11u32), (m, n, k));
         let run = |kernel| {
             let l = Linear::new_for_kernel(wt.clone(), Some(bt.clone()), Products::Bf16, kernel)
                 .unwrap();
@@ -683,34 +686,12 @@ mod tests {
 
     #[test]
     fn products_match_a_plain_f64_product_in_both_layouts() {
-        for &(m, n, k) in &[(41, 300, 70), (1, 33, 20), (300, 40, 130), (65, 17, 9)] {
-            let x: Vec<f32> = (0..m * k)
-                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
-                .collect();
-            let w: Vec<bf16> = (0..n * k)
-                .map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 4.0))
-                .collect();
-            let b: Vec<f32> = (0..n).map(|j| j as f32 / 16.0).collect();
-            for (bias, kernel) in [None, Some(&b[..])].into_iter().flat_map(|b| {
-                [CpuKernel::Library, CpuKernel::Avx2, CpuKernel::Avx512].map(|k| (b, k))
-            }) {
-                let y = matmul_bf16_with(kernel, &x, m, k, &w, n, bias);
-                for i in 0..m {
-                    for j in 0..n {
-                        let dot: f64 = (0..k)
-                            .map(|t| x[i * k + t] as f64 * w[j * k + t].to_f64())
-                            .sum();
-                        let want = dot + bias.map_or(0.0, |b| b[j] as f64);
-                        // Inputs are short dyadic fractions: every partial sum is exact in f32.
-                        assert_eq!(
-                            y[i * n + j] as f64,
-                            want,
-                            "{kernel:?} {m}x{n}x{k} ({i}, {j})"
-                        );
-                    }
-                }
-            }
-        }
+        let shapes = [(41, 300, 70), (1, 33, 20), (300, 40, 130), (65, 17, 9)];
+        checks::exact_on_dyadic_inputs(&shapes, false, &|x, m, k, w, n, bias| {
+            [CpuKernel::Library, CpuKernel::Avx2, CpuKernel::Avx512]
+                .map(|kernel| matmul_bf16_with(kernel, x, m, k, w, n, bias))
+                .to_vec()
+        });
     }
 
     #[test]

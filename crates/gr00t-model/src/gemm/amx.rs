@@ -489,12 +489,12 @@ unsafe fn block_1x2(
 #[cfg(test)]
 mod tests {
     use super::{available, KC, KERNEL, MB, MC, NR};
-    use crate::gemm::checks::{self, vnni};
+    use crate::gemm::checks::{self, vnni_kernel_tests};
     use half::bf16;
 
     /// Within f32 rounding (k+1 roundings of the running magnitude) of the exact product.
     fn within_f32_rounding(got: f32, a: &[f32], w: &[bf16], bias: f32) {
-        let (dot, mag) = crate::gemm::checks::exact_dot(a, w);
+        let (dot, mag) = checks::exact_dot(a, w);
         let (dot, mag) = (dot + bias as f64, mag + bias.abs() as f64);
         let tol = (a.len() as f64 + 1.0) * f32::EPSILON as f64 * mag + 1e-30;
         assert!((got as f64 - dot).abs() <= tol, "{got} vs {dot}");
@@ -503,11 +503,7 @@ mod tests {
     /// Odd shapes around every block edge (tile, block, K block in pairs, odd K, A block,
     /// the row/column split).
     fn shapes() -> Vec<(usize, usize, usize)> {
-        vec![
-            (1, 1, 1),
-            (1, 33, 20),
-            (5, 1, 7),
-            (3, 17, 1),
+        checks::shapes(&[
             (MB + 1, NR + 1, 33),
             (MB - 1, NR - 1, 4 * KC + 3),
             (41, 300, 70),
@@ -515,70 +511,14 @@ mod tests {
             (2 * MC + 40, 70, 64),
             (29, 3 * NR + 8, 31),
             (16, 16, 32),
-        ]
+        ])
     }
 
-    #[test]
-    fn exact_on_dyadic_inputs_with_and_without_bias() {
-        if available() {
-            checks::exact_on_dyadic_inputs(&KERNEL, &shapes());
-        }
-    }
-
-    #[test]
-    fn within_f32_rounding_of_the_exact_product_of_the_rounded_activations() {
-        if !available() {
-            return;
-        }
-        let mut rnd = crate::test_rng::xorshift(0x2545_f491_u32);
-        for (m, n, k) in shapes() {
-            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-            let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-            let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
-            let y = KERNEL
-                .matmul(&a, m, k, &vnni(&w, n, k), Some(&bias))
-                .unwrap();
-            for i in 0..m {
-                for j in 0..n {
-                    within_f32_rounding(y[i * n + j], &a[i * k..][..k], &w[j * k..][..k], bias[j]);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn bits_do_not_depend_on_rows_threads_or_repeats() {
-        if available() {
-            checks::bits_do_not_depend_on_rows_threads_or_repeats(
-                &KERNEL,
-                (2 * MC + 20, 3 * NR + 5, 4 * KC + 9),
-                &[(0, 1), (3, 3 + MB + 2), (MC - 1, 2 * MC + 20), (5, 5 + 200)],
-            );
-        }
-    }
-
-    #[test]
-    fn matmul_to_reads_strided_rows_and_a_prefix_of_the_weight() {
-        if !available() {
-            return;
-        }
-        checks::matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
-            &KERNEL,
-            (
-                MB + 2,
-                2 * KC + 5,
-                2 * KC + 3,
-                NR + 3,
-                2 * KC + 4,
-                NR + 1,
-                NR + 7,
-            ),
-            |got, a, w| within_f32_rounding(got, a, w, 0.0),
-        );
-    }
-
-    #[test]
-    fn refuses_other_layouts_and_mismatched_lengths() {
-        checks::refuses_other_layouts_and_mismatched_lengths(&KERNEL);
-    }
+    vnni_kernel_tests!(
+        within_f32_rounding_of_the_exact_product_of_the_rounded_activations,
+        within_f32_rounding,
+        (MB, KC),
+        (2 * MC + 20, 3 * NR + 5, 4 * KC + 9),
+        &[(0, 1), (3, 3 + MB + 2), (MC - 1, 2 * MC + 20), (5, 5 + 200)]
+    );
 }

@@ -369,6 +369,7 @@ mod tests {
     use super::{available, blocking, matmul_blocked, MR};
     use crate::cpu_caches::GemmBlocking;
     use crate::gemm::avx512::{self, Rhs};
+    use crate::gemm::checks;
     use crate::gemm::{PackedBf16, NR};
     use half::bf16;
 
@@ -381,17 +382,6 @@ mod tests {
     const KC: usize = BLOCKS.kc;
     const MC: usize = BLOCKS.mc;
     const NC: usize = BLOCKS.nc;
-
-    /// The product in the test blocks.
-    fn matmul(
-        a: &[f32],
-        m: usize,
-        k: usize,
-        w: &PackedBf16,
-        bias: Option<&[f32]>,
-    ) -> Option<Vec<f32>> {
-        matmul_blocked(a, m, k, w, bias, BLOCKS)
-    }
 
     /// Shapes around every edge: tiles, half panels, K and row blocks, column blocks.
     fn shapes() -> Vec<(usize, usize, usize)> {
@@ -410,31 +400,11 @@ mod tests {
 
     #[test]
     fn exact_on_dyadic_inputs_with_and_without_bias() {
-        if !available() {
-            return;
-        }
-        for (m, n, k) in shapes() {
-            let a: Vec<f32> = (0..m * k)
-                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
-                .collect();
-            let w: Vec<bf16> = (0..n * k)
-                .map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 4.0))
-                .collect();
-            let packed = PackedBf16::new(&w, n, k).unwrap();
-            let b: Vec<f32> = (0..n).map(|j| j as f32 / 16.0).collect();
-            for bias in [None, Some(&b[..])] {
-                let y = matmul(&a, m, k, &packed, bias).unwrap();
-                for i in 0..m {
-                    for j in 0..n {
-                        let dot: f64 = (0..k)
-                            .map(|t| a[i * k + t] as f64 * w[j * k + t].to_f64())
-                            .sum();
-                        let want = dot + bias.map_or(0.0, |b| b[j] as f64);
-                        // Short dyadic fractions: every partial sum is exact in f32.
-                        assert_eq!(y[i * n + j] as f64, want, "{m}x{n}x{k} ({i}, {j})");
-                    }
-                }
-            }
+        if available() {
+            checks::exact_on_dyadic_inputs(&shapes(), false, &|a, m, k, w, n, bias| {
+                let packed = PackedBf16::new(w, n, k).unwrap();
+                vec![matmul_blocked(a, m, k, &packed, bias, BLOCKS).unwrap()]
+            });
         }
     }
 
@@ -444,37 +414,19 @@ mod tests {
             return;
         }
         let (m, n, k) = (MC + 20, 3 * NR + 5, 2 * KC + 9);
-        let mut rnd = crate::test_rng::lcg(11u32);
-        let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-        let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let (a, w, bias) = checks::random(&mut crate::test_rng::lcg(11u32), (m, n, k));
         let packed = PackedBf16::new(&w, n, k).unwrap();
-        let all = matmul(&a, m, k, &packed, Some(&bias)).unwrap();
-        for (i, j) in [
+        let run = |a: &[f32], m| matmul_blocked(a, m, k, &packed, Some(&bias), BLOCKS).unwrap();
+        let rows = [(0, 1), (3, 3 + MR + 2), (MC - 1, m)];
+        let all = checks::same_bits_for_any_rows_or_threads(&run, &a, (m, k), &rows);
+        let points = [
             (0, 0),
             (m - 1, n - 1),
             (MR, 16),
             (m / 2, n / 2),
             (7, NR + 20),
-        ] {
-            let mut c = bias[j];
-            for t in 0..k {
-                c = a[i * k + t].mul_add(w[j * k + t].to_f32(), c);
-            }
-            assert_eq!(all[i * n + j].to_bits(), c.to_bits(), "({i}, {j})");
-        }
-        for (r0, r1) in [(0, 1), (3, 3 + MR + 2), (MC - 1, m)] {
-            let part = matmul(&a[r0 * k..r1 * k], r1 - r0, k, &packed, Some(&bias)).unwrap();
-            assert_eq!(part, all[r0 * n..r1 * n], "rows {r0}..{r1}");
-        }
-        for threads in [1, 3] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            let y = pool.install(|| matmul(&a, m, k, &packed, Some(&bias)).unwrap());
-            assert_eq!(y, all, "{threads} threads");
-        }
+        ];
+        checks::assert_fma_chains(&all, (&a, &w, &bias), (n, k), &points);
     }
 
     #[test]
@@ -483,12 +435,9 @@ mod tests {
             return;
         }
         let (m, n, k) = (MR * 7 + 5, NC + NR + 7, KC + 101);
-        let mut rnd = crate::test_rng::lcg(5u32);
-        let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-        let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let (a, w, bias) = checks::random(&mut crate::test_rng::lcg(5u32), (m, n, k));
         let packed = PackedBf16::new(&w, n, k).unwrap();
-        let want = matmul(&a, m, k, &packed, Some(&bias)).unwrap();
+        let want = matmul_blocked(&a, m, k, &packed, Some(&bias), BLOCKS).unwrap();
         let b = |kc, mc, nc| GemmBlocking { kc, mc, nc };
         for blocks in [
             blocking(),
@@ -498,12 +447,12 @@ mod tests {
             b(640, MR * 3, NR),
             b(4096, MR * 200, NR * 64),
         ] {
-            let got = super::matmul_blocked(&a, m, k, &packed, Some(&bias), blocks).unwrap();
+            let got = matmul_blocked(&a, m, k, &packed, Some(&bias), blocks).unwrap();
             assert_eq!(got, want, "{blocks:?}");
         }
         // Blocks that are not whole tiles and panels are refused, not run.
         for blocks in [b(0, MR, NR), b(64, MR + 1, NR), b(64, MR, NR - 1)] {
-            assert!(super::matmul_blocked(&a, m, k, &packed, None, blocks).is_none());
+            assert!(matmul_blocked(&a, m, k, &packed, None, blocks).is_none());
         }
     }
 
@@ -514,13 +463,11 @@ mod tests {
         }
         let mut rnd = crate::test_rng::xorshift(0x7f4a_7c15_u32);
         for (m, n, k) in shapes() {
-            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-            let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-            let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let (a, w, bias) = checks::random(&mut rnd, (m, n, k));
             let packed = PackedBf16::new(&w, n, k).unwrap();
             for bias in [None, Some(&bias[..])] {
                 let want = avx512::matmul(&a, m, k, Rhs::Packed(&packed), n, bias).unwrap();
-                let got = matmul(&a, m, k, &packed, bias).unwrap();
+                let got = matmul_blocked(&a, m, k, &packed, bias, BLOCKS).unwrap();
                 assert_eq!(got, want, "{m}x{n}x{k}");
             }
         }
@@ -529,8 +476,12 @@ mod tests {
     #[test]
     fn mismatched_lengths_are_refused() {
         let packed = PackedBf16::new(&[bf16::ONE; 6], 2, 3).unwrap();
-        assert!(matmul(&[1.0; 6], 2, 2, &packed, None).is_none());
-        assert!(matmul(&[1.0; 5], 2, 3, &packed, None).is_none());
-        assert!(matmul(&[1.0; 6], 2, 3, &packed, Some(&[0.0])).is_none());
+        for (a, k, bias) in [
+            (&[1.0; 6][..], 2, None),
+            (&[1.0; 5], 3, None),
+            (&[1.0; 6], 3, Some(&[0.0][..])),
+        ] {
+            assert!(matmul_blocked(a, 2, k, &packed, bias, BLOCKS).is_none());
+        }
     }
 }

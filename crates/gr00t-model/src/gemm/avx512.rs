@@ -379,69 +379,30 @@ unsafe fn micro<const BF16: bool>(panels: Panels<f32, u8>, out: CTile) {
 #[cfg(test)]
 mod tests {
     use super::{available, matmul, PackedBf16, Rhs, KC, MC, MR, NC, NR};
+    use crate::gemm::checks;
     use half::bf16;
-
-    /// f64 reference of `a·bᵀ + bias`.
-    fn reference(
-        a: &[f32],
-        m: usize,
-        k: usize,
-        b: &[f32],
-        n: usize,
-        bias: Option<&[f32]>,
-    ) -> Vec<f64> {
-        let mut y = vec![0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                let dot: f64 = (0..k)
-                    .map(|t| a[i * k + t] as f64 * b[j * k + t] as f64)
-                    .sum();
-                y[i * n + j] = dot + bias.map_or(0.0, |v| v[j] as f64);
-            }
-        }
-        y
-    }
 
     /// Odd shapes around every block edge (tile, K block, A block, B block).
     fn shapes() -> Vec<(usize, usize, usize)> {
-        vec![
-            (1, 1, 1),
-            (1, 33, 20),
-            (5, 1, 7),
-            (3, 17, 1),
+        checks::shapes(&[
             (MR + 1, NR + 1, 17),
             (MR - 1, NR - 1, KC + 3),
             (41, 300, 70),
             (MC + 3, 48, 2 * KC + 5),
             (29, NC + 40, 33),
             (2, 16, 32),
-        ]
+        ])
     }
 
     #[test]
     fn exact_on_dyadic_inputs_for_bf16_and_f32_weights_with_and_without_bias() {
-        if !available() {
-            return;
-        }
-        for (m, n, k) in shapes() {
-            let a: Vec<f32> = (0..m * k)
-                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
-                .collect();
-            let w: Vec<bf16> = (0..n * k)
-                .map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 4.0))
-                .collect();
-            let wf: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
-            let bias: Vec<f32> = (0..n).map(|j| j as f32 / 16.0).collect();
-            for bias in [None, Some(&bias[..])] {
-                let want = reference(&a, m, k, &wf, n, bias);
-                for rhs in [Rhs::Bf16(&w), Rhs::F32(&wf)] {
-                    let y = matmul(&a, m, k, rhs, n, bias).unwrap();
-                    for (idx, (&y, &t)) in y.iter().zip(&want).enumerate() {
-                        // Short dyadic fractions: every partial sum is exact in f32.
-                        assert_eq!(y as f64, t, "{m}x{n}x{k} element {idx}");
-                    }
-                }
-            }
+        if available() {
+            checks::exact_on_dyadic_inputs(&shapes(), false, &|a, m, k, w, n, bias| {
+                let wf: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
+                [Rhs::Bf16(w), Rhs::F32(&wf)]
+                    .map(|rhs| matmul(a, m, k, rhs, n, bias).unwrap())
+                    .to_vec()
+            });
         }
     }
 
@@ -458,16 +419,17 @@ mod tests {
             let wb: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
             let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
             for (rhs, exact) in [(Rhs::Bf16(&w), &wb), (Rhs::F32(&wf), &wf)] {
-                let want = reference(&a, m, k, exact, n, Some(&bias));
                 let y = matmul(&a, m, k, rhs, n, Some(&bias)).unwrap();
                 for i in 0..m {
                     for j in 0..n {
+                        let terms = a[i * k..][..k].iter().zip(&exact[j * k..][..k]);
+                        let (dot, mag) = terms.fold((0.0, 0.0), |(dot, mag), (&x, &b)| {
+                            let p = x as f64 * b as f64;
+                            (dot + p, mag + p.abs())
+                        });
                         // Bound: k·ε·Σ|a||b| plus the bias.
-                        let mag: f64 = (0..k)
-                            .map(|t| (a[i * k + t] as f64 * exact[j * k + t] as f64).abs())
-                            .sum::<f64>()
-                            + bias[j].abs() as f64;
-                        let err = (y[i * n + j] as f64 - want[i * n + j]).abs();
+                        let mag = mag + bias[j].abs() as f64;
+                        let err = (y[i * n + j] as f64 - (dot + bias[j] as f64)).abs();
                         assert!(
                             err <= (k as f64 + 1.0) * f32::EPSILON as f64 * mag,
                             "{m}x{n}x{k} ({i}, {j}): {err} vs {mag}"
@@ -484,44 +446,12 @@ mod tests {
             return;
         }
         let (m, n, k) = (MC + 20, 3 * NR + 5, 2 * KC + 9);
-        let mut rnd = crate::test_rng::lcg(7u32);
-        let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-        let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
-        let all = matmul(&a, m, k, Rhs::Bf16(&w), n, Some(&bias)).unwrap();
-        // The chain itself, computed with scalar fused multiply-adds.
-        for (i, j) in [(0, 0), (m - 1, n - 1), (MR, NR), (m / 2, n / 2)] {
-            let mut c = bias[j];
-            for t in 0..k {
-                c = a[i * k + t].mul_add(w[j * k + t].to_f32(), c);
-            }
-            assert_eq!(all[i * n + j].to_bits(), c.to_bits(), "({i}, {j})");
-        }
-        // Any row range alone, and a single thread, give the same bits.
-        for (r0, r1) in [(0, 1), (3, 3 + MR + 2), (MC - 1, m)] {
-            let part = matmul(
-                &a[r0 * k..r1 * k],
-                r1 - r0,
-                k,
-                Rhs::Bf16(&w),
-                n,
-                Some(&bias),
-            )
-            .unwrap();
-            assert_eq!(part, all[r0 * n..r1 * n], "rows {r0}..{r1}");
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
-        let one = pool.install(|| matmul(&a, m, k, Rhs::Bf16(&w), n, Some(&bias)).unwrap());
-        assert_eq!(one, all);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap();
-        let three = pool.install(|| matmul(&a, m, k, Rhs::Bf16(&w), n, Some(&bias)).unwrap());
-        assert_eq!(three, all);
+        let (a, w, bias) = checks::random(&mut crate::test_rng::lcg(7u32), (m, n, k));
+        let run = |a: &[f32], m| matmul(a, m, k, Rhs::Bf16(&w), n, Some(&bias)).unwrap();
+        let rows = [(0, 1), (3, 3 + MR + 2), (MC - 1, m)];
+        let all = checks::same_bits_for_any_rows_or_threads(&run, &a, (m, k), &rows);
+        let points = [(0, 0), (m - 1, n - 1), (MR, NR), (m / 2, n / 2)];
+        checks::assert_fma_chains(&all, (&a, &w, &bias), (n, k), &points);
     }
 
     #[test]
@@ -533,9 +463,7 @@ mod tests {
         let mut shapes = shapes();
         shapes.push((MC + 3, NC + NR + 7, KC + 1));
         for (m, n, k) in shapes {
-            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-            let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-            let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let (a, w, bias) = checks::random(&mut rnd, (m, n, k));
             let packed = PackedBf16::new(&w, n, k).unwrap();
             assert_eq!(packed.dims(), (n, k));
             for bias in [None, Some(&bias[..])] {

@@ -307,27 +307,21 @@ unsafe fn micro(panels: Panels<u32, u32>, out: CTile) {
 #[cfg(test)]
 mod tests {
     use super::{available, KC, KERNEL, MC, MR, NC, NR};
-    use crate::gemm::checks::{self, vnni};
+    use crate::gemm::avx512::{self, Rhs};
+    use crate::gemm::checks::{self, vnni, vnni_kernel_tests};
     use crate::gemm::{PackLayout, PackedBf16};
     use half::bf16;
 
-    /// Scalar reference: the f32 fused multiply-add chain over k in order of the bf16-rounded
-    /// activation and the weight, from the bias (or zero).
-    fn chain(a: &[f32], w: &[bf16], bias: Option<f32>) -> f32 {
-        let mut c = bias.unwrap_or(0.0);
-        for (x, w) in a.iter().zip(w) {
-            c = bf16::from_f32(*x).to_f32().mul_add(w.to_f32(), c);
-        }
-        c
+    /// `got` is the f32 fused multiply-add chain over k in order of the bf16-rounded
+    /// activations and the weights, from the bias.
+    fn is_the_rounded_chain(got: f32, a: &[f32], w: &[bf16], bias: f32) {
+        let want = checks::fma_chain(&checks::rounded(a), w, bias);
+        assert_eq!(got.to_bits(), want.to_bits(), "{got} vs {want}");
     }
 
     /// Odd shapes around every block edge (tile, K block in pairs, odd K, A block, B block).
     fn shapes() -> Vec<(usize, usize, usize)> {
-        vec![
-            (1, 1, 1),
-            (1, 33, 20),
-            (5, 1, 7),
-            (3, 17, 1),
+        checks::shapes(&[
             (MR + 1, NR + 1, 17),
             (MR - 1, NR - 1, 2 * KC + 3),
             (41, 300, 70),
@@ -335,100 +329,31 @@ mod tests {
             (29, NC + 40, 33),
             (2, 16, 32),
             (3, 40, 2 * KC),
-        ]
+        ])
     }
 
-    #[test]
-    fn exact_on_dyadic_inputs_with_and_without_bias() {
-        if available() {
-            checks::exact_on_dyadic_inputs(&KERNEL, &shapes());
-        }
-    }
-
-    #[test]
-    fn each_element_is_the_f32_chain_of_the_rounded_activations() {
-        if !available() {
-            return;
-        }
-        let mut rnd = crate::test_rng::xorshift(0x2545_f491_u32);
-        for (m, n, k) in shapes() {
-            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-            let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-            let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
-            let y = KERNEL
-                .matmul(&a, m, k, &vnni(&w, n, k), Some(&bias))
-                .unwrap();
-            for i in 0..m {
-                for j in 0..n {
-                    let want = chain(&a[i * k..][..k], &w[j * k..][..k], Some(bias[j]));
-                    assert_eq!(
-                        y[i * n + j].to_bits(),
-                        want.to_bits(),
-                        "{m}x{n}x{k} ({i}, {j}): {} vs {want}",
-                        y[i * n + j]
-                    );
-                }
-            }
-        }
-    }
+    vnni_kernel_tests!(
+        each_element_is_the_f32_chain_of_the_rounded_activations,
+        is_the_rounded_chain,
+        (MR, KC),
+        (MC + 20, 3 * NR + 5, 4 * KC + 9),
+        &[(0, 1), (3, 3 + MR + 2), (MC - 1, MC + 20)]
+    );
 
     #[test]
     fn same_bits_as_the_f32_kernel_on_rounded_activations() {
-        if !available() || !crate::gemm::avx512::available() {
+        if !available() || !avx512::available() {
             return;
         }
         let mut rnd = crate::test_rng::lcg(0x51u32);
         for (m, n, k) in shapes() {
-            let a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-            let rounded: Vec<f32> = a.iter().map(|&x| bf16::from_f32(x).to_f32()).collect();
-            let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-            let bias: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let (a, w, bias) = checks::random(&mut rnd, (m, n, k));
             let panels = PackedBf16::new(&w, n, k).unwrap();
-            let f32_kernel = crate::gemm::avx512::matmul(
-                &rounded,
-                m,
-                k,
-                crate::gemm::avx512::Rhs::Packed(&panels),
-                n,
-                Some(&bias),
-            )
-            .unwrap();
-            let got = KERNEL
-                .matmul(&a, m, k, &vnni(&w, n, k), Some(&bias))
-                .unwrap();
-            assert_eq!(got, f32_kernel, "{m}x{n}x{k}");
+            let rhs = Rhs::Packed(&panels);
+            let f32_kernel = avx512::matmul(&checks::rounded(&a), m, k, rhs, n, Some(&bias));
+            let got = KERNEL.matmul(&a, m, k, &vnni(&w, n, k), Some(&bias));
+            assert_eq!(got.unwrap(), f32_kernel.unwrap(), "{m}x{n}x{k}");
         }
-    }
-
-    #[test]
-    fn bits_do_not_depend_on_rows_threads_or_repeats() {
-        if available() {
-            checks::bits_do_not_depend_on_rows_threads_or_repeats(
-                &KERNEL,
-                (MC + 20, 3 * NR + 5, 4 * KC + 9),
-                &[(0, 1), (3, 3 + MR + 2), (MC - 1, MC + 20)],
-            );
-        }
-    }
-
-    #[test]
-    fn matmul_to_reads_strided_rows_and_a_prefix_of_the_weight() {
-        if !available() {
-            return;
-        }
-        checks::matmul_to_reads_strided_rows_and_a_prefix_of_the_weight(
-            &KERNEL,
-            (
-                MR + 2,
-                2 * KC + 5,
-                2 * KC + 3,
-                NR + 3,
-                2 * KC + 4,
-                NR + 1,
-                NR + 7,
-            ),
-            |got, a, w| assert_eq!(got.to_bits(), chain(a, w, None).to_bits(), "{got}"),
-        );
     }
 
     #[test]
@@ -465,19 +390,9 @@ mod tests {
     }
 
     #[test]
-    fn refuses_other_layouts_and_mismatched_lengths() {
-        checks::refuses_other_layouts_and_mismatched_lengths(&KERNEL);
-        // The f32 kernels refuse VNNI pairs.
+    fn the_f32_kernels_refuse_vnni_pairs() {
         let (a, p) = ([1f32; 6], vnni(&[bf16::ONE; 6], 2, 3));
-        assert!(crate::gemm::avx512::matmul(
-            &a,
-            2,
-            3,
-            crate::gemm::avx512::Rhs::Packed(&p),
-            2,
-            None
-        )
-        .is_none());
+        assert!(avx512::matmul(&a, 2, 3, Rhs::Packed(&p), 2, None).is_none());
         assert!(crate::gemm::avx2::matmul(&a, 2, 3, &p, None).is_none());
     }
 
