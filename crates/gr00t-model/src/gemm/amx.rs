@@ -13,14 +13,8 @@
 //! every element's sequence of tile operations depends only on K, so they do not depend on M,
 //! on the block a row falls in, nor on the thread count, and repeats are identical.
 
-// Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
-#![cfg_attr(
-    not(target_arch = "x86_64"),
-    allow(dead_code, unused_variables, unused_macros)
-)]
-
 use super::driver::{AlignedBuf, VnniKernel};
-use super::{PackedBf16, NR};
+use super::NR;
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
@@ -31,6 +25,7 @@ use super::{
     driver::Lhs,
     out_ptr::OutPtr,
     tile::{bf16_pairs, row_masks},
+    PackedBf16,
 };
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;

@@ -8,9 +8,6 @@
 //! as in `gemm::avx512`: the two kernels give the same bits, whatever M, the blocks or threads.
 //! The blocks follow the CPU's caches ([`GemmBlocking::for_tile`]).
 
-// Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
-
 use super::driver::{fits, has_features, AlignedBuf};
 use super::out_ptr::product;
 use super::{PackLayout, PackedBf16, NR};

@@ -8,9 +8,6 @@
 //! (or zero): the microkernel reloads C at each K block and continues the chain, so the bits do
 //! not depend on M, on the block a row falls in, nor on the thread count.
 
-// Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
-
 use super::driver::{has_features, AlignedBuf};
 use super::out_ptr::product;
 use super::{PackLayout, PackedBf16, NR};

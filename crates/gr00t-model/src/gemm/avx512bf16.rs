@@ -11,9 +11,6 @@
 //! activations, apart from the instruction flushing denormal inputs and outputs to zero, and
 //! they do not depend on M, on the block a row falls in, nor on the thread count.
 
-// Off x86-64 `matmul` always answers `None` and the kernel proper is compiled out.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
-
 use super::avx512::MR;
 use super::driver::{has_features, AlignedBuf, VnniKernel};
 use super::{PackLayout, PackedBf16, NR};
@@ -306,8 +303,8 @@ unsafe fn micro(panels: Panels<u32, u32>, out: CTile) {
 
 #[cfg(test)]
 mod tests {
-    use super::{available, KC, KERNEL, MC, MR, NC, NR};
-    use crate::gemm::avx512::{self, Rhs};
+    use super::{available, KC, KERNEL, MR, NR};
+    use crate::gemm::avx512::{self, Rhs, MC, NC};
     use crate::gemm::checks::{self, vnni, vnni_kernel_tests};
     use crate::gemm::{PackLayout, PackedBf16};
     use half::bf16;

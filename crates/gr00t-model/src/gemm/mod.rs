@@ -19,6 +19,13 @@
 //! (feature and operand checks, aligned scratch, the VNNI kernels' one driver), `out_ptr.rs`
 //! (the output split among threads) and, for the tests, `checks.rs`.
 
+// Off x86-64 every kernel's `available()` is false and the kernels proper are compiled out,
+// leaving their shared helpers unused.
+#![cfg_attr(
+    not(target_arch = "x86_64"),
+    allow(dead_code, unused_variables, unused_macros)
+)]
+
 pub(crate) mod amx;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
