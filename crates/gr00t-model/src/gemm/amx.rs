@@ -125,7 +125,7 @@ pub(crate) static KERNEL: VnniKernel = VnniKernel {
     available,
     unit,
     tile: (MB, NR),
-    // `split_output` splits rows when m/MB > (n/NR)·rows_over_cols: 0 forces rows, m columns.
+    // `product` splits rows when m/MB > (n/NR)·rows_over_cols: 0 forces rows, m columns.
     rows_over_cols: |m| if m >= SPLIT_ROWS_FROM { 0 } else { m },
 };
 

@@ -83,7 +83,7 @@ pub(crate) struct VnniKernel {
     pub(crate) unit: VnniUnit,
     /// Rows and columns of its blocks of C: the threads split the output in whole ones.
     pub(crate) tile: (usize, usize),
-    /// `split_output`'s `rows_over_cols` for a product of m rows.
+    /// [`product`]'s `rows_over_cols` for a product of m rows.
     pub(crate) rows_over_cols: fn(usize) -> usize,
 }
 

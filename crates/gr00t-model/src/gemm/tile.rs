@@ -101,8 +101,9 @@ impl Block {
         })
     }
 
-    /// Where the block's first weight panel starts at its first K row, in panel rows of NR
-    /// (`jc` is a multiple of NR: units and blocks start on panel boundaries).
+    /// The offset of the block's first weight panel at its first K row, counted in the panels'
+    /// entries (bf16 values, or pairs of them for VNNI pairs); `jc` is a multiple of NR, as
+    /// units and blocks start on panel boundaries.
     pub(crate) fn panel_start(self) -> usize {
         debug_assert_eq!(self.jc % NR, 0);
         (self.jc / NR * self.panel_rows + self.pc) * NR
