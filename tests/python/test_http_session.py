@@ -44,26 +44,27 @@ def checks(server):
         for k, want in enumerate(answers["a"]):
             tp.assert_equal(groups(b.act(body)), groups(want), f"robot b step {k + 1}")
 
-    def a_lost_session_is_started_over():
-        # The server forgets robot a (as a restarted or another replica would).
-        status, reply, _ = hsc.post(url, "/reset", {"session_id": "py-arm-a"}, "py-arm-a")
-        assert status == 200 and reply["reset"] is True, reply
+    def acts_started_over(what):
+        # Robot a's next step is told (409) its session is gone, starts it over, and gets the
+        # first answer again.
         resets = a.resets
         r = a.act(body)
         assert a.resets == resets + 1 and a.step == 1, (a.resets, a.step)
         assert r["session"]["step"] == 1 and "rtc_source" not in r, r
-        tp.assert_equal(groups(r), groups(answers["a"][0]), "after the reset")
+        tp.assert_equal(groups(r), groups(answers["a"][0]), what)
+
+    def a_lost_session_is_started_over():
+        # The server forgets robot a (as a restarted or another replica would).
+        status, reply, _ = hsc.post(url, "/reset", {"session_id": "py-arm-a"}, "py-arm-a")
+        assert status == 200 and reply["reset"] is True, reply
+        acts_started_over("after the reset")
 
     def another_replicas_state_is_started_over():
         # As if robot a's last answer had come from a replica that has since gone: this
         # server holds a session of that name, but another one (its token differs).
         assert a.step == 1, a.step
         a.token = "0123456789abcdef0123456789abcdef"
-        resets = a.resets
-        r = a.act(body)
-        assert a.resets == resets + 1 and a.step == 1, (a.resets, a.step)
-        assert r["session"]["step"] == 1 and "rtc_source" not in r, r
-        tp.assert_equal(groups(r), groups(answers["a"][0]), "after the replica change")
+        acts_started_over("after the replica change")
 
     def the_example_runs():
         out = subprocess.run([sys.executable, str(tp.ROOT / "examples/http_session_client.py"),

@@ -164,22 +164,25 @@ def checks(server):
     def f64_state(obs):
         obs["state"]["gripper_position"] = obs["state"]["gripper_position"].astype(np.float64)
 
-    tp.check("object array (pickle) in a camera -> error, never unpickled",
-             refused(object_wrist, ["data.observation.video.wrist_image_left", "pickle"]))
-    tp.check("object array under an unused key -> error",
-             refused(object_unused_key, ["data.observation.extra", "object arrays"]))
-    tp.check("object payload with nd: 1 -> error",
-             refused(object_truthy_int, ["state.eef_9d", "object arrays"]))
-    tp.check("structured array (kind V) -> error",
-             refused(structured, ["state.eef_9d", "structured"]))
-    tp.check("unicode array -> error naming the key",
-             refused(unicode, ["State key 'eef_9d'", "unsupported dtype"]))
-    tp.check("short data -> error naming the key",
-             refused(short_data, ["State key 'joint_position'", "needs 28 bytes"]))
-    tp.check(".npy marker without bytes -> error",
-             refused(no_npy_bytes, ["State key 'joint_position'", "as_npy"]))
-    tp.check("float64 state (new form) -> upstream's message",
-             refused(f64_state, ["State key 'gripper_position'", "np.float32. Got float64"]))
+    # (check, how the observation is broken, what the error must name)
+    for name, edit, want in [
+        ("object array (pickle) in a camera -> error, never unpickled", object_wrist,
+         ["data.observation.video.wrist_image_left", "pickle"]),
+        ("object array under an unused key -> error", object_unused_key,
+         ["data.observation.extra", "object arrays"]),
+        ("object payload with nd: 1 -> error", object_truthy_int,
+         ["state.eef_9d", "object arrays"]),
+        ("structured array (kind V) -> error", structured, ["state.eef_9d", "structured"]),
+        ("unicode array -> error naming the key", unicode,
+         ["State key 'eef_9d'", "unsupported dtype"]),
+        ("short data -> error naming the key", short_data,
+         ["State key 'joint_position'", "needs 28 bytes"]),
+        (".npy marker without bytes -> error", no_npy_bytes,
+         ["State key 'joint_position'", "as_npy"]),
+        ("float64 state (new form) -> upstream's message", f64_state,
+         ["State key 'gripper_position'", "np.float32. Got float64"]),
+    ]:
+        tp.check(name, refused(edit, want))
     tp.check("object array as options.noise -> error",
              refused(lambda: {"noise": nd_payload(b"O", obj_type, b"")},
                      ["data.options.noise", "pickle"], where="options"))
