@@ -21,6 +21,27 @@ import sys
 import time
 
 
+def best_seconds(op, reps):
+    """Runs `op()` once to warm up (thread pool, kernel choice, page faults), then `reps` times:
+    the fastest run's seconds."""
+    op()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        op()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def square_gflops(sizes, make, reps):
+    """GFLOP/s of `a @ b` for each n of `sizes` (comma-separated), with `a, b = make(n)`."""
+    by_size = {}
+    for n in (int(s) for s in sizes.split(",")):
+        a, b = make(n)
+        by_size[n] = 2.0 * n**3 / best_seconds(lambda: a @ b, reps) / 1e9
+    return by_size
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=0)
@@ -48,17 +69,9 @@ def main():
     if overrides:
         print(f"warning: {overrides} force an OpenBLAS kernel choice", file=sys.stderr)
     rng = np.random.default_rng(0)
-    by_size = {}
-    for n in (int(s) for s in args.sizes.split(",")):
-        a = rng.standard_normal((n, n), dtype=np.float32)
-        b = rng.standard_normal((n, n), dtype=np.float32)
-        a @ b  # warm-up: thread pool, page faults
-        best = float("inf")
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            a @ b
-            best = min(best, time.perf_counter() - t0)
-        by_size[n] = 2.0 * n**3 / best / 1e9
+    by_size = square_gflops(
+        args.sizes, lambda n: [rng.standard_normal((n, n), dtype=np.float32) for _ in range(2)],
+        args.reps)
     print(json.dumps({
         "best_gflops": max(by_size.values()),
         "by_size": by_size,
@@ -78,17 +91,8 @@ def torch_bf16(args):
     torch.manual_seed(0)
     if args.model_shapes:
         return torch_bf16_shapes(args, torch)
-    by_size = {}
-    for n in (int(s) for s in args.sizes.split(",")):
-        a = torch.randn(n, n).to(torch.bfloat16)
-        b = torch.randn(n, n).to(torch.bfloat16)
-        a @ b  # warm-up: oneDNN's kernel choice, page faults
-        best = float("inf")
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            a @ b
-            best = min(best, time.perf_counter() - t0)
-        by_size[n] = 2.0 * n**3 / best / 1e9
+    by_size = square_gflops(
+        args.sizes, lambda n: [torch.randn(n, n).to(torch.bfloat16) for _ in range(2)], args.reps)
     print(json.dumps({
         "best_gflops": max(by_size.values()),
         "by_size": by_size,
@@ -117,12 +121,7 @@ def torch_bf16_shapes(args, torch):
     for name, m, k, n in MODEL_SHAPES:
         x = torch.randn(m, k).to(torch.bfloat16)
         w = torch.randn(n, k).to(torch.bfloat16)
-        F.linear(x, w)
-        best = float("inf")
-        for _ in range(max(args.reps, 5)):
-            t0 = time.perf_counter()
-            F.linear(x, w)
-            best = min(best, time.perf_counter() - t0)
+        best = best_seconds(lambda: F.linear(x, w), max(args.reps, 5))
         by_shape[name] = {"m": m, "k": k, "n": n, "gflops": 2.0 * m * k * n / best / 1e9}
     print(json.dumps({
         "by_shape": by_shape,

@@ -21,16 +21,12 @@ from pathlib import Path
 import yaml
 from dockerfile_parse import DockerfileParser
 
+from checklist import check, report
+
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy/k8s"
 # README "Speed": peak RSS of the full-size model on the CPU (VmHWM), fp32 and bf16.
 PEAK_RSS_BYTES = 6.11e9
-results = []
-
-
-def check(name, ok, detail=""):
-    results.append(bool(ok))
-    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + str(detail) if detail else ''}", flush=True)
 
 
 def quantity(q):
@@ -126,9 +122,7 @@ def main():
     manifests()
     dockerfile()
     nginx()
-    passed, failed = results.count(True), results.count(False)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return report()
 
 
 if __name__ == "__main__":

@@ -33,17 +33,13 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "deploy"))
+from checklist import check, report  # noqa: E402
+
 FIXTURES = ROOT / "tests/fixtures/gr00t_n17_tiny"
 CONF = ROOT / "deploy/nginx/gr00t.conf"
 LOADGEN_DIR = ROOT / "bench/loadgen"
 STARTUP_TIMEOUT = 120.0
-
-results = []
-
-
-def check(name, ok, detail=""):
-    results.append(bool(ok))
-    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + str(detail) if detail else ''}", flush=True)
 
 
 def ports(base):
@@ -446,9 +442,7 @@ def main():
           f"{f['latency_ms']['p50']:.0f} ms, p99 {f['latency_ms']['p99']:.0f} ms, max "
           f"{f['latency_ms']['max']:.0f} ms")
     print(f"({time.time() - t_start:.0f} s; load average {os.getloadavg()[0]:.1f} at the end)")
-    passed, failed = results.count(True), results.count(False)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return report()
 
 
 if __name__ == "__main__":

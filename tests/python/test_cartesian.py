@@ -9,9 +9,7 @@ carrying the `eef_9d` that scipy computes this way, and different actions from t
 """
 import asyncio
 import copy
-import json
 import sys
-import time
 
 import numpy as np
 from scipy.spatial.transform import Rotation
@@ -27,43 +25,37 @@ def eef_9d(cartesian, order="XYZ"):
     return np.concatenate([cartesian[:3], r[:2, :].reshape(6)]).astype(np.float32)
 
 
-def main():
-    t0 = time.monotonic()
-    request = json.loads((tp.FIXTURE / "case0/request.json").read_text())
-    request = {k: v for k, v in request.items() if k != "noise"}
+def checks(server):
+    request = {k: v for k, v in tp.case_request().items() if k != "noise"}
     request["seed"] = 0
-    server = tp.Server()
-    try:
-        def http_with(eef):
-            body = copy.deepcopy(request)
-            body["state"]["eef_9d"] = [float(x) for x in eef]
-            return tp.http_predict(server, body)
 
-        def ws_cartesian():
-            obs = tp.wsc.case0_observation()
-            del obs["observation/eef_9d"]
-            obs["observation/cartesian_position"] = CARTESIAN
-            _, reply, _ = asyncio.run(tp.ws_exchange(f"ws://{server.ws}", tp.wsc.packb(obs)))
-            assert isinstance(reply, bytes), f"expected a binary reply, got {reply!r}"
-            return tp.ws_groups(tp.wsc.unpackb(reply))
+    def http_with(eef):
+        body = copy.deepcopy(request)
+        body["state"]["eef_9d"] = [float(x) for x in eef]
+        return tp.http_predict(server, body)
 
-        def matches_intrinsic():
-            tp.assert_equal(ws_cartesian(), http_with(eef_9d(CARTESIAN)), "cartesian vs scipy XYZ")
+    def ws_cartesian():
+        obs = tp.wsc.case0_observation()
+        del obs["observation/eef_9d"]
+        obs["observation/cartesian_position"] = CARTESIAN
+        _, reply, _ = asyncio.run(tp.ws_exchange(f"ws://{server.ws}", tp.wsc.packb(obs)))
+        assert isinstance(reply, bytes), f"expected a binary reply, got {reply!r}"
+        return tp.ws_groups(tp.wsc.unpackb(reply))
 
-        def differs_from_extrinsic():
-            ws = ws_cartesian()
-            ext = http_with(eef_9d(CARTESIAN, "xyz"))
-            d = max(float(np.max(np.abs(ws[g] - ext[g]))) for g in tp.GROUPS)
-            assert d > 1e-3, f"extrinsic reading gives the same actions (max|Δ| {d:.2e})"
+    def matches_intrinsic():
+        tp.assert_equal(ws_cartesian(), http_with(eef_9d(CARTESIAN)), "cartesian vs scipy XYZ")
 
-        tp.check("websocket cartesian_position == HTTP eef_9d from scipy 'XYZ' (bit-equal)",
-                 matches_intrinsic)
-        tp.check("websocket cartesian_position != HTTP eef_9d from scipy 'xyz'",
-                 differs_from_extrinsic)
-    finally:
-        server.stop()
-    return tp.summary(t0)
+    def differs_from_extrinsic():
+        ws = ws_cartesian()
+        ext = http_with(eef_9d(CARTESIAN, "xyz"))
+        d = max(float(np.max(np.abs(ws[g] - ext[g]))) for g in tp.GROUPS)
+        assert d > 1e-3, f"extrinsic reading gives the same actions (max|Δ| {d:.2e})"
+
+    tp.check("websocket cartesian_position == HTTP eef_9d from scipy 'XYZ' (bit-equal)",
+             matches_intrinsic)
+    tp.check("websocket cartesian_position != HTTP eef_9d from scipy 'xyz'",
+             differs_from_extrinsic)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tp.run(checks))

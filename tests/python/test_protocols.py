@@ -41,6 +41,23 @@ def summary(t0):
     return 1 if failed else 0
 
 
+def case_request(case="case0"):
+    """A case's HTTP request body (`request.json`) of the DROID fixture."""
+    return json.loads((FIXTURE / case / "request.json").read_text())
+
+
+def run(checks, checkpoint=None):
+    """Starts a `Server` (on `checkpoint`), runs `checks(server)` and stops it; prints the
+    summary and returns the exit code."""
+    t0 = time.monotonic()
+    server = Server(checkpoint)
+    try:
+        checks(server)
+    finally:
+        server.stop()
+    return summary(t0)
+
+
 def check(name, fn):
     """Runs one check; records and prints pass/fail."""
     try:
@@ -144,135 +161,129 @@ def ws_groups(reply):
     return {g: np.asarray(reply[g], np.float32) for g in GROUPS}
 
 
-def main():
-    t0 = time.monotonic()
-    request = json.loads((FIXTURE / "case0/request.json").read_text())
-    server = Server()
-    try:
-        client = zc.PolicyClient(*server.zmq.rsplit(":", 1), timeout_ms=60_000)
-        ws_uri = f"ws://{server.ws}"
-        state = {}
+def checks(server):
+    request = case_request()
+    client = zc.PolicyClient(*server.zmq.rsplit(":", 1), timeout_ms=60_000)
+    ws_uri = f"ws://{server.ws}"
+    state = {}
 
-        def http_doors():
-            state["http_noise"] = http_predict(server, request)
-            seeded = {k: v for k, v in request.items() if k != "noise"}
-            seeded["seed"] = 0
-            state["http_seed0"] = http_predict(server, seeded)
-            # case0's noise is seed 0's, so both HTTP forms agree.
-            assert_equal(state["http_noise"], state["http_seed0"], "HTTP noise vs seed 0", 1e-6)
-            assert state["http_noise"]["eef_9d"].shape == (40, 9)
+    def http_doors():
+        state["http_noise"] = http_predict(server, request)
+        seeded = {k: v for k, v in request.items() if k != "noise"}
+        seeded["seed"] = 0
+        state["http_seed0"] = http_predict(server, seeded)
+        # case0's noise is seed 0's, so both HTTP forms agree.
+        assert_equal(state["http_noise"], state["http_seed0"], "HTTP noise vs seed 0", 1e-6)
+        assert state["http_noise"]["eef_9d"].shape == (40, 9)
 
-        def zmq_ping():
-            assert client.call("ping") == {"status": "ok", "message": "Server is running"}
+    def zmq_ping():
+        assert client.call("ping") == {"status": "ok", "message": "Server is running"}
 
-        def zmq_matches_http():
-            actions = client.get_action(zc.case0_observation(), {"noise": zc.case0_noise()})
-            assert list(actions) == list(GROUPS), list(actions)
-            for g in GROUPS:
-                assert actions[g].dtype == np.float32 and actions[g].shape[:2] == (1, 40)
-            state["zmq"] = {g: actions[g][0] for g in GROUPS}
-            assert_equal(state["zmq"], state["http_noise"], "ZMQ vs HTTP")  # bit-equal
+    def zmq_matches_http():
+        actions = client.get_action(zc.case0_observation(), {"noise": zc.case0_noise()})
+        assert list(actions) == list(GROUPS), list(actions)
+        for g in GROUPS:
+            assert actions[g].dtype == np.float32 and actions[g].shape[:2] == (1, 40)
+        state["zmq"] = {g: actions[g][0] for g in GROUPS}
+        assert_equal(state["zmq"], state["http_noise"], "ZMQ vs HTTP")  # bit-equal
 
-        def ws_matches_http():
-            meta, reply, _ = asyncio.run(ws_exchange(ws_uri, wsc.packb(wsc.case0_observation())))
-            assert isinstance(meta, dict) and meta.get("action_horizon") == 40, meta
-            assert isinstance(reply, bytes), f"expected binary reply, got {reply!r}"
-            reply = wsc.unpackb(reply)
-            assert_equal(ws_groups(reply), state["http_seed0"], "websocket vs HTTP")  # bit-equal
-            acts = reply["actions"]
-            assert acts.dtype == np.float32 and acts.shape == (40, 8), (acts.dtype, acts.shape)
-            want = np.concatenate(
-                [state["http_seed0"]["joint_position"], state["http_seed0"]["gripper_position"]], 1)
-            assert np.array_equal(acts, want), "actions != [joints | gripper]"
+    def ws_matches_http():
+        meta, reply, _ = asyncio.run(ws_exchange(ws_uri, wsc.packb(wsc.case0_observation())))
+        assert isinstance(meta, dict) and meta.get("action_horizon") == 40, meta
+        assert isinstance(reply, bytes), f"expected binary reply, got {reply!r}"
+        reply = wsc.unpackb(reply)
+        assert_equal(ws_groups(reply), state["http_seed0"], "websocket vs HTTP")  # bit-equal
+        acts = reply["actions"]
+        assert acts.dtype == np.float32 and acts.shape == (40, 8), (acts.dtype, acts.shape)
+        want = np.concatenate(
+            [state["http_seed0"]["joint_position"], state["http_seed0"]["gripper_position"]], 1)
+        assert np.array_equal(acts, want), "actions != [joints | gripper]"
 
-        check("HTTP /predict case0 (noise and seed 0)", http_doors)
-        check("ZMQ ping", zmq_ping)
-        check("ZMQ get_action == HTTP (bit-equal)", zmq_matches_http)
-        check("websocket infer == HTTP seed 0 (bit-equal)", ws_matches_http)
+    check("HTTP /predict case0 (noise and seed 0)", http_doors)
+    check("ZMQ ping", zmq_ping)
+    check("ZMQ get_action == HTTP (bit-equal)", zmq_matches_http)
+    check("websocket infer == HTTP seed 0 (bit-equal)", ws_matches_http)
 
-        # ZMQ malformed requests: each answered {"error": ...}.
-        def zmq_bad(edit, want):
-            def run():
-                obs = zc.case0_observation()
-                edit(obs)
-                e = zmq_error(client, {"observation": obs, "options": None})
-                assert want in e, f"{e!r} lacks {want!r}"
-            return run
+    # ZMQ malformed requests: each answered {"error": ...}.
+    def zmq_bad(edit, want):
+        def run():
+            obs = zc.case0_observation()
+            edit(obs)
+            e = zmq_error(client, {"observation": obs, "options": None})
+            assert want in e, f"{e!r} lacks {want!r}"
+        return run
 
-        def f64_state(obs):
-            obs["state"] = {k: v.astype(np.float64) for k, v in obs["state"].items()}
+    def f64_state(obs):
+        obs["state"] = {k: v.astype(np.float64) for k, v in obs["state"].items()}
 
-        def one_frame(obs):
-            obs["video"]["wrist_image_left"] = obs["video"]["wrist_image_left"][:, 1:]
+    def one_frame(obs):
+        obs["video"]["wrist_image_left"] = obs["video"]["wrist_image_left"][:, 1:]
 
-        def no_wrist(obs):
-            del obs["video"]["wrist_image_left"]
+    def no_wrist(obs):
+        del obs["video"]["wrist_image_left"]
 
-        check("ZMQ float64 state -> error", zmq_bad(f64_state, "np.float32. Got float64"))
-        check("ZMQ one frame (T=1) -> error", zmq_bad(one_frame, "horizon must be 2. Got 1"))
-        check("ZMQ missing camera -> error", zmq_bad(no_wrist, "'wrist_image_left' must be in"))
+    check("ZMQ float64 state -> error", zmq_bad(f64_state, "np.float32. Got float64"))
+    check("ZMQ one frame (T=1) -> error", zmq_bad(one_frame, "horizon must be 2. Got 1"))
+    check("ZMQ missing camera -> error", zmq_bad(no_wrist, "'wrist_image_left' must be in"))
 
-        def zmq_garbage():
-            e = zmq_error(client, raw=b"\xc1garbage")
-            assert "msgpack" in e, e
+    def zmq_garbage():
+        e = zmq_error(client, raw=b"\xc1garbage")
+        assert "msgpack" in e, e
 
-        def zmq_unknown():
-            assert zmq_error(client, endpoint="teleport") == "Unknown endpoint: teleport"
+    def zmq_unknown():
+        assert zmq_error(client, endpoint="teleport") == "Unknown endpoint: teleport"
 
-        check("ZMQ garbage bytes -> error", zmq_garbage)
-        check("ZMQ unknown endpoint -> error", zmq_unknown)
+    check("ZMQ garbage bytes -> error", zmq_garbage)
+    check("ZMQ unknown endpoint -> error", zmq_unknown)
 
-        def zmq_still_serving():
-            assert server.alive(), "server exited"
-            actions = client.get_action(zc.case0_observation(), {"noise": zc.case0_noise()})
-            assert_equal({g: actions[g][0] for g in GROUPS}, state["zmq"], "ZMQ after errors")
+    def zmq_still_serving():
+        assert server.alive(), "server exited"
+        actions = client.get_action(zc.case0_observation(), {"noise": zc.case0_noise()})
+        assert_equal({g: actions[g][0] for g in GROUPS}, state["zmq"], "ZMQ after errors")
 
-        check("ZMQ still serves after errors", zmq_still_serving)
+    check("ZMQ still serves after errors", zmq_still_serving)
 
-        # Websocket malformed messages: text frame with the reason, then close 1011.
-        def ws_bad(payload, want):
-            def run():
-                _, reply, code = asyncio.run(ws_exchange(ws_uri, payload))
-                assert isinstance(reply, str), f"expected a text frame, got {type(reply)}"
-                assert want in reply, f"{reply!r} lacks {want!r}"
-                assert code == 1011, f"close code {code}"
-            return run
+    # Websocket malformed messages: text frame with the reason, then close 1011.
+    def ws_bad(payload, want):
+        def run():
+            _, reply, code = asyncio.run(ws_exchange(ws_uri, payload))
+            assert isinstance(reply, str), f"expected a text frame, got {type(reply)}"
+            assert want in reply, f"{reply!r} lacks {want!r}"
+            assert code == 1011, f"close code {code}"
+        return run
 
-        def ws_obs(**changes):
-            obs = wsc.case0_observation(frames=("t0",))
-            for k, v in changes.items():
-                if v is None:
-                    del obs[k]
-                else:
-                    obs[k] = v
-            return wsc.packb(obs)
+    def ws_obs(**changes):
+        obs = wsc.case0_observation(frames=("t0",))
+        for k, v in changes.items():
+            if v is None:
+                del obs[k]
+            else:
+                obs[k] = v
+        return wsc.packb(obs)
 
-        float_image = np.full((180, 320, 3), 0.5, np.float32)
-        three_frames = np.full((3, 180, 320, 3), 0, np.uint8)
-        check("websocket float image -> 1011",
-              ws_bad(ws_obs(**{"observation/wrist_image_left": float_image}), "uint8"))
-        check("websocket missing joint_position -> 1011",
-              ws_bad(ws_obs(**{"observation/joint_position": None}),
-                     "observation/joint_position is missing"))
-        check("websocket wrong T (3 frames) -> 1011",
-              ws_bad(ws_obs(**{"observation/exterior_image_1_left": three_frames}),
-                     "must have shape (H, W, 3) or (2, H, W, 3)"))
-        check("websocket garbage bytes -> 1011", ws_bad(b"\xc1not msgpack", "msgpack"))
+    float_image = np.full((180, 320, 3), 0.5, np.float32)
+    three_frames = np.full((3, 180, 320, 3), 0, np.uint8)
+    check("websocket float image -> 1011",
+          ws_bad(ws_obs(**{"observation/wrist_image_left": float_image}), "uint8"))
+    check("websocket missing joint_position -> 1011",
+          ws_bad(ws_obs(**{"observation/joint_position": None}),
+                 "observation/joint_position is missing"))
+    check("websocket wrong T (3 frames) -> 1011",
+          ws_bad(ws_obs(**{"observation/exterior_image_1_left": three_frames}),
+                 "must have shape (H, W, 3) or (2, H, W, 3)"))
+    check("websocket garbage bytes -> 1011", ws_bad(b"\xc1not msgpack", "msgpack"))
 
-        def ws_still_serving():
-            assert server.alive(), "server exited"
-            _, reply, _ = asyncio.run(ws_exchange(ws_uri, wsc.packb(wsc.case0_observation())))
-            assert isinstance(reply, bytes), reply
-            assert_equal(ws_groups(wsc.unpackb(reply)), state["http_seed0"], "websocket after errors")
+    def ws_still_serving():
+        assert server.alive(), "server exited"
+        _, reply, _ = asyncio.run(ws_exchange(ws_uri, wsc.packb(wsc.case0_observation())))
+        assert isinstance(reply, bytes), reply
+        assert_equal(ws_groups(wsc.unpackb(reply)), state["http_seed0"], "websocket after errors")
 
-        check("websocket still serves after errors", ws_still_serving)
-        check("HTTP still serves after errors",
-              lambda: assert_equal(http_predict(server, request), state["http_noise"], "HTTP again"))
-        client.close()
-    finally:
-        server.stop()
-    return summary(t0)
+    check("websocket still serves after errors", ws_still_serving)
+    check("HTTP still serves after errors",
+          lambda: assert_equal(http_predict(server, request), state["http_noise"], "HTTP again"))
+    client.close()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(checks))

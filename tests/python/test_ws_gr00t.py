@@ -12,7 +12,6 @@ Prints `N passed, M failed`; exits non-zero on any failure.
 import asyncio
 import json
 import sys
-import time
 import urllib.request
 
 import numpy as np
@@ -47,37 +46,31 @@ def http_actions(server, case):
         return {k: np.asarray(v, np.float32) for k, v in json.load(r)["actions"].items()}
 
 
-def main():
-    t0 = time.monotonic()
-    server = tp.Server(MULTI / "checkpoint")
-    try:
-        host, port = server.ws.rsplit(":", 1)
+def checks(server):
+    host, port = server.ws.rsplit(":", 1)
 
-        def every_case():
-            policy = websocket_client_policy.WebsocketClientPolicy(host, int(port))
-            for case in CASES:
-                reply = policy.infer(observation(case))
-                want = http_actions(server, case)
-                got = {k: v for k, v in reply.items() if not k.endswith("_timing")}
-                assert sorted(got) == sorted(want), (case, sorted(got), sorted(want))
-                for k, v in got.items():
-                    assert v.dtype == np.float32 and v.shape == (1, *want[k].shape), (case, k)
-                    assert v[0].tobytes() == want[k].tobytes(), f"{case} {k}: websocket != HTTP"
-                assert "infer_ms" in reply["server_timing"], case
+    def every_case():
+        policy = websocket_client_policy.WebsocketClientPolicy(host, int(port))
+        for case in CASES:
+            reply = policy.infer(observation(case))
+            want = http_actions(server, case)
+            got = {k: v for k, v in reply.items() if not k.endswith("_timing")}
+            assert sorted(got) == sorted(want), (case, sorted(got), sorted(want))
+            for k, v in got.items():
+                assert v.dtype == np.float32 and v.shape == (1, *want[k].shape), (case, k)
+                assert v[0].tobytes() == want[k].tobytes(), f"{case} {k}: websocket != HTTP"
+            assert "infer_ms" in reply["server_timing"], case
 
-        def unknown_embodiment():
-            obs = {**observation(CASES[0]), "embodiment": "REAL_G1"}
-            _, reply, code = asyncio.run(tp.ws_exchange(f"ws://{server.ws}", opm.packb(obs)))
-            assert isinstance(reply, str) and 'embodiment "REAL_G1" is not served' in reply, reply
-            assert code == 1011, code
+    def unknown_embodiment():
+        obs = {**observation(CASES[0]), "embodiment": "REAL_G1"}
+        _, reply, code = asyncio.run(tp.ws_exchange(f"ws://{server.ws}", opm.packb(obs)))
+        assert isinstance(reply, str) and 'embodiment "REAL_G1" is not served' in reply, reply
+        assert code == 1011, code
 
-        tp.check(f"nested GR00T observation, {len(CASES)} cases x 4 embodiments == HTTP "
-                 "(bit-equal)", every_case)
-        tp.check("unknown embodiment -> text + 1011", unknown_embodiment)
-    finally:
-        server.stop()
-    return tp.summary(t0)
+    tp.check(f"nested GR00T observation, {len(CASES)} cases x 4 embodiments == HTTP "
+             "(bit-equal)", every_case)
+    tp.check("unknown embodiment -> text + 1011", unknown_embodiment)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tp.run(checks, MULTI / "checkpoint"))

@@ -165,6 +165,10 @@ pub struct MultiCase {
     pub state: Vec<(String, Vec<f32>)>,
     /// `[40][132]` initial noise, flattened.
     pub noise: Vec<f32>,
+    /// The language key the observation's instruction goes under.
+    pub language_key: String,
+    /// Each view with its frame files (PNG, oldest first, relative to [`MultiCase::dir`]).
+    pub video: Vec<(String, Vec<String>)>,
     /// `outputs.safetensors`.
     pub outputs: Taps,
 }
@@ -186,24 +190,21 @@ impl MultiCase {
         let obs: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("observation.json")).expect("obs"))
                 .expect("observation.json");
-        let f32s = |v: &serde_json::Value| -> Vec<f32> {
-            v.as_array()
-                .expect("array")
-                .iter()
-                .map(|x| x.as_f64().expect("number") as f32)
-                .collect()
-        };
         let state = obs["state"]
             .as_object()
             .expect("state")
             .iter()
-            .map(|(k, v)| (k.clone(), f32s(v)))
+            .map(|(k, v)| (k.clone(), json_f32s(v)))
             .collect();
-        let noise = obs["noise"]
-            .as_array()
-            .expect("noise")
+        let video = obs["video"]
+            .as_object()
+            .expect("video")
             .iter()
-            .flat_map(f32s)
+            .map(|(view, files)| {
+                let files = files.as_array().expect("frame files").iter();
+                let files = files.map(|f| f.as_str().expect("file name").to_string());
+                (view.clone(), files.collect())
+            })
             .collect();
         MultiCase {
             name: name.to_string(),
@@ -212,8 +213,29 @@ impl MultiCase {
             tag: obs["embodiment_tag"].as_str().expect("tag").to_string(),
             instruction: obs["instruction"].as_str().expect("instr").to_string(),
             state,
-            noise,
+            noise: json_rows(&obs["noise"]),
+            language_key: obs["language_key"]
+                .as_str()
+                .expect("language_key")
+                .to_string(),
+            video,
         }
+    }
+
+    /// The case's HTTP request body file (`request.json`).
+    pub fn request_path(&self) -> PathBuf {
+        self.dir.join("request.json")
+    }
+
+    /// Asserts that `ours` is the case's `action.<key>` to within `1e-5·max(1, max|ref|)` (and
+    /// as long); returns the largest difference.
+    pub fn assert_action(&self, key: &str, ours: &[f32]) -> f32 {
+        let want = self.outputs.f32s(&format!("action.{key}"));
+        assert_eq!(ours.len(), want.len(), "{} {key}: length", self.name);
+        let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+        let d = max_abs_diff(ours, &want);
+        assert!(d <= 1e-5 * scale, "{} {key}: max|Δ| {d:e}", self.name);
+        d
     }
 
     /// The state as `(key, values)` pairs.
@@ -343,6 +365,82 @@ pub fn request_json(case: &str) -> String {
     std::fs::read_to_string(case_dir(case).join("request.json")).expect("request.json")
 }
 
+/// A JSON array of numbers as f32.
+pub fn json_f32s(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap_or_else(|| panic!("not a number: {x}")) as f32)
+        .collect()
+}
+
+/// A JSON array of rows of numbers (`[[f32; D]; T]`), flattened row-major.
+pub fn json_rows(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array of rows: {v}"))
+        .iter()
+        .flat_map(json_f32s)
+        .collect()
+}
+
+/// The value of the sample of `series` (a metric name with its labels, exactly as exposed) in
+/// a Prometheus text exposition; `None` when absent.
+pub fn metric_sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|e| panic!("{series}: bad value {v:?}: {e}"))
+        })
+}
+
+/// [`metric_sample`], which must be there.
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    metric_sample(text, series).unwrap_or_else(|| panic!("no sample {series} in\n{text}"))
+}
+
+/// One option set of the RTC goldens (`tests/fixtures/rtc/settings.json`).
+pub struct RtcSetting {
+    /// The set's name (its taps are `action_pred.<name>`).
+    pub name: String,
+    /// `action_horizon`.
+    pub action_horizon: usize,
+    /// `rtc_overlap_steps`.
+    pub overlap_steps: usize,
+    /// `rtc_frozen_steps`.
+    pub frozen_steps: usize,
+    /// `rtc_ramp_rate`.
+    pub ramp_rate: f64,
+}
+
+/// The RTC goldens of NVIDIA's action head (`tests/fixtures/rtc`): the recorded tensors of
+/// `rtc.safetensors` and the three option sets.
+pub fn rtc_goldens() -> (Taps, Vec<RtcSetting>) {
+    let dir = repo_root().join("tests/fixtures/rtc");
+    let taps = Taps::from_file(&dir.join("rtc.safetensors"));
+    let info: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("settings.json")).expect("settings.json"),
+    )
+    .expect("settings.json");
+    let settings = info["settings"]
+        .as_array()
+        .expect("settings")
+        .iter()
+        .map(|s| {
+            let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k}")) as usize;
+            RtcSetting {
+                name: s["name"].as_str().expect("name").to_string(),
+                action_horizon: n("action_horizon"),
+                overlap_steps: n("rtc_overlap_steps"),
+                frozen_steps: n("rtc_frozen_steps"),
+                ramp_rate: s["rtc_ramp_rate"].as_f64().expect("rtc_ramp_rate"),
+            }
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(settings.len(), 3);
+    (taps, settings)
+}
+
 /// Any tensor flattened to f32.
 pub fn flat_f32(t: &Tensor) -> Vec<f32> {
     t.to_dtype(DType::F32)
@@ -404,6 +502,52 @@ pub fn assert_tap_close(name: &str, ours: &[f32], reference: &[f32], min_r: f64,
 pub fn assert_abs_close(name: &str, ours: &[f32], reference: &[f32], tol: f32) {
     let d = max_abs_diff(ours, reference);
     assert!(d <= tol, "{name}: max|Δ| {d:.3e} > {tol:.1e}");
+}
+
+/// A tensor's values (widened to f32) as bit patterns, for bit-for-bit comparisons.
+pub fn tensor_bits(t: &Tensor) -> Vec<u32> {
+    flat_f32(t).iter().map(|x| x.to_bits()).collect()
+}
+
+/// How many pairs of `a` and `b` (zipped) are bit-identical.
+pub fn bit_exact_count(a: &[f32], b: &[f32]) -> usize {
+    a.iter()
+        .zip(b)
+        .filter(|(x, y)| x.to_bits() == y.to_bits())
+        .count()
+}
+
+/// The largest [`ulp_diff`] over the pairs of `a` and `b` (zipped; panics when empty).
+pub fn max_ulp_diff(a: &[f32], b: &[f32]) -> u32 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| ulp_diff(x, y))
+        .max()
+        .expect("max_ulp_diff: no values")
+}
+
+/// CRC-32 (IEEE, as PNG chunks carry it) of `bytes`, for hand-made PNG headers.
+pub fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// A loopback TCP port that nothing listens on (bound by the OS, then released).
+pub fn unused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
 }
 
 /// Difference in units in the last place between two f32 values (same sign assumed near zero).

@@ -5,19 +5,21 @@
 //!
 //! `cargo run --release --example gemm_blocking -p gr00t-model [rounds]`
 
+mod common;
+
+use common::{median, Lcg};
 use gr00t_model::cpu_caches::{CpuCaches, GemmBlocking};
 use gr00t_model::linear::{avx2_blocking, matmul_avx2_blocked, PackedBf16};
-use half::bf16;
 use std::time::Instant;
 
-/// (name, rows M, in K, out N): one shape per stage and K range.
-const SHAPES: &[(&str, usize, usize, usize)] = &[
-    ("vision qkv", 1792, 1024, 3072),
-    ("vision fc2", 1792, 4096, 1024),
-    ("llm up/gate", 469, 2048, 6144),
-    ("llm down", 469, 6144, 2048),
-    ("dit ff1", 41, 1536, 6144),
-    ("dit ff2", 41, 6144, 1536),
+/// The model shapes timed: one per stage and K range.
+const STAGES: [&str; 6] = [
+    "vision qkv",
+    "vision fc2",
+    "llm up/gate",
+    "llm down",
+    "dit ff1",
+    "dit ff2",
 ];
 
 /// Rows per tile and columns per panel of the AVX2 kernel (block sizes are multiples of them).
@@ -54,17 +56,16 @@ fn main() {
         ("nc ×½", make(kc, mc, half(nc, NR))),
         ("nc ×2", make(kc, mc, nc * 2)),
     ];
-    let mut seed = 0x2545_f491u32;
-    let mut rnd = move || {
-        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-        (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-    };
+    let mut rnd = Lcg::new(0x2545_f491);
+    let shapes: Vec<_> = common::SHAPES
+        .iter()
+        .filter(|s| STAGES.contains(&s.0))
+        .collect();
+    assert_eq!(shapes.len(), STAGES.len());
     // rates[setting][shape]: one GFLOP/s per round.
-    let mut rates = vec![vec![Vec::new(); SHAPES.len()]; settings.len()];
-    for (si, &(_, m, k, n)) in SHAPES.iter().enumerate() {
-        let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-        let w: Vec<bf16> = (0..n * k).map(|_| bf16::from_f32(rnd())).collect();
-        let b: Vec<f32> = (0..n).map(|_| rnd()).collect();
+    let mut rates = vec![vec![Vec::new(); shapes.len()]; settings.len()];
+    for (si, &&(_, m, k, n)) in shapes.iter().enumerate() {
+        let (x, w, b) = rnd.operands(m, k, n);
         let packed = PackedBf16::new(&w, n, k).expect("shape");
         let flops = 2.0 * (m * n * k) as f64;
         // ~0.3 s per timing.
@@ -84,14 +85,10 @@ fn main() {
             }
         }
     }
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let median = |v: &[f64]| median(v).expect("timed rounds");
     let best = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
     print!("{:<10} {:>16}", "setting", "kc/mc/nc");
-    for (name, ..) in SHAPES {
+    for (name, ..) in &shapes {
         print!(" {name:>18}");
     }
     println!("   (best/median GFLOP/s, median ÷ derived's)");

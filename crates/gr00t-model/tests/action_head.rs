@@ -4,7 +4,8 @@
 
 use candle_core::{DType, Device, Tensor};
 use gr00t_fixtures::{
-    assert_tap_close, flat_f32, max_abs, max_abs_diff, pearson, tiny_checkpoint, Taps, CASES,
+    assert_tap_close, flat_f32, max_abs, max_abs_diff, pearson, tensor_bits, tiny_checkpoint, Taps,
+    CASES,
 };
 use gr00t_model::action_head::{ActionHead, RequestContext};
 use gr00t_model::taps::Recorder;
@@ -52,6 +53,17 @@ impl Report {
     }
 }
 
+/// Loads the head and runs `check` on every case (its name and taps) into one report, printed
+/// under `title` at the end.
+fn report_every_case(title: &str, mut check: impl FnMut(&ActionHead, &str, &Taps, &mut Report)) {
+    let head = load_head();
+    let mut report = Report::default();
+    for case in CASES {
+        check(&head, case, &Taps::load(case), &mut report);
+    }
+    report.print(title);
+}
+
 /// `head.step2.dit_block_out.5` → `head.step*.dit_block_out.*`.
 fn group_of(name: &str) -> String {
     name.split('.')
@@ -89,39 +101,31 @@ fn context_from_fixture(head: &ActionHead, taps: &Taps) -> RequestContext {
 
 #[test]
 fn vl_adapter_stages_match() {
-    let head = load_head();
-    let mut report = Report::default();
-    for case in CASES {
-        let taps = Taps::load(case);
+    report_every_case("VL adapter, per stage", |head, _, taps, report| {
         let features = taps.get("backbone.features");
-        report.check(&taps, "head.vlln_out", &head.vlln(&features).unwrap());
+        report.check(taps, "head.vlln_out", &head.vlln(&features).unwrap());
         let mut input = taps.get("head.vlln_out");
         for i in 0..head.num_vl_blocks() {
             let name = format!("head.vl_self_attn.block_out.{i}");
-            report.check(&taps, &name, &head.vl_block(i, &input).unwrap());
+            report.check(taps, &name, &head.vl_block(i, &input).unwrap());
             input = taps.get(&name);
         }
         assert_eq!(head.num_vl_blocks(), 2);
         let chained = head.encode_vl(&features, &Recorder::disabled()).unwrap();
-        report.check(&taps, "head.vl_embeds", &chained);
-    }
-    report.print("VL adapter, per stage");
+        report.check(taps, "head.vl_embeds", &chained);
+    });
 }
 
 #[test]
 fn state_encoder_matches() {
-    let head = load_head();
-    let mut report = Report::default();
-    for case in CASES {
-        let taps = Taps::load(case);
+    report_every_case("state encoder", |head, _, taps, report| {
         assert_eq!(taps.f32s("head.state_input"), taps.f32s("proc.state"));
-        let ctx = context_from_fixture(&head, &taps);
+        let ctx = context_from_fixture(head, taps);
         let ours = head
             .encode_state(&ctx, &taps.get("head.state_input"))
             .unwrap();
-        report.check(&taps, "head.state_features", &ours);
-    }
-    report.print("state encoder");
+        report.check(taps, "head.state_features", &ours);
+    });
 }
 
 #[test]
@@ -139,38 +143,31 @@ fn timestep_buckets_are_exact() {
 
 #[test]
 fn euler_step_stages_match() {
-    let head = load_head();
-    let mut report = Report::default();
-    for case in CASES {
-        let taps = Taps::load(case);
-        let ctx = context_from_fixture(&head, &taps);
+    report_every_case("Euler steps, per stage", |head, _, taps, report| {
+        let ctx = context_from_fixture(head, taps);
         for k in 0..head.num_steps() {
             let p = format!("head.step{k}");
             let tap = |s: &str| taps.get(&format!("{p}.{s}"));
             let check = |report: &mut Report, s: &str, t: &Tensor| {
-                report.check(&taps, &format!("{p}.{s}"), t)
+                report.check(taps, &format!("{p}.{s}"), t)
             };
-            check(&mut report, "temb", &head.temb(k).unwrap());
+            check(report, "temb", &head.temb(k).unwrap());
             let af = head.encode_actions(&ctx, &tap("actions_in"), k).unwrap();
-            check(&mut report, "action_features", &af);
+            check(report, "action_features", &af);
             let sa = head
                 .dit_input(&taps.get("head.state_features"), &tap("action_features"))
                 .unwrap();
-            check(&mut report, "sa_embs", &sa);
+            check(report, "sa_embs", &sa);
             let mut input = tap("sa_embs");
             for b in 0..head.num_dit_blocks() {
                 let name = format!("dit_block_out.{b}");
-                check(
-                    &mut report,
-                    &name,
-                    &head.dit_block(&ctx, b, &input, k).unwrap(),
-                );
+                check(report, &name, &head.dit_block(&ctx, b, &input, k).unwrap());
                 input = tap(&name);
             }
             assert_eq!(head.num_dit_blocks(), 8);
-            check(&mut report, "dit_out", &head.dit_output(&input, k).unwrap());
+            check(report, "dit_out", &head.dit_output(&input, k).unwrap());
             check(
-                &mut report,
+                report,
                 "decoder_out",
                 &head.decode(&ctx, &tap("dit_out")).unwrap(),
             );
@@ -188,10 +185,9 @@ fn euler_step_stages_match() {
             } else {
                 "head.action_pred".to_string()
             };
-            report.check(&taps, &next_name, &next);
+            report.check(taps, &next_name, &next);
         }
-    }
-    report.print("Euler steps, per stage");
+    });
 }
 
 /// Runs the whole head on a case's fixture inputs with a recording recorder.
@@ -224,11 +220,8 @@ fn head_tap_names(case: &str) -> Vec<String> {
 
 #[test]
 fn end_to_end_matches() {
-    let head = load_head();
-    let mut report = Report::default();
-    for case in CASES {
-        let taps = Taps::load(case);
-        let (out, rec) = run_case(&head, &taps);
+    report_every_case("end to end", |head, case, taps, report| {
+        let (out, rec) = run_case(head, taps);
         let names = head_tap_names(case);
         assert_eq!(names.len(), 4 + 2 + 4 * 16 + 1, "{case}: head tap count");
         for name in &names {
@@ -239,15 +232,14 @@ fn end_to_end_matches() {
                 let ours: Vec<i64> = ours.to_vec1().unwrap();
                 assert_eq!(ours, taps.i64s(name), "{case}: {name}");
             } else {
-                report.check(&taps, name, &ours);
+                report.check(taps, name, &ours);
             }
         }
         assert_eq!(
             flat_f32(&out),
             flat_f32(&rec.get("head.action_pred").unwrap())
         );
-    }
-    report.print("end to end");
+    });
 }
 
 #[test]
@@ -256,12 +248,11 @@ fn repeated_runs_are_bit_identical() {
     let taps = Taps::load("case1");
     let (a, rec_a) = run_case(&head, &taps);
     let (b, rec_b) = run_case(&head, &taps);
-    let bits = |t: &Tensor| -> Vec<u32> { flat_f32(t).iter().map(|x| x.to_bits()).collect() };
-    assert_eq!(bits(&a), bits(&b));
+    assert_eq!(tensor_bits(&a), tensor_bits(&b));
     assert_eq!(rec_a.names(), rec_b.names());
     for name in rec_a.names() {
         let (x, y) = (rec_a.get(&name).unwrap(), rec_b.get(&name).unwrap());
-        assert_eq!(bits(&x), bits(&y), "{name}");
+        assert_eq!(tensor_bits(&x), tensor_bits(&y), "{name}");
     }
 }
 

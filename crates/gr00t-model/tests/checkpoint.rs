@@ -22,6 +22,19 @@ impl Scratch {
             .expect_err("open should fail")
             .to_string()
     }
+    /// Opening fails with an error that names every one of `needles`.
+    fn assert_refused(&self, needles: &[&str]) {
+        let err = self.open_err();
+        assert!(
+            needles.iter().all(|n| err.contains(n)),
+            "{err} (should name {needles:?})"
+        );
+    }
+    /// Writes `contents` to `rel`, then [`Scratch::assert_refused`].
+    fn write_refused(&self, rel: &str, contents: impl AsRef<[u8]>, needles: &[&str]) {
+        std::fs::write(self.path(rel), contents).unwrap();
+        self.assert_refused(needles);
+    }
 }
 
 impl Drop for Scratch {
@@ -144,24 +157,16 @@ fn missing_folder() {
 fn missing_and_malformed_config() {
     let s = Scratch::new("cfg");
     std::fs::remove_file(s.path("config.json")).unwrap();
-    let err = s.open_err();
-    assert!(
-        err.contains("config.json") && err.contains("cannot read"),
-        "{err}"
+    s.assert_refused(&["config.json", "cannot read"]);
+    s.write_refused(
+        "config.json",
+        "{\"select_layer\": \"four\"}",
+        &["config.json", "malformed JSON", "select_layer"],
     );
-    std::fs::write(s.path("config.json"), "{\"select_layer\": \"four\"}").unwrap();
-    let err = s.open_err();
-    assert!(
-        err.contains("config.json")
-            && err.contains("malformed JSON")
-            && err.contains("select_layer"),
-        "{err}"
-    );
-    std::fs::write(s.path("config.json"), "{\"model_type\": \"Gr00tN1d5\"}").unwrap();
-    let err = s.open_err();
-    assert!(
-        err.contains("config.json") && err.contains("Gr00tN1d5"),
-        "{err}"
+    s.write_refused(
+        "config.json",
+        "{\"model_type\": \"Gr00tN1d5\"}",
+        &["config.json", "Gr00tN1d5"],
     );
 }
 
@@ -170,8 +175,7 @@ fn missing_side_files() {
     for file in ["processor_config.json", "statistics.json"] {
         let s = Scratch::new("side");
         std::fs::remove_file(s.path(file)).unwrap();
-        let err = s.open_err();
-        assert!(err.contains(file), "{file}: {err}");
+        s.assert_refused(&[file]);
     }
 }
 
@@ -180,12 +184,7 @@ fn malformed_statistics() {
     let s = Scratch::new("stats");
     let text = std::fs::read_to_string(s.path("statistics.json")).unwrap();
     let broken = text.replacen("\"q99\"", "\"q98\"", 1);
-    std::fs::write(s.path("statistics.json"), broken).unwrap();
-    let err = s.open_err();
-    assert!(
-        err.contains("statistics.json") && err.contains("q99"),
-        "{err}"
-    );
+    s.write_refused("statistics.json", broken, &["statistics.json", "q99"]);
 }
 
 #[test]
@@ -215,11 +214,7 @@ fn missing_weights_and_shards() {
         s.path("model-00001-of-00001.safetensors"),
     )
     .unwrap();
-    let err = s.open_err();
-    assert!(
-        err.contains(WEIGHTS_FILE) && err.contains("missing"),
-        "{err}"
-    );
+    s.assert_refused(&[WEIGHTS_FILE, "missing"]);
     // A shard index pointing at the renamed file works.
     let index = r#"{"metadata": {}, "weight_map": {"a": "model-00001-of-00001.safetensors"}}"#;
     std::fs::write(s.path("model.safetensors.index.json"), index).unwrap();
@@ -227,42 +222,29 @@ fn missing_weights_and_shards() {
     assert_eq!(ck.weight_files.len(), 1);
     // A shard listed but absent is named.
     let index = r#"{"weight_map": {"a": "model-00001-of-00001.safetensors", "b": "model-00002-of-00002.safetensors"}}"#;
-    std::fs::write(s.path("model.safetensors.index.json"), index).unwrap();
-    let err = s.open_err();
-    assert!(
-        err.contains("model-00002-of-00002.safetensors") && err.contains("missing"),
-        "{err}"
+    s.write_refused(
+        "model.safetensors.index.json",
+        index,
+        &["model-00002-of-00002.safetensors", "missing"],
     );
 }
 
 #[test]
 fn truncated_and_non_safetensors_weights() {
     let s = Scratch::new("trunc");
-    std::fs::write(s.path(WEIGHTS_FILE), b"abc").unwrap();
-    let err = s.open_err();
-    assert!(
-        err.contains(WEIGHTS_FILE) && err.contains("not a safetensors"),
-        "{err}"
-    );
+    s.write_refused(WEIGHTS_FILE, b"abc", &[WEIGHTS_FILE, "not a safetensors"]);
     let bytes = std::fs::read(gr00t_fixtures::tiny_checkpoint().join(WEIGHTS_FILE)).unwrap();
-    std::fs::write(s.path(WEIGHTS_FILE), &bytes[..1000]).unwrap();
-    let err = s.open_err();
-    assert!(err.contains(WEIGHTS_FILE), "{err}");
+    s.write_refused(WEIGHTS_FILE, &bytes[..1000], &[WEIGHTS_FILE]);
 }
 
 #[test]
 fn too_few_llm_layers_for_select_layer() {
     let s = Scratch::new("layers");
     let text = std::fs::read_to_string(s.path("config.json")).unwrap();
-    std::fs::write(
-        s.path("config.json"),
+    s.write_refused(
+        "config.json",
         text.replace("\"select_layer\": 4", "\"select_layer\": 5"),
-    )
-    .unwrap();
-    let err = s.open_err();
-    assert!(
-        err.contains("select_layer is 5") && err.contains("layer 4"),
-        "{err}"
+        &["select_layer is 5", "layer 4"],
     );
 }
 
@@ -311,11 +293,10 @@ fn embodiment_ids_come_from_the_file_then_the_code_table() {
     assert_eq!(ckpt.embodiment_id("robocasa_panda_omron").unwrap(), 13);
     assert_eq!(ckpt.embodiment_id("libero_sim").unwrap(), 2);
     // An index past the model's projector slots is refused, naming the file.
-    std::fs::write(s.path("embodiment_id.json"), r#"{"my_robot": 32}"#).unwrap();
-    let err = s.open_err();
-    assert!(
-        err.contains("embodiment_id.json") && err.contains("my_robot") && err.contains("32"),
-        "{err}"
+    s.write_refused(
+        "embodiment_id.json",
+        r#"{"my_robot": 32}"#,
+        &["embodiment_id.json", "my_robot", "32"],
     );
 }
 
@@ -329,17 +310,14 @@ fn tactile_and_other_processor_classes_are_refused() {
         1,
     );
     assert_ne!(tactile, text);
-    std::fs::write(s.path("processor_config.json"), tactile).unwrap();
-    let err = s.open_err();
-    assert!(
-        err.contains("processor_config.json") && err.contains("use_tactile"),
-        "{err}"
+    s.write_refused(
+        "processor_config.json",
+        tactile,
+        &["processor_config.json", "use_tactile"],
     );
     let n16 = text.replacen("Gr00tN1d7Processor", "Gr00tN1d6Processor", 1);
     assert_ne!(n16, text);
-    std::fs::write(s.path("processor_config.json"), n16).unwrap();
-    let err = s.open_err();
-    assert!(err.contains("Gr00tN1d6Processor"), "{err}");
+    s.write_refused("processor_config.json", n16, &["Gr00tN1d6Processor"]);
 }
 
 #[test]

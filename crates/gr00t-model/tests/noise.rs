@@ -1,6 +1,6 @@
 //! Parity of the torch.randn re-implementation with `noise_seeds.safetensors` (torch 2.7.1, x86).
 
-use gr00t_fixtures::{noise_seed, noise_seeds, ulp_diff};
+use gr00t_fixtures::{bit_exact_count, max_ulp_diff, noise_seed, noise_seeds};
 use gr00t_model::noise::{initial_noise, torch_rand, torch_randn};
 
 #[test]
@@ -11,17 +11,8 @@ fn every_fixture_seed_is_bit_exact() {
         let want = noise_seed(seed);
         assert_eq!(want.len(), 40 * 132);
         let ours = initial_noise(seed, 40, 132).expect("noise");
-        let max_ulp = ours
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| ulp_diff(*a, *b))
-            .max()
-            .unwrap();
-        let exact = ours
-            .iter()
-            .zip(&want)
-            .filter(|(a, b)| a.to_bits() == b.to_bits())
-            .count();
+        let max_ulp = max_ulp_diff(&ours, &want);
+        let exact = bit_exact_count(&ours, &want);
         eprintln!(
             "seed {seed}: {exact}/{} bit-exact, max {max_ulp} ulp",
             want.len()

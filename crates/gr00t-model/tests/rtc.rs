@@ -8,7 +8,8 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use gr00t_fixtures::{
-    assert_tap_close, flat_f32, max_abs_diff, repo_root, tiny_checkpoint, ulp_diff, Taps,
+    assert_tap_close, bit_exact_count, flat_f32, max_abs_diff, max_ulp_diff, rtc_goldens,
+    tiny_checkpoint, Taps,
 };
 use gr00t_model::action_head::{ActionHead, DenoiseBackend};
 use gr00t_model::taps::Recorder;
@@ -25,32 +26,31 @@ struct Setting {
     rtc: Rtc,
 }
 
+/// The goldens' tensors and option sets, each as the model's `Rtc` on their previous chunk.
 fn goldens() -> (Taps, Vec<Setting>) {
-    let dir = repo_root().join("tests/fixtures/rtc");
-    let taps = Taps::from_file(&dir.join("rtc.safetensors"));
-    let info: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("settings.json")).unwrap()).unwrap();
+    let (taps, settings) = rtc_goldens();
     let prev = taps.f32s("previous_chunk");
-    let settings = info["settings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            let n = |k: &str| s[k].as_u64().unwrap() as usize;
-            Setting {
-                name: s["name"].as_str().unwrap().to_string(),
-                rtc: Rtc {
-                    previous_chunk: prev.clone(),
-                    action_horizon: n("action_horizon"),
-                    overlap_steps: n("rtc_overlap_steps"),
-                    frozen_steps: n("rtc_frozen_steps"),
-                    ramp_rate: s["rtc_ramp_rate"].as_f64().unwrap(),
-                },
-            }
+    let settings = settings
+        .into_iter()
+        .map(|s| Setting {
+            name: s.name,
+            rtc: Rtc {
+                previous_chunk: prev.clone(),
+                action_horizon: s.action_horizon,
+                overlap_steps: s.overlap_steps,
+                frozen_steps: s.frozen_steps,
+                ramp_rate: s.ramp_rate,
+            },
         })
-        .collect::<Vec<_>>();
-    assert_eq!(settings.len(), 3);
+        .collect();
     (taps, settings)
+}
+
+/// The head on each denoise backend.
+fn heads() -> impl Iterator<Item = (DenoiseBackend, ActionHead)> {
+    [DenoiseBackend::Fused, DenoiseBackend::Reference]
+        .into_iter()
+        .map(|b| (b, load_head(b)))
 }
 
 fn load_head(backend: DenoiseBackend) -> ActionHead {
@@ -90,8 +90,7 @@ fn rows(x: &[f32], from: usize, n: usize) -> &[f32] {
 fn action_pred_matches_upstream_on_both_backends() {
     let (g, settings) = goldens();
     let noise = g.get("noise");
-    for backend in [DenoiseBackend::Fused, DenoiseBackend::Reference] {
-        let head = load_head(backend);
+    for (backend, head) in heads() {
         let plain = run(&head, &noise, None).unwrap();
         assert_tap_close("plain", &plain, &g.f32s("action_pred.plain"), MIN_R, REL);
         for s in &settings {
@@ -114,8 +113,7 @@ fn action_pred_matches_upstream_on_both_backends() {
 fn frozen_rows_equal_the_previous_chunk_exactly() {
     let (g, settings) = goldens();
     let prev = g.f32s("previous_chunk");
-    for backend in [DenoiseBackend::Fused, DenoiseBackend::Reference] {
-        let head = load_head(backend);
+    for (backend, head) in heads() {
         for s in &settings {
             let r = &s.rtc;
             let ours = run(&head, &g.get("noise"), Some(r)).unwrap();
@@ -138,8 +136,7 @@ fn without_rtc_or_with_zero_overlap_the_answer_is_bit_identical() {
     let (g, _) = goldens();
     let noise = g.get("noise");
     let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-    for backend in [DenoiseBackend::Fused, DenoiseBackend::Reference] {
-        let head = load_head(backend);
+    for (backend, head) in heads() {
         let case = Taps::load("case0");
         let plain = head
             .get_action(
@@ -170,17 +167,8 @@ fn velocity_ramp_matches_upstream() {
     for s in &settings {
         let ours = s.rtc.velocity_strength(H);
         let golden = g.f32s(&format!("vel_strength.{}", s.name));
-        let worst = ours
-            .iter()
-            .zip(&golden)
-            .map(|(&a, &b)| ulp_diff(a, b))
-            .max()
-            .unwrap();
-        let exact = ours
-            .iter()
-            .zip(&golden)
-            .filter(|(a, b)| a.to_bits() == b.to_bits())
-            .count();
+        let worst = max_ulp_diff(&ours, &golden);
+        let exact = bit_exact_count(&ours, &golden);
         println!("{}: {exact}/{H} bit-exact, worst {worst} ulp", s.name);
         // torch's vectorised exp and libm's can differ by an ulp.
         assert!(worst <= 1, "{}: {worst} ulp", s.name);
@@ -208,10 +196,8 @@ fn velocity_ramp_matches_upstream_over_a_sweep() {
         };
         r.validate(H, A).unwrap();
         let ours = r.velocity_strength(H);
-        for (&a, &b) in ours.iter().zip(gold) {
-            exact += (a.to_bits() == b.to_bits()) as usize;
-            worst = worst.max(ulp_diff(a, b));
-        }
+        exact += bit_exact_count(&ours, gold);
+        worst = worst.max(max_ulp_diff(&ours, gold));
     }
     println!(
         "sweep of {k}: {exact}/{} bit-exact, worst {worst} ulp",

@@ -4,20 +4,10 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
-use gr00t_fixtures::Taps;
+use gr00t_fixtures::{tensor_bits, Taps};
 use gr00t_model::taps::Recorder;
 use gr00t_model::vision::VisionTower;
 use gr00t_model::Checkpoint;
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect()
-}
 
 #[test]
 fn one_call_on_all_images_equals_one_call_per_image_bit_for_bit() {
@@ -45,13 +35,17 @@ fn one_call_on_all_images_equals_one_call_per_image_bit_for_bit() {
         let len = alone.image_embeds.dim(0).unwrap();
         let slice = |t: &Tensor| t.narrow(0, merged, len).unwrap();
         assert_eq!(
-            bits(&slice(&together.image_embeds)),
-            bits(&alone.image_embeds),
+            tensor_bits(&slice(&together.image_embeds)),
+            tensor_bits(&alone.image_embeds),
             "image {i}: merged rows differ"
         );
         assert_eq!(together.deepstack.len(), alone.deepstack.len());
         for (k, (a, b)) in together.deepstack.iter().zip(&alone.deepstack).enumerate() {
-            assert_eq!(bits(&slice(a)), bits(b), "image {i}: deepstack {k} differs");
+            assert_eq!(
+                tensor_bits(&slice(a)),
+                tensor_bits(b),
+                "image {i}: deepstack {k} differs"
+            );
         }
         start += n;
         merged += len;

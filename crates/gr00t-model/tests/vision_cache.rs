@@ -6,7 +6,7 @@
 mod common;
 
 use candle_core::Device;
-use gr00t_fixtures::{assert_tap_close, Taps};
+use gr00t_fixtures::{assert_tap_close, bit_exact_count, Taps};
 use gr00t_model::taps::Recorder;
 use gr00t_model::vision_cache::VisionCacheStats;
 use gr00t_model::{Checkpoint, Gr00tModel, ModelInputs};
@@ -70,11 +70,7 @@ fn run(model: &Gr00tModel, x: &ModelInputs) -> Vec<f32> {
 
 fn assert_bits_equal(what: &str, a: &[f32], b: &[f32]) {
     assert_eq!(a.len(), b.len(), "{what}: lengths");
-    let differ = a
-        .iter()
-        .zip(b)
-        .filter(|(x, y)| x.to_bits() != y.to_bits())
-        .count();
+    let differ = a.len() - bit_exact_count(a, b);
     assert_eq!(differ, 0, "{what}: {differ} of {} values differ", a.len());
 }
 
@@ -180,11 +176,7 @@ fn recording_runs_bypass_the_cache_and_stay_at_parity() {
     let golden = Taps::load("case0").f32s("head.action_pred");
     assert_tap_close("recorded action_pred", &out, &golden, 0.99999, 1e-3);
     let plain = run(&model, &a);
-    let same = plain
-        .iter()
-        .zip(&out)
-        .filter(|(x, y)| x.to_bits() == y.to_bits())
-        .count();
+    let same = bit_exact_count(&plain, &out);
     eprintln!(
         "whole-tower (recording) vs per-image path: {same} of {} action values bit-identical",
         out.len()

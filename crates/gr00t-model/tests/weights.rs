@@ -6,7 +6,7 @@ mod common;
 
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
-use gr00t_fixtures::Taps;
+use gr00t_fixtures::{tensor_bits, Taps};
 use gr00t_model::cpu_kernel;
 use gr00t_model::linear::{linear, Linear};
 use gr00t_model::taps::Recorder;
@@ -16,18 +16,6 @@ use std::path::PathBuf;
 
 fn tiny() -> Checkpoint {
     Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap()
-}
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.flatten_all()
-        .unwrap()
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap()
-        .iter()
-        .map(|x| x.to_bits())
-        .collect()
 }
 
 #[test]
@@ -49,14 +37,14 @@ fn reader_matches_candle_mmap_for_every_tiny_tensor() {
         let b = mmap_f32.get_unchecked_dtype(name, DType::F32).unwrap();
         assert_eq!(a.dtype(), DType::F32);
         assert_eq!(a.dims(), b.dims(), "{name}");
-        assert_eq!(bits(&a), bits(&b), "{name} (f32)");
+        assert_eq!(tensor_bits(&a), tensor_bits(&b), "{name} (f32)");
         let c = ours.get_unchecked_dtype(name, COMPACT).unwrap();
         assert_eq!(c.dtype(), DType::BF16, "{name}: bf16 is kept as stored");
         let d = mmap_bf16.get_unchecked_dtype(name, DType::BF16).unwrap();
-        assert_eq!(bits(&c), bits(&d), "{name} (bf16)");
+        assert_eq!(tensor_bits(&c), tensor_bits(&d), "{name} (bf16)");
         // The shape-checked path returns the same tensor.
         let e = ours.get(a.dims(), name).unwrap();
-        assert_eq!(bits(&e), bits(&a), "{name} (checked)");
+        assert_eq!(tensor_bits(&e), tensor_bits(&a), "{name} (checked)");
         checked += 1;
     }
     assert_eq!(checked, 338, "the fixture holds 338 tensors");
@@ -110,9 +98,9 @@ fn compact_never_rounds_f32_or_f16_weights() {
         (a.dtype(), b.dtype(), c.dtype()),
         (DType::F32, DType::F32, DType::BF16)
     );
-    assert_eq!(bits(&a), bits(&f32_t));
-    assert_eq!(bits(&b), bits(&f16_t));
-    assert_eq!(bits(&c), bits(&bf16_t));
+    assert_eq!(tensor_bits(&a), tensor_bits(&f32_t));
+    assert_eq!(tensor_bits(&b), tensor_bits(&f16_t));
+    assert_eq!(tensor_bits(&c), tensor_bits(&bf16_t));
     // A linear over an f32-stored weight keeps f32 and is exactly candle's.
     let vb = VarBuilder::from_backend(Box::new(reader), DType::F32, dev.clone());
     let w = vb
@@ -121,7 +109,7 @@ fn compact_never_rounds_f32_or_f16_weights() {
     let x = Tensor::from_vec((0..12).map(|i| i as f32 * 0.37).collect(), (2, 6), &dev).unwrap();
     let ours = Linear::new(w.clone(), None).unwrap().forward(&x).unwrap();
     let theirs = candle_nn::Linear::new(w, None).forward(&x).unwrap();
-    assert_eq!(bits(&ours), bits(&theirs));
+    assert_eq!(tensor_bits(&ours), tensor_bits(&theirs));
 }
 
 #[test]
@@ -198,7 +186,7 @@ fn bf16_linear_equals_f32_linear_on_odd_shapes() {
         let y = ours.forward(&x).unwrap();
         let r = reference.forward(&x).unwrap();
         assert_eq!(y.dims(), [1, m, n]);
-        let (y, r) = (bits(&y), bits(&r));
+        let (y, r) = (tensor_bits(&y), tensor_bits(&r));
         // Bound: the f32 error scale of a K-term dot product of values in [-1, 1].
         let tol = k as f32 * f32::EPSILON;
         for (a, b) in y.iter().zip(&r) {
@@ -210,8 +198,8 @@ fn bf16_linear_equals_f32_linear_on_odd_shapes() {
         }
         // A transposed (non-contiguous) input gives the same answer.
         let xt = Tensor::from_vec(xv, (k, m), &dev).unwrap().t().unwrap();
-        let yt = bits(&ours.forward(&xt).unwrap());
-        let rt = bits(&reference.forward(&xt).unwrap());
+        let yt = tensor_bits(&ours.forward(&xt).unwrap());
+        let rt = tensor_bits(&reference.forward(&xt).unwrap());
         assert!(yt
             .iter()
             .zip(&rt)
@@ -246,8 +234,8 @@ fn a_linear_packed_at_load_equals_the_unpacked_one_bit_for_bit() {
         let y = packed.forward(&x).unwrap();
         assert_eq!(y.dims(), [1, m, n]);
         assert_eq!(
-            bits(&y),
-            bits(&dense.forward(&x).unwrap()),
+            tensor_bits(&y),
+            tensor_bits(&dense.forward(&x).unwrap()),
             "[{m}, {k}] x [{n}, {k}]ᵀ"
         );
         if packed.is_packed() {
@@ -346,6 +334,10 @@ fn compact_requests_follow_the_compute_dtype_when_bf16_is_not_kept() {
         (a.dtype(), b.dtype(), c.dtype()),
         (DType::BF16, DType::F32, DType::BF16)
     );
-    assert_eq!(bits(&a), bits(&b), "{name}: widening is exact");
-    assert_eq!(bits(&a), bits(&c), "{name}");
+    assert_eq!(
+        tensor_bits(&a),
+        tensor_bits(&b),
+        "{name}: widening is exact"
+    );
+    assert_eq!(tensor_bits(&a), tensor_bits(&c), "{name}");
 }

@@ -13,7 +13,7 @@ mod zmtp_client;
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use test_server::{fd_limit, Server};
+use test_server::{fd_limit, u64s, Server};
 use zmtp_client::{closed_within, greeting, long_header, ready, Req, PING};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -125,15 +125,7 @@ fn idle_floods_on_every_door_stay_under_the_caps_and_the_doors_answer() {
     ]);
     let info = test_client::get(&s.http, "/info").unwrap().json();
     let caps = &info["limits"]["connections"];
-    assert_eq!(
-        (
-            caps["http"].as_u64(),
-            caps["ws"].as_u64(),
-            caps["zmq"].as_u64()
-        ),
-        (Some(64), Some(64), Some(64)),
-        "{caps}"
-    );
+    assert_eq!(u64s(caps, &["http", "ws", "zmq"]), [Some(64); 3], "{caps}");
     // The server raised its soft file limit to the hard one.
     assert!(caps["open_files"].as_u64().unwrap() >= fd_limit() as u64);
     let fds_before = s.open_fds();

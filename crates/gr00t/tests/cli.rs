@@ -2,48 +2,27 @@
 //! bad request with exit 2 and a JSON error, and names a missing checkpoint; `synth-checkpoint`
 //! writes a checkpoint that `predict` can run and that declares itself synthetic.
 
-use gr00t_fixtures::{max_abs_diff, Taps};
-use std::process::{Command, Output};
+#[path = "support/cli.rs"]
+mod cli;
 
-fn gr00t(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gr00t"))
-        .args(args)
-        .output()
-        .expect("run gr00t")
-}
+use cli::{gr00t, json_stdout, predict};
+use gr00t_fixtures::{json_rows, max_abs_diff, tiny_checkpoint, MultiCase, Taps};
+use std::process::Command;
 
 fn tiny() -> String {
-    gr00t_fixtures::tiny_checkpoint().display().to_string()
+    tiny_checkpoint().display().to_string()
 }
 
 /// The response's action group `key` (`[[f32; D]; 40]`), flattened.
 fn action_group(resp: &serde_json::Value, key: &str) -> Vec<f32> {
-    resp["actions"][key]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| {
-            r.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap() as f32)
-        })
-        .collect()
+    json_rows(&resp["actions"][key])
 }
 
 /// `gr00t predict` of the fixture case2 request on the tiny checkpoint with `extra` flags;
 /// asserts it succeeds and returns the response JSON.
 fn predict_case2(extra: &[&str]) -> serde_json::Value {
-    let (ckpt, request) = (tiny(), request_path("case2"));
-    let args = ["predict", "--checkpoint", &ckpt, "--request", &request];
-    let out = gr00t(&[&args[..], extra].concat());
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let request = gr00t_fixtures::case_dir("case2").join("request.json");
+    predict(&tiny_checkpoint(), &request, extra)
 }
 
 fn request_path(case: &str) -> String {
@@ -195,14 +174,8 @@ fn synthetic_tiny_checkpoint_runs_and_says_so() {
         "--request",
         &request_path("case0"),
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let resp = json_stdout("case0", &out);
     assert!(String::from_utf8_lossy(&out.stderr).contains("SYNTHETIC"));
-    let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         resp["actions"]["joint_position"].as_array().unwrap().len(),
         40
@@ -211,20 +184,7 @@ fn synthetic_tiny_checkpoint_runs_and_says_so() {
     // zero-width wrist keys, which decode to empty rows.
     let request = dir.join("xdof.json");
     std::fs::write(&request, xdof_request().to_string()).unwrap();
-    let out = gr00t(&[
-        "predict",
-        "--checkpoint",
-        dir.to_str().unwrap(),
-        "--request",
-        request.to_str().unwrap(),
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let resp = predict(&dir, &request, &[]);
     for (key, width) in [
         ("left_wrist_eef", 0),
         ("left_gripper_pos", 1),
@@ -273,28 +233,16 @@ fn xdof_request() -> serde_json::Value {
 
 #[test]
 fn predict_runs_every_multi_embodiment_case() {
-    let ckpt = gr00t_fixtures::multi_checkpoint().display().to_string();
+    let ckpt = gr00t_fixtures::multi_checkpoint();
     for name in gr00t_fixtures::MULTI_CASES {
-        let case = gr00t_fixtures::MultiCase::load(name);
-        let request = gr00t_fixtures::multi_dir().join(name).join("request.json");
-        let request = request.display().to_string();
-        let out = gr00t(&["predict", "--checkpoint", &ckpt, "--request", &request]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let case = MultiCase::load(name);
+        let resp = predict(&ckpt, &case.request_path(), &[]);
         assert_eq!(resp["embodiment"], case.tag.as_str());
         for (key, _) in resp["actions"].as_object().unwrap() {
             if key == "head_pose" {
                 continue; // near-π rotation vectors: compared as rotations in tests/embodiments.rs
             }
-            let want = case.outputs.f32s(&format!("action.{key}"));
-            let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
-            let d = max_abs_diff(&action_group(&resp, key), &want);
-            assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d:e}");
+            case.assert_action(key, &action_group(&resp, key));
         }
     }
 }
@@ -361,19 +309,9 @@ fn serve_refuses_a_bad_replica_id_before_loading() {
 #[test]
 fn predict_runs_every_extra_case() {
     let ckpt = gr00t_fixtures::extra_checkpoint("checkpoint");
-    let ckpt = ckpt.display().to_string();
     for name in gr00t_fixtures::EXTRA_CASES {
-        let case = gr00t_fixtures::MultiCase::load_extra(name);
-        let request = gr00t_fixtures::extra_dir().join(name).join("request.json");
-        let request = request.display().to_string();
-        let out = gr00t(&["predict", "--checkpoint", &ckpt, "--request", &request]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let case = MultiCase::load_extra(name);
+        let resp = predict(&ckpt, &case.request_path(), &[]);
         assert_eq!(resp["embodiment"], case.tag.as_str());
         let keys: Vec<&String> = resp["actions"].as_object().unwrap().keys().collect();
         assert_eq!(
@@ -382,12 +320,7 @@ fn predict_runs_every_extra_case() {
             "{name}"
         );
         for key in keys {
-            let want = case.outputs.f32s(&format!("action.{key}"));
-            let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
-            let ours = action_group(&resp, key);
-            assert_eq!(ours.len(), want.len(), "{name} {key}");
-            let d = max_abs_diff(&ours, &want);
-            assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d:e}");
+            case.assert_action(key, &action_group(&resp, key));
         }
     }
 }

@@ -6,7 +6,9 @@ use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
 
-use gr00t_fixtures::{max_abs_diff, multi_checkpoint, multi_dir, MultiCase, MULTI_CASES};
+use gr00t_fixtures::{
+    json_rows, max_abs_diff, multi_checkpoint, multi_dir, MultiCase, MULTI_CASES,
+};
 use serde_json::{json, Value};
 use test_client::{get, post_json};
 use test_server::Server;
@@ -25,16 +27,13 @@ fn request_in(root: &std::path::Path, case: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn flat(rows: &Value) -> Vec<f32> {
-    rows.as_array()
+/// The tags of `/info`'s `embodiments`, in its order.
+fn served_tags(info: &Value) -> Vec<&str> {
+    info["embodiments"]
+        .as_array()
         .unwrap()
         .iter()
-        .flat_map(|r| {
-            r.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap() as f32)
-        })
+        .map(|e| e["tag"].as_str().unwrap())
         .collect()
 }
 
@@ -58,12 +57,7 @@ fn rotvec_rows_close(a: &[f32], b: &[f32]) -> bool {
 fn every_embodiment_is_served_over_http() {
     let server = Server::start_in(&multi_checkpoint(), 0, &[]);
     let info = get(&server.http, "/info").unwrap().json();
-    let tags: Vec<&str> = info["embodiments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["tag"].as_str().unwrap())
-        .collect();
+    let tags = served_tags(&info);
     assert_eq!(tags[0], "oxe_droid_relative_eef_relative_joint", "{info}");
     assert_eq!(tags.len(), 5, "{tags:?}");
     let r1 = &info["embodiments"][tags
@@ -87,14 +81,12 @@ fn every_embodiment_is_served_over_http() {
             let dims = case.outputs.dims(&format!("action.{key}"));
             assert_eq!(resp["action_horizon"], dims[1], "{name}");
             assert!(dims[1] <= h);
-            let ours = flat(&resp["actions"][key]);
+            let ours = json_rows(&resp["actions"][key]);
             assert_eq!(ours.len(), want.len(), "{name} {key}");
             if key == "head_pose" {
                 assert!(rotvec_rows_close(&ours, &want), "{name} head_pose");
             } else {
-                let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
-                let d = max_abs_diff(&ours, &want);
-                assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d}");
+                case.assert_action(key, &ours);
             }
         }
     }
@@ -111,7 +103,7 @@ fn every_embodiment_is_served_over_http() {
     let taps = gr00t_fixtures::Taps::load("case0");
     for g in ["eef_9d", "gripper_position", "joint_position"] {
         let d = max_abs_diff(
-            &flat(&plain["actions"][g]),
+            &json_rows(&plain["actions"][g]),
             &taps.f32s(&format!("output.{g}")),
         );
         assert!(d <= 1e-5, "case0 {g}: {d}");
@@ -179,12 +171,7 @@ fn extra_embodiments_are_served_over_http() {
             .collect();
         assert_eq!(acts.len(), want_keys.len(), "{name}: {resp}");
         for key in want_keys {
-            let want = case.outputs.f32s(&format!("action.{key}"));
-            let ours = flat(&resp["actions"][&key]);
-            assert_eq!(ours.len(), want.len(), "{name} {key}");
-            let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
-            let d = max_abs_diff(&ours, &want);
-            assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d}");
+            case.assert_action(&key, &json_rows(&resp["actions"][&key]));
         }
     }
     // A reflected 4×4 rotation block: 400 naming the state key (scipy refuses it upstream).
@@ -216,13 +203,7 @@ fn embodiment_flag_picks_what_is_served() {
     );
     let info = get(&server.http, "/info").unwrap().json();
     assert_eq!(info["embodiment"], "new_embodiment");
-    let tags: Vec<&str> = info["embodiments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["tag"].as_str().unwrap())
-        .collect();
-    assert_eq!(tags, ["new_embodiment", "simpler_env_google"]);
+    assert_eq!(served_tags(&info), ["new_embodiment", "simpler_env_google"]);
     // Only the served slots are kept: 2 of them here, 5 when every embodiment is served.
     let all = Server::start_in(&multi_checkpoint(), 0, &[]);
     let all_info = get(&all.http, "/info").unwrap().json();

@@ -134,16 +134,9 @@ fn a_100_mib_body_gets_413_and_the_server_stays_fine() {
     .expect("413 answer");
     assert_eq!(r.status, 413, "{}", r.text());
     // Chunked, no length: refused once the limit is crossed.
-    let mut chunked = Vec::with_capacity(big.len() + 64);
-    for part in big.chunks(1 << 20) {
-        chunked.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
-        chunked.extend_from_slice(part);
-        chunked.extend_from_slice(b"\r\n");
-    }
-    chunked.extend_from_slice(b"0\r\n\r\n");
     let h = "POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
              Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
-    let r = exchange(&s.http, h.as_bytes(), &chunked).expect("413 answer");
+    let r = exchange(&s.http, h.as_bytes(), &chunked(&big)).expect("413 answer");
     assert_eq!(r.status, 413, "{}", r.text());
 
     assert_eq!(s.health(), 200);
@@ -238,6 +231,16 @@ fn write_all_then_read(c: &mut TcpStream, what: &str, rest: &[u8]) -> HttpRespon
     parse(&raw).unwrap_or_else(|| panic!("{what}: no answer: {:?}", String::from_utf8_lossy(&raw)))
 }
 
+/// A fresh connection writing a whole `POST /predict` of `body`, then reading the answer.
+fn post_whole(addr: &str, what: &str, body: &[u8]) -> HttpResponse {
+    let mut c = connect(addr);
+    write_all_then_read(
+        &mut c,
+        what,
+        &[head(body.len(), "").as_bytes(), body].concat(),
+    )
+}
+
 fn chunked(body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(body.len() + 64);
     for part in body.chunks(1 << 20) {
@@ -270,12 +273,7 @@ fn a_client_writing_a_40_mib_body_before_reading_gets_the_413() {
     let big = vec![b' '; 40 << 20];
 
     // Declared length over the 16 MiB limit: answered before the body is read.
-    let mut c = connect(&s.http);
-    let r = write_all_then_read(
-        &mut c,
-        "declared",
-        &[head(big.len(), "").as_bytes(), &big].concat(),
-    );
+    let r = post_whole(&s.http, "declared", &big);
     assert_eq!(r.status, 413, "{}", r.text());
     assert_eq!(r.json()["field"], "body", "{}", r.text());
     assert!(r.json()["error"].as_str().unwrap().contains("limit"));
@@ -358,12 +356,7 @@ fn a_client_sending_a_whole_body_without_the_token_reads_the_401() {
     let s = start(&["--api-token", "s3cret"]);
     // 12 MiB (under the limit), written before reading.
     let big = vec![b' '; 12 << 20];
-    let mut c = connect(&s.http);
-    let r = write_all_then_read(
-        &mut c,
-        "401",
-        &[head(big.len(), "").as_bytes(), &big].concat(),
-    );
+    let r = post_whole(&s.http, "401", &big);
     assert_eq!(r.status, 401, "{}", r.text());
     assert!(r.json()["error"].as_str().unwrap().contains("Bearer"));
     assert_eq!(s.health(), 200);

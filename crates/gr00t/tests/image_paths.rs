@@ -3,13 +3,12 @@
 //! each on its checkpoint variant: NVIDIA's actions within the DROID gate.
 
 use gr00t_fixtures::http_client as test_client;
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/test_server.rs"]
 mod test_server;
 
-use gr00t_fixtures::{
-    extra_case_checkpoint, extra_dir, max_abs_diff, MultiCase, EXTRA_IMAGE_CASES,
-};
-use std::process::Command;
+use gr00t_fixtures::{extra_case_checkpoint, extra_dir, json_rows, MultiCase, EXTRA_IMAGE_CASES};
 use test_client::post_json;
 use test_server::Server;
 
@@ -19,19 +18,8 @@ fn assert_actions(name: &str, case: &MultiCase, resp: &serde_json::Value) {
     let actions = resp["actions"].as_object().unwrap();
     assert_eq!(actions.len(), 7, "{name}");
     for (key, rows) in actions {
-        let ours: Vec<f32> = rows
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| r.as_array().unwrap().iter())
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect();
-        let want = case.outputs.f32s(&format!("action.{key}"));
-        assert_eq!(ours.len(), want.len(), "{name} {key}");
-        let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
-        let d = max_abs_diff(&ours, &want);
+        let d = case.assert_action(key, &json_rows(rows));
         eprintln!("{name} {key:<8} max|Δ| {d:.2e}");
-        assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d:e}");
     }
 }
 
@@ -40,7 +28,7 @@ fn http_serves_the_letterbox_and_torchvision_cases() {
     for name in EXTRA_IMAGE_CASES {
         let case = MultiCase::load_extra(name);
         let server = Server::start_in(&extra_case_checkpoint(name), 0, &[]);
-        let body = std::fs::read(extra_dir().join(name).join("request.json")).unwrap();
+        let body = std::fs::read(case.request_path()).unwrap();
         let r = post_json(&server.http, "/predict", &body).expect("POST");
         assert_eq!(r.status, 200, "{name}");
         assert_actions(name, &case, &r.json());
@@ -51,20 +39,7 @@ fn http_serves_the_letterbox_and_torchvision_cases() {
 fn predict_runs_the_letterbox_and_torchvision_cases() {
     for name in EXTRA_IMAGE_CASES {
         let case = MultiCase::load_extra(name);
-        let ckpt = extra_case_checkpoint(name).display().to_string();
-        let request = extra_dir().join(name).join("request.json");
-        let out = Command::new(env!("CARGO_BIN_EXE_gr00t"))
-            .args(["predict", "--checkpoint", &ckpt, "--request"])
-            .arg(&request)
-            .output()
-            .expect("run gr00t");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let resp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let resp = cli::predict(&extra_case_checkpoint(name), &case.request_path(), &[]);
         assert_actions(name, &case, &resp);
     }
 }
@@ -95,13 +70,8 @@ fn torchvision_without_target_size_is_refused_at_startup() {
     cfg["processor_kwargs"]["image_target_size"] = serde_json::Value::Null;
     std::fs::write(dir.join("processor_config.json"), cfg.to_string()).unwrap();
     let request = extra_dir().join("case_torchvision_1/request.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_gr00t"))
-        .args(["predict", "--checkpoint"])
-        .arg(&dir)
-        .arg("--request")
-        .arg(&request)
-        .output()
-        .expect("run gr00t");
+    let (ckpt, request) = (dir.to_str().unwrap(), request.to_str().unwrap());
+    let out = cli::gr00t(&["predict", "--checkpoint", ckpt, "--request", request]);
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -8,6 +8,7 @@ use gr00t::doors::wire::{msgpack_numpy, npy, observation};
 use gr00t::doors::ws::droid_obs;
 use gr00t_embodiment::image::{decode_base64_frame, decode_frame_bytes, ImageError};
 use gr00t_embodiment::request::PredictRequest;
+use gr00t_fixtures::crc32;
 use rmpv::Value;
 
 fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
@@ -199,21 +200,6 @@ fn images_declaring_huge_sizes_are_refused_before_decoding() {
     assert!(decode_frame_bytes(b"GIF89a\x01\x00\x01\x00").is_err());
     assert!(decode_base64_frame("not base64 at all!").is_err());
     assert!(decode_base64_frame("").is_err());
-}
-
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut c = 0xffff_ffffu32;
-    for &b in bytes {
-        c ^= b as u32;
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0xedb8_8320
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
 }
 
 #[test]

@@ -9,19 +9,20 @@ use gr00t::doors::wire::{msgpack_numpy, ndarray};
 use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
+#[path = "support/zmq_req.rs"]
+mod zmq_req;
 
-use gr00t_fixtures::{max_abs, max_abs_diff, pearson, repo_root, Taps};
+use gr00t_fixtures::{json_rows, max_abs, max_abs_diff, pearson, rtc_goldens, RtcSetting};
 use msgpack_numpy::{from_gr00t_array, from_openpi_array, get, gr00t_array, openpi_array};
 use msgpack_numpy::{pack, str_map, unpack};
 use ndarray::{DType, NdArray};
 use rmpv::Value;
 use serde_json::{json, Value as Json};
 use std::net::TcpStream;
-use std::time::Duration;
-use test_server::{frame, request, state, Server, CAMERAS, GROUPS};
+use test_server::{both_frames, request, state, Server, CAMERAS, GROUPS};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
-use zeromq::{ReqSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+use zmq_req::{ZmqClient, TIMEOUT};
 
 /// The action gates of the model's RTC tests: Pearson r, and max |Δ| relative to max |ref|.
 const MIN_R: f64 = 0.99999;
@@ -31,42 +32,11 @@ const A: usize = 132;
 /// DROID's action values per row (eef_9d 9, gripper_position 1, joint_position 7).
 const W: usize = 17;
 const LANG_KEY: &str = "annotation.language.language_instruction";
-const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A msgpack map's entries.
 type Entries = Vec<(Value, Value)>;
 
-struct Setting {
-    name: String,
-    ah: usize,
-    overlap: usize,
-    frozen: usize,
-    rate: f64,
-}
-
-fn goldens() -> (Taps, Vec<Setting>) {
-    let dir = repo_root().join("tests/fixtures/rtc");
-    let taps = Taps::from_file(&dir.join("rtc.safetensors"));
-    let info: Json =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("settings.json")).unwrap()).unwrap();
-    let settings = info["settings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            let n = |k: &str| s[k].as_u64().unwrap() as usize;
-            Setting {
-                name: s["name"].as_str().unwrap().into(),
-                ah: n("action_horizon"),
-                overlap: n("rtc_overlap_steps"),
-                frozen: n("rtc_frozen_steps"),
-                rate: s["rtc_ramp_rate"].as_f64().unwrap(),
-            }
-        })
-        .collect::<Vec<_>>();
-    assert_eq!(settings.len(), 3);
-    (taps, settings)
-}
+type Setting = RtcSetting;
 
 /// The first `rows` rows of a `[40, 132]` chunk, `width` values each.
 fn cut(chunk: &[f32], rows: usize, width: usize) -> Vec<Vec<f32>> {
@@ -97,40 +67,17 @@ fn body(extra: Json) -> Json {
 fn rtc_fields(prev: &[f32], s: &Setting, rows: usize, width: usize) -> Json {
     json!({
         "previous_chunk": cut(prev, rows, width),
-        "action_horizon": s.ah,
-        "rtc_overlap_steps": s.overlap,
-        "rtc_frozen_steps": s.frozen,
-        "rtc_ramp_rate": s.rate,
+        "action_horizon": s.action_horizon,
+        "rtc_overlap_steps": s.overlap_steps,
+        "rtc_frozen_steps": s.frozen_steps,
+        "rtc_ramp_rate": s.ramp_rate,
     })
-}
-
-fn post(s: &Server, body: &Json) -> test_client::HttpResponse {
-    test_client::post_json(&s.http, "/predict", &serde_json::to_vec(body).unwrap()).unwrap()
-}
-
-fn predict(s: &Server, body: &Json) -> Json {
-    let r = post(s, body);
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
-}
-
-fn rows_of(v: &Json) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| {
-            r.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap() as f32)
-        })
-        .collect()
 }
 
 /// A response's groups (`actions` or `actions_normalized`) as `[40 × 17]` row-major, keys
 /// concatenated per row.
 fn chunk_of(resp: &Json, which: &str) -> Vec<f32> {
-    let groups: Vec<Vec<f32>> = GROUPS.iter().map(|g| rows_of(&resp[which][g])).collect();
+    let groups: Vec<Vec<f32>> = GROUPS.iter().map(|g| json_rows(&resp[which][g])).collect();
     let dims: Vec<usize> = groups.iter().map(|g| g.len() / H).collect();
     (0..H)
         .flat_map(|t| {
@@ -146,65 +93,43 @@ fn chunk_of(resp: &Json, which: &str) -> Vec<f32> {
 fn http_groups(resp: &Json) -> Vec<Vec<f32>> {
     GROUPS
         .iter()
-        .map(|g| rows_of(&resp["actions"][g]))
+        .map(|g| json_rows(&resp["actions"][g]))
         .collect()
 }
 
 fn refused(s: &Server, extra: Json, field: &str) {
-    let r = post(s, &body(extra.clone()));
+    let r = s.post_predict(&body(extra.clone()));
     assert_eq!(r.status, 400, "{extra}: {}", r.text());
     assert_eq!(r.json()["field"], json!(field), "{extra}: {}", r.text());
 }
 
 // ZMQ -----------------------------------------------------------------------------------------
 
-struct Zmq {
-    rt: tokio::runtime::Runtime,
-    socket: ReqSocket,
-}
+struct Zmq(ZmqClient);
 
 impl Zmq {
     fn connect(addr: &str) -> Zmq {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut socket = ReqSocket::new();
-        rt.block_on(socket.connect(&format!("tcp://{addr}")))
-            .unwrap();
-        Zmq { rt, socket }
+        Zmq(ZmqClient::connect(addr))
     }
 
+    /// `get_action` of case0 (upstream's nested form, `.npy` arrays) with these options.
     fn get_action(&mut self, options: Value) -> Value {
-        let data = str_map([("observation", zmq_observation()), ("options", options)]);
-        let msg = str_map([("endpoint", Value::from("get_action")), ("data", data)]);
-        let socket = &mut self.socket;
-        let bytes = self.rt.block_on(async {
-            let fut = async {
-                socket.send(ZmqMessage::from(pack(&msg))).await.unwrap();
-                socket.recv().await.unwrap()
-            };
-            tokio::time::timeout(TIMEOUT, fut).await.unwrap()
-        });
-        unpack(bytes.get(0).unwrap()).unwrap()
+        let data = str_map([("observation", nested(gr00t_array)), ("options", options)]);
+        self.0.call("get_action", Some(data), None)
     }
 }
 
-/// case0 as upstream's client sends it: video `[1,2,H,W,3]`, state `[1,1,D]`.
-fn zmq_observation() -> Value {
+/// case0 as upstream's nested observation with its arrays in `enc`: video `[1,2,H,W,3]`,
+/// state `[1,1,D]`.
+fn nested(enc: fn(&NdArray) -> Value) -> Value {
     let video = |cam: &str| {
-        let (w, h, mut data) = frame("case0", cam, "t-15");
-        data.extend(frame("case0", cam, "t0").2);
-        gr00t_array(&NdArray::new(DType::U8, vec![1, 2, h, w, 3], data).unwrap())
+        let (w, h, data) = both_frames("case0", cam);
+        enc(&NdArray::new(DType::U8, vec![1, 2, h, w, 3], data).unwrap())
     };
     let st = |g: &str| {
         let v = state("case0", g);
-        gr00t_array(&NdArray::from_f32(vec![1, 1, v.len()], &v))
+        enc(&NdArray::from_f32(vec![1, 1, v.len()], &v))
     };
-    nested(video, st)
-}
-
-fn nested(video: impl Fn(&str) -> Value, st: impl Fn(&str) -> Value) -> Value {
     let instruction = Value::from("Put the blue block in the green bowl");
     str_map([
         (
@@ -300,8 +225,7 @@ fn ws_droid_keys() -> Entries {
     let mut m: Entries = CAMERAS
         .iter()
         .map(|cam| {
-            let (w, h, mut data) = frame("case0", cam, "t-15");
-            data.extend(frame("case0", cam, "t0").2);
+            let (w, h, data) = both_frames("case0", cam);
             let a = NdArray::new(DType::U8, vec![2, h, w, 3], data).unwrap();
             (Value::from(format!("observation/{cam}")), openpi_array(&a))
         })
@@ -321,16 +245,7 @@ fn ws_droid_keys() -> Entries {
 
 /// Upstream's nested observation, unbatched, with `seed` 0 beside it.
 fn ws_nested() -> Entries {
-    let video = |cam: &str| {
-        let (w, h, mut data) = frame("case0", cam, "t-15");
-        data.extend(frame("case0", cam, "t0").2);
-        openpi_array(&NdArray::new(DType::U8, vec![1, 2, h, w, 3], data).unwrap())
-    };
-    let st = |g: &str| {
-        let v = state("case0", g);
-        openpi_array(&NdArray::from_f32(vec![1, 1, v.len()], &v))
-    };
-    let Value::Map(mut m) = nested(video, st) else {
+    let Value::Map(mut m) = nested(openpi_array) else {
         unreachable!()
     };
     m.push((Value::from("seed"), Value::from(0)));
@@ -352,14 +267,14 @@ fn ws_groups(reply: &Value) -> Vec<Vec<f32>> {
 
 #[test]
 fn rtc_options_on_every_door() {
-    let (taps, settings) = goldens();
+    let (taps, settings) = rtc_goldens();
     let prev = taps.f32s("previous_chunk");
     let s = Server::start(&["--zmq-port", "0", "--ws-port", "0"]);
     let (zmq_addr, ws_addr) = (s.zmq.clone().unwrap(), s.ws.clone().unwrap());
 
     // No RTC: within the gates of the golden's plain run, and bit-identical to an overlap of 0
     // (the model's plain path).
-    let plain = predict(&s, &body(json!({})));
+    let plain = s.predict_json(&body(json!({})));
     let golden_plain = valid(&taps.f32s("action_pred.plain"));
     let ours = chunk_of(&plain, "actions_normalized");
     let r = pearson(&ours, &golden_plain);
@@ -373,7 +288,7 @@ fn rtc_options_on_every_door() {
     let mut zero = zero.as_object().unwrap().clone();
     zero.insert("rtc_overlap_steps".into(), json!(0));
     zero.insert("rtc_frozen_steps".into(), json!(0));
-    let zero = predict(&s, &body(Json::Object(zero)));
+    let zero = s.predict_json(&body(Json::Object(zero)));
     assert_eq!(
         zero["actions"], plain["actions"],
         "overlap 0 is the plain answer"
@@ -383,15 +298,15 @@ fn rtc_options_on_every_door() {
     // sends only its ah rows and leaves action_horizon and the rate to their defaults.
     let mut zmq = Zmq::connect(&zmq_addr);
     for (i, set) in settings.iter().enumerate() {
-        let rows = if i == 2 { set.ah } else { H };
+        let rows = if i == 2 { set.action_horizon } else { H };
         let mut fields = rtc_fields(&prev, set, rows, A);
         if i == 2 {
-            assert_eq!(set.rate, 6.0);
+            assert_eq!(set.ramp_rate, 6.0);
             let o = fields.as_object_mut().unwrap();
             o.remove("action_horizon");
             o.remove("rtc_ramp_rate");
         }
-        let resp = predict(&s, &body(fields));
+        let resp = s.predict_json(&body(fields));
         let ours = chunk_of(&resp, "actions_normalized");
         let golden = valid(&taps.f32s(&format!("action_pred.{}", set.name)));
         let r = pearson(&ours, &golden);
@@ -406,8 +321,8 @@ fn rtc_options_on_every_door() {
         assert!(d <= REL * max_abs(&golden), "{}: Δ {d}", set.name);
         assert!(moved > 0.1, "{}: RTC changed nothing", set.name);
         // The frozen rows are the previous chunk's rows ah−overlap.., exactly.
-        let first = set.ah - set.overlap;
-        for t in 0..set.frozen {
+        let first = set.action_horizon - set.overlap_steps;
+        for t in 0..set.frozen_steps {
             assert_eq!(
                 ours[t * W..(t + 1) * W],
                 prev[(first + t) * A..(first + t) * A + W],
@@ -447,7 +362,7 @@ fn rtc_options_on_every_door() {
     // the frozen rows are exact; the padding columns differ from the golden's previous chunk,
     // so the rest is reported, not gated.
     let set = &settings[0];
-    let resp = predict(&s, &body(rtc_fields(&prev, set, H, W)));
+    let resp = s.predict_json(&body(rtc_fields(&prev, set, H, W)));
     let ours = chunk_of(&resp, "actions_normalized");
     let golden = valid(&taps.f32s(&format!("action_pred.{}", set.name)));
     println!(
@@ -456,8 +371,8 @@ fn rtc_options_on_every_door() {
         pearson(&ours, &golden),
         max_abs_diff(&ours, &golden)
     );
-    let first = set.ah - set.overlap;
-    for t in 0..set.frozen {
+    let first = set.action_horizon - set.overlap_steps;
+    for t in 0..set.frozen_steps {
         assert_eq!(
             ours[t * W..(t + 1) * W],
             prev[(first + t) * A..(first + t) * A + W]
@@ -581,22 +496,28 @@ fn rtc_options_on_every_door() {
         }
     }
     // The server still answers after every refusal.
-    assert_eq!(predict(&s, &body(json!({})))["actions"], plain["actions"]);
+    assert_eq!(
+        s.predict_json(&body(json!({})))["actions"],
+        plain["actions"]
+    );
 }
 
 /// The RTC keys of a setting without a chunk (the session's last one serves).
 fn steps_entries(s: &Setting) -> Entries {
     vec![
-        (Value::from("action_horizon"), Value::from(s.ah as u64)),
+        (
+            Value::from("action_horizon"),
+            Value::from(s.action_horizon as u64),
+        ),
         (
             Value::from("rtc_overlap_steps"),
-            Value::from(s.overlap as u64),
+            Value::from(s.overlap_steps as u64),
         ),
         (
             Value::from("rtc_frozen_steps"),
-            Value::from(s.frozen as u64),
+            Value::from(s.frozen_steps as u64),
         ),
-        (Value::from("rtc_ramp_rate"), Value::F64(s.rate)),
+        (Value::from("rtc_ramp_rate"), Value::F64(s.ramp_rate)),
     ]
 }
 
@@ -609,22 +530,22 @@ fn uint_at(m: &Value, key: &str) -> u64 {
 
 #[test]
 fn a_session_keeps_the_whole_chunk_on_every_door() {
-    let (taps, settings) = goldens();
+    let (taps, settings) = rtc_goldens();
     let s = Server::start(&["--zmq-port", "0", "--ws-port", "0"]);
     let (zmq_addr, ws_addr) = (s.zmq.clone().unwrap(), s.ws.clone().unwrap());
-    let plain = predict(&s, &body(json!({})));
+    let plain = s.predict_json(&body(json!({})));
     let mut zmq = Zmq::connect(&zmq_addr);
     for (i, set) in settings.iter().enumerate() {
         // The previous chunk of the goldens is case0 with seed 42: let the session answer it.
         let id = format!("robot-{i}");
-        let first = predict(&s, &body(json!({"seed": 42, "session_id": id})));
+        let first = s.predict_json(&body(json!({"seed": 42, "session_id": id})));
         assert_eq!(first["session"]["step"], json!(1));
         assert!(first.get("rtc_source").is_none());
         let mut fields = rtc_fields(&[], set, 0, 0);
         let o = fields.as_object_mut().unwrap();
         o.remove("previous_chunk");
         o.insert("session_id".into(), json!(id));
-        let resp = predict(&s, &body(fields.clone()));
+        let resp = s.predict_json(&body(fields.clone()));
         assert_eq!(resp["rtc_source"], json!("session"));
         assert_eq!(resp["session"]["step"], json!(2));
         assert!(resp["session"]["since_last_ms"].as_f64().unwrap() > 0.0);
@@ -689,24 +610,14 @@ fn a_session_keeps_the_whole_chunk_on_every_door() {
             )
             .unwrap();
             assert_eq!(r.json(), json!({"session_id": id, "reset": true}));
-            let again = predict(&s, &body(fields.clone()));
+            let again = s.predict_json(&body(fields.clone()));
             assert_eq!(again["rtc_source"], json!("none"));
             assert_eq!(again["session"]["step"], json!(1));
             assert_eq!(again["actions"], plain["actions"]);
 
-            let reset = str_map([
-                ("endpoint", Value::from("reset")),
-                (
-                    "data",
-                    str_map([("options", str_map([("session_id", Value::from("z-0"))]))]),
-                ),
-            ]);
-            let socket = &mut zmq.socket;
-            let bytes = zmq.rt.block_on(async {
-                socket.send(ZmqMessage::from(pack(&reset))).await.unwrap();
-                socket.recv().await.unwrap()
-            });
-            let reply = unpack(bytes.get(0).unwrap()).unwrap();
+            let options = str_map([("session_id", Value::from("z-0"))]);
+            let reset = str_map([("options", options)]);
+            let reply = zmq.0.call("reset", Some(reset), None);
             let rm = reply.as_map().unwrap();
             assert_eq!(get(rm, "reset"), Some(&Value::Boolean(true)), "{reply}");
             let z3 = zmq.get_action(with(0, steps_entries(set)));

@@ -352,11 +352,7 @@ fn sigterm_finishes_the_request_in_flight_and_exits_zero() {
 #[test]
 fn pull_fails_fast_offline() {
     let home = std::env::temp_dir().join(format!("gr00t-pull-offline-{}", std::process::id()));
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = gr00t_fixtures::unused_port();
     for endpoint in [
         format!("http://127.0.0.1:{closed}"),
         "https://hub.gr00t-test.invalid".into(),

@@ -9,7 +9,7 @@ mod test_server;
 
 use serde_json::{json, Value as Json};
 use std::sync::{Arc, Barrier};
-use test_server::{request, Server};
+use test_server::{request, u64s, Server};
 
 /// A robot's observation `step` (case `case`, seed per step), in session `id`, with RTC
 /// against the session's last chunk after the first step.
@@ -28,14 +28,11 @@ fn observation(case: &str, step: u64, id: Option<&str>) -> Json {
     b
 }
 
-fn post(s: &Server, body: &Json) -> test_client::HttpResponse {
-    test_client::post_json(&s.http, "/predict", &serde_json::to_vec(body).unwrap()).unwrap()
-}
-
-fn predict(s: &Server, body: &Json) -> Json {
-    let r = post(s, body);
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
+/// `POST /predict` of `body` with the header `x-session-id: id`.
+fn post_as(s: &Server, id: &str, body: &Json) -> test_client::HttpResponse {
+    let headers = [("content-type", "application/json"), ("x-session-id", id)];
+    let body = serde_json::to_vec(body).unwrap();
+    test_client::request(&s.http, "POST", "/predict", &headers, &body).unwrap()
 }
 
 /// What an answer says about the robot's actions (timings and session counters aside).
@@ -53,7 +50,7 @@ fn interleaved_robots_answer_what_each_alone_answers() {
         .iter()
         .map(|(case, id)| {
             (0..STEPS)
-                .map(|k| predict(&s, &observation(case, k, Some(id))))
+                .map(|k| s.predict_json(&observation(case, k, Some(id))))
                 .collect()
         })
         .collect();
@@ -66,14 +63,14 @@ fn interleaved_robots_answer_what_each_alone_answers() {
         }
     }
     // A step without RTC differs: the check above is not vacuous.
-    let no_rtc = predict(&s, &observation("case0", 1, None));
+    let no_rtc = s.predict_json(&observation("case0", 1, None));
     assert_ne!(actions(&no_rtc), actions(&alone[0][1]));
 
     // Interleaved, in fresh sessions: a1 b1 a2 b2 a3 b3.
     for k in 0..STEPS {
         for (r, (case, id)) in robots.iter().enumerate() {
             let fresh = format!("{id}-again");
-            let got = predict(&s, &observation(case, k, Some(&fresh)));
+            let got = s.predict_json(&observation(case, k, Some(&fresh)));
             assert_eq!(
                 actions(&got),
                 actions(&alone[r][k as usize]),
@@ -89,18 +86,7 @@ fn interleaved_robots_answer_what_each_alone_answers() {
         o.insert("rtc_overlap_steps".into(), json!(24));
         o.insert("rtc_frozen_steps".into(), json!(4));
         o.insert("action_horizon".into(), json!(32));
-        let body = serde_json::to_vec(&b).unwrap();
-        let r = test_client::request(
-            &s.http,
-            "POST",
-            "/predict",
-            &[
-                ("content-type", "application/json"),
-                ("x-session-id", "arm-h"),
-            ],
-            &body,
-        )
-        .unwrap();
+        let r = post_as(&s, "arm-h", &b);
         assert_eq!(r.status, 200, "{}", r.text());
         r.json()
     };
@@ -113,18 +99,7 @@ fn interleaved_robots_answer_what_each_alone_answers() {
     }
     let mut clash = observation("case0", 0, Some("arm-a"));
     clash["session_id"] = json!("arm-x");
-    let body = serde_json::to_vec(&clash).unwrap();
-    let r = test_client::request(
-        &s.http,
-        "POST",
-        "/predict",
-        &[
-            ("content-type", "application/json"),
-            ("x-session-id", "arm-a"),
-        ],
-        &body,
-    )
-    .unwrap();
+    let r = post_as(&s, "arm-a", &clash);
     assert_eq!(
         (r.status, r.json()["field"].clone()),
         (400, json!("session_id"))
@@ -139,7 +114,7 @@ fn a_robot_posting_faster_than_the_server_gets_its_newest_answers_only() {
     const BURST: u64 = 8;
     // Each observation's answer when computed on its own.
     let solo: Vec<Json> = (0..BURST)
-        .map(|k| actions(&predict(&s, &observation("case0", k, None))))
+        .map(|k| actions(&s.predict_json(&observation("case0", k, None))))
         .map(|(a, n)| json!([a, n]))
         .collect();
     // One robot (one session) posts 8 observations at once.
@@ -216,28 +191,28 @@ fn a_session_supplies_the_older_frames_of_a_robot_sending_only_t() {
         b
     };
     // The first observation of a session is paired with itself.
-    let first = predict(&s, &only(0, Some("cam-robot")));
+    let first = s.predict_json(&only(0, Some("cam-robot")));
     let mut paired = case0.clone();
     for cam in test_server::CAMERAS {
         let f = paired["images"][cam][0].clone();
         paired["images"][cam] = json!([f.clone(), f]);
     }
-    assert_eq!(first["actions"], predict(&s, &paired)["actions"]);
+    assert_eq!(first["actions"], s.predict_json(&paired)["actions"]);
     // The second gets the first's frames as t−15: exactly case0 as sent whole.
-    let second = predict(&s, &only(1, Some("cam-robot")));
-    let whole = predict(&s, &case0);
+    let second = s.predict_json(&only(1, Some("cam-robot")));
+    let whole = s.predict_json(&case0);
     assert_eq!(second["actions"], whole["actions"]);
     assert_ne!(second["actions"], first["actions"]);
     // A refused observation between two leaves the session as it was.
-    predict(&s, &only(0, Some("cam-robot-2")));
+    s.predict_json(&only(0, Some("cam-robot-2")));
     let mut bad = only(1, Some("cam-robot-2"));
     bad["state"]["joint_position"] = json!([0.0]);
-    assert_eq!(post(&s, &bad).status, 400);
-    let again = predict(&s, &only(1, Some("cam-robot-2")));
+    assert_eq!(s.post_predict(&bad).status, 400);
+    let again = s.predict_json(&only(1, Some("cam-robot-2")));
     assert_eq!(again["actions"], whole["actions"]);
     assert_eq!(again["session"]["step"], json!(2));
     // Without a session a lone frame is refused, naming the camera.
-    let r = post(&s, &only(1, None));
+    let r = s.post_predict(&only(1, None));
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["field"], json!("images.exterior_image_1_left"));
 }
@@ -253,7 +228,7 @@ fn token_of(r: &Json) -> String {
 #[test]
 fn refused_observations_create_no_session_and_evict_no_robot() {
     let s = Server::start(&["--max-sessions", "2"]);
-    let robot = predict(&s, &observation("case0", 0, Some("robot")));
+    let robot = s.predict_json(&observation("case0", 0, Some("robot")));
     assert_eq!(robot["session"]["step"], json!(1));
     // 50 observations refused in 50 new sessions: 52 tokens of instruction (refused before
     // the model) and a degenerate rotation (refused after it).
@@ -265,7 +240,7 @@ fn refused_observations_create_no_session_and_evict_no_robot() {
         } else {
             b["state"]["eef_9d"] = json!([0.4, 0.1, 0.3, 0, 0, 0, 0, 0, 0]);
         }
-        let r = post(&s, &b);
+        let r = s.post_predict(&b);
         assert_eq!(r.status, 400, "{}", r.text());
         let want = if i % 2 == 0 {
             "instruction"
@@ -277,16 +252,12 @@ fn refused_observations_create_no_session_and_evict_no_robot() {
     let info = test_client::get(&s.http, "/info").unwrap().json();
     let st = &info["sessions"];
     assert_eq!(
-        (
-            st["active"].as_u64(),
-            st["created"].as_u64(),
-            st["evicted"].as_u64()
-        ),
-        (Some(1), Some(1), Some(0)),
+        u64s(st, &["active", "created", "evicted"]),
+        [Some(1), Some(1), Some(0)],
         "{st}"
     );
     // The robot's session is intact: its next step joins its last chunk.
-    let next = predict(&s, &observation("case0", 1, Some("robot")));
+    let next = s.predict_json(&observation("case0", 1, Some("robot")));
     assert_eq!(
         (next["session"]["step"].clone(), next["rtc_source"].clone()),
         (json!(2), json!("session"))
@@ -294,8 +265,8 @@ fn refused_observations_create_no_session_and_evict_no_robot() {
     // And a refused observation of its own session leaves it as it was.
     let mut bad = observation("case0", 2, Some("robot"));
     bad["instruction"] = json!(long);
-    assert_eq!(post(&s, &bad).status, 400);
-    let third = predict(&s, &observation("case0", 2, Some("robot")));
+    assert_eq!(s.post_predict(&bad).status, 400);
+    let third = s.predict_json(&observation("case0", 2, Some("robot")));
     assert_eq!(third["session"]["step"], json!(3));
 }
 
@@ -308,7 +279,7 @@ fn an_echoed_session_token_tells_a_client_its_session_restarted() {
         if let Some(t) = token {
             b["session_token"] = json!(t);
         }
-        post(s, &b)
+        s.post_predict(&b)
     };
     // Clients that send no token behave as before.
     let first = step(&s, 0, None).json();

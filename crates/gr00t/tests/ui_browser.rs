@@ -10,7 +10,7 @@
 use gr00t_fixtures::http_client as test_client;
 
 use base64::Engine as _;
-use gr00t_fixtures::{request_json, tiny_checkpoint};
+use gr00t_fixtures::{metric_value as sample, request_json, tiny_checkpoint};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -549,15 +549,6 @@ fn status_page_shows_requests_and_runs_the_demo() {
 fn header<'a>(r: &'a test_client::HttpResponse, name: &str) -> &'a str {
     r.header(name)
         .unwrap_or_else(|| panic!("no {name} header: {:?}", r.headers))
-}
-
-/// The value of an unlabelled or exactly-labelled sample in a metrics exposition.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no sample {series}:\n{text}"))
-        .parse()
-        .unwrap()
 }
 
 #[test]

@@ -11,15 +11,15 @@ use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
 
-use gr00t_fixtures::max_abs_diff;
+use gr00t_fixtures::{json_rows, max_abs_diff, metric_value as metric, MultiCase};
 use msgpack_numpy::{from_openpi_array, get, openpi_array, pack, str_map, unpack};
 use ndarray::{DType, NdArray};
 use rmpv::Value;
 use std::net::TcpStream;
 use std::time::Duration;
 use test_server::{
-    answers, fixture_actions, frame, http_actions, request_lines, stage_count, state, Server,
-    CAMERAS, GROUPS,
+    both_frames, door_answers, fixture_actions, frame, http_actions, multi_video, request_lines,
+    stage_counts, state, Server, CAMERAS, GROUPS,
 };
 use tungstenite::client::IntoClientRequest;
 use tungstenite::protocol::frame::coding::CloseCode;
@@ -99,8 +99,7 @@ fn observation(t: Option<&str>) -> Vec<(Value, Value)> {
                     image(vec![h, w, 3], data)
                 }
                 None => {
-                    let (w, h, mut data) = frame("case0", cam, "t-15");
-                    data.extend(frame("case0", cam, "t0").2);
+                    let (w, h, data) = both_frames("case0", cam);
                     image(vec![2, h, w, 3], data)
                 }
             };
@@ -359,15 +358,6 @@ fn websocket_roboarena_sessions_and_reset() {
     );
 }
 
-/// An unlabelled sample of a `/metrics` exposition.
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn websocket_roboarena_sessions_are_core_sessions() {
     let s = Server::start(&["--ws-port", "0", "--api-token", "k3y"]);
@@ -459,8 +449,6 @@ fn websocket_answers_are_counted_in_metrics_by_door() {
     let s = Server::start(&["--ws-port", "0"]);
     let addr = s.ws.clone().expect("ws address");
     let metrics = || test_client::get(&s.http, "/metrics").unwrap().text();
-    let ok = "outcome=\"ok\",code=\"200\"";
-    let refused = "outcome=\"bad_request\",code=\"400\",field=\"other\"";
     // An answered observation and a reset (not a prediction) on one connection, a refused one
     // on another, and vLLM-Omni's path.
     let (mut ws, _) = connect(&addr, None).unwrap();
@@ -483,12 +471,10 @@ fn websocket_answers_are_counted_in_metrics_by_door() {
         Some(&Value::from("error"))
     );
     let text = metrics();
-    assert_eq!(answers(&text, ok, "ws"), 1.0, "{text}");
-    assert_eq!(answers(&text, refused, "ws"), 2.0, "{text}");
+    assert_eq!(door_answers(&text, "ws"), (1.0, 2.0), "{text}");
     // The stage histograms: one computed answer, three answered messages (resets aside).
-    assert_eq!(stage_count(&text, "compute"), 1.0, "{text}");
-    assert_eq!(stage_count(&text, "denoise"), 1.0, "{text}");
-    assert_eq!(stage_count(&text, "request"), 3.0, "{text}");
+    let stages = stage_counts(&text, &["compute", "denoise", "request"]);
+    assert_eq!(stages, [1.0, 1.0, 3.0], "{text}");
     // One log line per answered message (the reset aside), in order.
     let lines = request_lines(s, "ws");
     assert_eq!(lines.len(), 3, "{lines:#?}");
@@ -501,8 +487,7 @@ fn websocket_answers_are_counted_in_metrics_by_door() {
     assert!(lines[0].contains("denoise_ms="), "{}", lines[0]);
     assert!(lines[1].contains("prompt"), "{}", lines[1]);
     // The HTTP series did not move.
-    assert_eq!(answers(&text, ok, "http"), 0.0, "{text}");
-    assert_eq!(answers(&text, refused, "http"), 0.0, "{text}");
+    assert_eq!(door_answers(&text, "http"), (0.0, 0.0), "{text}");
 }
 
 #[test]
@@ -524,8 +509,7 @@ fn websocket_vllm_omni_dialect() {
         let video = CAMERAS
             .iter()
             .map(|cam| {
-                let (w, h, mut data) = frame("case0", cam, "t-15");
-                data.extend(frame("case0", cam, "t0").2);
+                let (w, h, data) = both_frames("case0", cam);
                 (Value::from(*cam), image(vec![1, 2, h, w, 3], data))
             })
             .collect();
@@ -542,20 +526,11 @@ fn websocket_vllm_omni_dialect() {
                 (Value::from(*g), openpi_array(&a))
             })
             .collect();
-        let lang = Value::Array(vec![Value::Array(vec![Value::from(
+        let lang = (
+            "annotation.language.language_instruction",
             "Put the blue block in the green bowl",
-        )])]);
-        str_map([
-            ("endpoint", Value::from("infer")),
-            ("session_id", Value::from("robot-1")),
-            ("video", Value::Map(video)),
-            ("state", Value::Map(states)),
-            (
-                "language",
-                str_map([("annotation.language.language_instruction", lang)]),
-            ),
-            ("seed", Value::from(0)),
-        ])
+        );
+        omni_infer("robot-1", video, states, lang, 0)
     };
     let reply = infer(&mut ws, &nested("<f4"));
     let m = reply.as_map().expect("reply dict");
@@ -612,45 +587,12 @@ fn websocket_vllm_omni_serves_the_default_embodiment() {
     let keys = vec![Value::from("single_arm"), Value::from("gripper")];
     assert_eq!(get(&meta, "action_keys"), Some(&Value::Array(keys)));
 
-    let case = gr00t_fixtures::MultiCase::load("case_new_embodiment_1");
-    let dir = gr00t_fixtures::multi_dir().join(&case.name);
+    let case = MultiCase::load("case_new_embodiment_1");
     let body: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("request.json")).unwrap()).unwrap();
-    let video = ["front", "wrist"]
-        .iter()
-        .map(|view| {
-            let img = image::open(dir.join(format!("{view}_0.png")))
-                .unwrap()
-                .to_rgb8();
-            let (w, h) = (img.width() as usize, img.height() as usize);
-            (
-                Value::from(*view),
-                self::image(vec![1, 1, h, w, 3], img.into_raw()),
-            )
-        })
-        .collect();
-    let states = case
-        .state
-        .iter()
-        .map(|(k, v)| {
-            let a = NdArray::from_f32(vec![1, 1, v.len()], v);
-            (Value::from(k.as_str()), openpi_array(&a))
-        })
-        .collect();
-    let lang = Value::Array(vec![Value::Array(vec![Value::from(
-        case.instruction.as_str(),
-    )])]);
-    let obs = str_map([
-        ("endpoint", Value::from("infer")),
-        ("session_id", Value::from("so101")),
-        ("video", Value::Map(video)),
-        ("state", Value::Map(states)),
-        (
-            "language",
-            str_map([("annotation.human.task_description", lang)]),
-        ),
-        ("seed", Value::from(3)),
-    ]);
+        serde_json::from_slice(&std::fs::read(case.request_path()).unwrap()).unwrap();
+    let (video, states) = multi_video_state(&case, false);
+    let lang = (case.language_key.as_str(), case.instruction.as_str());
+    let obs = omni_infer("so101", video, states, lang, 3);
     let reply = infer(&mut ws, &obs);
     let m = reply.as_map().expect("reply dict");
     // The same observation over HTTP with the same seed: bit-identical.
@@ -663,55 +605,24 @@ fn websocket_vllm_omni_serves_the_default_embodiment() {
     for (k, v) in m {
         let key = k.as_str().unwrap();
         let a = from_openpi_array(v).unwrap().unwrap();
-        let want: Vec<f32> = resp["actions"][key]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap() as f32)
-            })
-            .collect();
+        let want = json_rows(&resp["actions"][key]);
         assert_eq!(a.shape[..2], [1, 16], "{key}");
         assert_eq!(a.to_f32s(), want, "{key}: websocket vs HTTP");
     }
 }
 
-/// A multi-embodiment case as upstream's nested observation in openpi's msgpack-numpy:
-/// `video {view: u8 [1,T,H,W,3]}`, `state {key: f32 [1,1,D]}` (`unbatched`: `[T,H,W,3]` and
-/// `[1,D]`), `language {key: [[instruction]]}`, the case's embodiment by its enum name and its
-/// noise `[40, 132]`.
-fn nested_observation(case: &gr00t_fixtures::MultiCase, unbatched: bool) -> Map {
-    let dir = gr00t_fixtures::multi_dir().join(&case.name);
-    let obs: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("observation.json")).unwrap()).unwrap();
+/// A multi-embodiment case's views `{view: u8 [1,T,H,W,3]}` and state `{key: f32 [1,1,D]}` in
+/// openpi's msgpack-numpy (`unbatched`: `[T,H,W,3]` and `[1,D]`).
+fn multi_video_state(case: &MultiCase, unbatched: bool) -> (Map, Map) {
     let batch = |mut shape: Vec<usize>| {
         if !unbatched {
             shape.insert(0, 1);
         }
         shape
     };
-    let video = obs["video"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(view, files)| {
-            let mut data = Vec::new();
-            let (mut w, mut h, mut t) = (0, 0, 0);
-            for f in files.as_array().unwrap() {
-                let img = image::open(dir.join(f.as_str().unwrap()))
-                    .unwrap()
-                    .to_rgb8();
-                (w, h, t) = (img.width() as usize, img.height() as usize, t + 1);
-                data.extend(img.into_raw());
-            }
-            (
-                Value::from(view.as_str()),
-                image(batch(vec![t, h, w, 3]), data),
-            )
-        })
+    let video = multi_video(case)
+        .into_iter()
+        .map(|(view, shape, data)| (Value::from(view), image(batch(shape), data)))
         .collect();
     let state = case
         .state
@@ -721,14 +632,38 @@ fn nested_observation(case: &gr00t_fixtures::MultiCase, unbatched: bool) -> Map 
             (Value::from(k.as_str()), openpi_array(&a))
         })
         .collect();
-    let lang = obs["language_key"].as_str().unwrap();
+    (video, state)
+}
+
+/// A vLLM-Omni `infer` message of robot `session`: the nested GR00T observation (its
+/// language as `(key, instruction)`) with `seed`.
+fn omni_infer(session: &str, video: Map, state: Map, lang: (&str, &str), seed: u64) -> Value {
+    let instruction = Value::Array(vec![Value::Array(vec![Value::from(lang.1)])]);
+    str_map([
+        ("endpoint", Value::from("infer")),
+        ("session_id", Value::from(session)),
+        ("video", Value::Map(video)),
+        ("state", Value::Map(state)),
+        ("language", str_map([(lang.0, instruction)])),
+        ("seed", Value::from(seed)),
+    ])
+}
+
+/// A multi-embodiment case as upstream's nested observation in openpi's msgpack-numpy:
+/// [`multi_video_state`], `language {key: [[instruction]]}`, the case's embodiment by its enum
+/// name and its noise `[40, 132]`.
+fn nested_observation(case: &MultiCase, unbatched: bool) -> Map {
+    let (video, state) = multi_video_state(case, unbatched);
     let instruction = Value::Array(vec![Value::Array(vec![Value::from(
         case.instruction.as_str(),
     )])]);
     vec![
         (Value::from("video"), Value::Map(video)),
         (Value::from("state"), Value::Map(state)),
-        (Value::from("language"), str_map([(lang, instruction)])),
+        (
+            Value::from("language"),
+            str_map([(case.language_key.as_str(), instruction)]),
+        ),
         (
             Value::from("embodiment"),
             Value::from(case.tag.to_uppercase()),
@@ -761,7 +696,7 @@ fn websocket_serves_the_nested_gr00t_observation_for_every_embodiment() {
         Some(&Value::from("oxe_droid_relative_eef_relative_joint"))
     );
     for (n, name) in gr00t_fixtures::MULTI_CASES.iter().enumerate() {
-        let case = gr00t_fixtures::MultiCase::load(name);
+        let case = MultiCase::load(name);
         // Every other case unbatched: both are a batch of one.
         let reply = infer(&mut ws, &Value::Map(nested_observation(&case, n % 2 == 1)));
         let m = reply.as_map().unwrap_or_else(|| panic!("{name}: {reply}"));
@@ -819,8 +754,7 @@ fn websocket_serves_the_nested_gr00t_observation_for_every_embodiment() {
     let video = CAMERAS
         .iter()
         .map(|cam| {
-            let (w, h, mut data) = frame("case0", cam, "t-15");
-            data.extend(frame("case0", cam, "t0").2);
+            let (w, h, data) = both_frames("case0", cam);
             (Value::from(*cam), image(vec![2, h, w, 3], data))
         })
         .collect();
@@ -869,7 +803,7 @@ fn websocket_serves_the_nested_gr00t_observation_for_every_embodiment() {
     );
 
     // Refusals: the text frame naming the field, then close 1011 (openpi's contract).
-    let case = gr00t_fixtures::MultiCase::load("case_new_embodiment_1");
+    let case = MultiCase::load("case_new_embodiment_1");
     let edited = |edit: &dyn Fn(&mut Map)| {
         let mut m = nested_observation(&case, false);
         edit(&mut m);

@@ -7,70 +7,25 @@ use gr00t::doors::wire::{msgpack_numpy, ndarray};
 use gr00t_fixtures::http_client as test_client;
 #[path = "support/test_server.rs"]
 mod test_server;
+#[path = "support/zmq_req.rs"]
+mod zmq_req;
 
-use gr00t_fixtures::max_abs_diff;
+use gr00t_fixtures::{max_abs_diff, MultiCase};
 use msgpack_numpy::{decode_array, from_gr00t_array, get, gr00t_array, nd_array, pack};
 use msgpack_numpy::{str_map, unpack, ArrayForm};
 use ndarray::{DType, NdArray};
 use rmpv::Value;
 use std::time::Duration;
 use test_server::{
-    answers, fixture_actions, frame, http_actions, noise, request_lines, stage_count, state,
-    Server, CAMERAS, GROUPS,
+    answers, both_frames, door_answers, fixture_actions, frame, http_actions, multi_video, noise,
+    request_lines, stage_count, stage_counts, state, Server, ANSWERED, CAMERAS, GROUPS,
 };
-use zeromq::{ReqSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+use zmq_req::ZmqClient as Client;
 
 /// A msgpack map's entries.
 type Map = Vec<(Value, Value)>;
 
 const LANG_KEY: &str = "annotation.language.language_instruction";
-const TIMEOUT: Duration = Duration::from_secs(120);
-
-/// A blocking REQ client: one request, one reply, like `PolicyClient.call_endpoint`.
-struct Client {
-    rt: tokio::runtime::Runtime,
-    socket: ReqSocket,
-}
-
-impl Client {
-    fn connect(addr: &str) -> Client {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut socket = ReqSocket::new();
-        rt.block_on(socket.connect(&format!("tcp://{addr}")))
-            .expect("connect");
-        Client { rt, socket }
-    }
-
-    /// Sends raw bytes, returns the raw reply.
-    fn exchange(&mut self, bytes: Vec<u8>) -> Vec<u8> {
-        let socket = &mut self.socket;
-        self.rt.block_on(async {
-            let fut = async {
-                socket.send(ZmqMessage::from(bytes)).await.expect("send");
-                socket.recv().await.expect("recv")
-            };
-            let reply = tokio::time::timeout(TIMEOUT, fut)
-                .await
-                .expect("reply in time");
-            assert_eq!(reply.len(), 1, "one frame per reply");
-            reply.get(0).unwrap().to_vec()
-        })
-    }
-
-    fn call(&mut self, endpoint: &str, data: Option<Value>, token: Option<&str>) -> Value {
-        let mut req = vec![("endpoint", Value::from(endpoint))];
-        if let Some(d) = data {
-            req.push(("data", d));
-        }
-        if let Some(t) = token {
-            req.push(("api_token", Value::from(t)));
-        }
-        unpack(&self.exchange(pack(&str_map(req)))).expect("msgpack reply")
-    }
-}
 
 fn error_text(v: &Value) -> String {
     match v {
@@ -86,8 +41,7 @@ fn error_text(v: &Value) -> String {
 /// state `[B,1,D]` float32); flat = `--use_sim_policy_wrapper` keys.
 fn case0_observation(b: usize, flat: bool) -> Value {
     let video = |cam: &str| {
-        let (w, h, mut data) = frame("case0", cam, "t-15");
-        data.extend(frame("case0", cam, "t0").2);
+        let (w, h, data) = both_frames("case0", cam);
         let data = data.repeat(b);
         gr00t_array(&NdArray::new(DType::U8, vec![b, 2, h, w, 3], data).unwrap())
     };
@@ -230,11 +184,7 @@ fn zmq_get_action_matches_fixture_and_http_and_survives_bad_requests() {
 
     // case0 with its noise: the fixture's actions, and bit for bit what HTTP answers.
     let options = str_map([("noise", case0_noise())]);
-    let reply = c.call(
-        "get_action",
-        Some(get_action(case0_observation(1, false), options)),
-        None,
-    );
+    let reply = case0_action(&mut c, 1, options);
     let acts = actions(&reply);
     let keys: Vec<&str> = acts.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(keys, GROUPS);
@@ -250,27 +200,13 @@ fn zmq_get_action_matches_fixture_and_http_and_survives_bad_requests() {
         .chunks(132)
         .map(|r| Value::Array(r.iter().map(|&x| Value::F64(f64::from(x))).collect()))
         .collect();
-    let listed = c.call(
-        "get_action",
-        Some(get_action(
-            case0_observation(1, false),
-            str_map([("noise", Value::Array(rows))]),
-        )),
-        None,
-    );
+    let listed = case0_action(&mut c, 1, str_map([("noise", Value::Array(rows))]));
     assert_eq!(item(&actions(&listed), "", 0), ours, "noise as lists");
     let ragged = Value::Array(vec![
         Value::Array(vec![Value::F64(0.0)]),
         Value::Array(vec![]),
     ]);
-    let e = error_text(&c.call(
-        "get_action",
-        Some(get_action(
-            case0_observation(1, false),
-            str_map([("noise", ragged)]),
-        )),
-        None,
-    ));
+    let e = error_text(&case0_action(&mut c, 1, str_map([("noise", ragged)])));
     assert!(e.contains("nested lists of numbers"), "{e}");
 
     // Sessions: the reply's info carries the token; echoed, it continues the session; a
@@ -314,33 +250,15 @@ fn zmq_get_action_matches_fixture_and_http_and_survives_bad_requests() {
     assert!(e.starts_with("session restarted:"), "{e}");
 
     // Seed 0 (case0's noise seed) through options; no options = HTTP's default seed 42.
-    let seeded = c.call(
-        "get_action",
-        Some(get_action(
-            case0_observation(1, false),
-            str_map([("seed", Value::from(0))]),
-        )),
-        None,
-    );
+    let seeded = case0_action(&mut c, 1, str_map([("seed", Value::from(0))]));
     assert_fixture(&item(&actions(&seeded), "", 0));
-    let default = c.call(
-        "get_action",
-        Some(get_action(case0_observation(1, false), Value::Nil)),
-        None,
-    );
+    let default = case0_action(&mut c, 1, Value::Nil);
     let mut seed42 = http_body.clone();
     seed42.as_object_mut().unwrap().remove("noise");
     assert_eq!(item(&actions(&default), "", 0), http_predict(&s, &seed42));
 
     // A batch of two: each item is the single answer.
-    let reply = c.call(
-        "get_action",
-        Some(get_action(
-            case0_observation(2, false),
-            str_map([("noise", case0_noise())]),
-        )),
-        None,
-    );
+    let reply = case0_action(&mut c, 2, str_map([("noise", case0_noise())]));
     let acts = actions(&reply);
     assert_eq!(acts[2].1.shape, vec![2, 40, 7]);
     assert_eq!(item(&acts, "", 1), ours);
@@ -457,14 +375,7 @@ fn zmq_get_action_matches_fixture_and_http_and_survives_bad_requests() {
     assert!(e.contains("--allow-kill"), "{e}");
 
     // Still serving, with the same answer.
-    let reply = c.call(
-        "get_action",
-        Some(get_action(
-            case0_observation(1, false),
-            str_map([("noise", case0_noise())]),
-        )),
-        None,
-    );
+    let reply = case0_action(&mut c, 1, str_map([("noise", case0_noise())]));
     assert_eq!(item(&actions(&reply), "", 0), ours);
 }
 
@@ -598,28 +509,23 @@ fn zmq_n17_msgpack_numpy_requests_get_the_same_actions_in_their_form() {
     assert_eq!(values(&again), values(&nd));
 }
 
+/// `get_action` of case0 (`b` copies, nested) with these options: the reply.
+fn case0_action(c: &mut Client, b: usize, options: Value) -> Value {
+    c.call(
+        "get_action",
+        Some(get_action(case0_observation(b, false), options)),
+        None,
+    )
+}
+
 /// A multi-embodiment case as upstream's nested observation: `video {view: u8 [1,T,H,W,3]}`,
 /// `state {key: f32 [1,1,D]}`, `language {key: [[instruction]]}`.
-fn multi_observation(case: &gr00t_fixtures::MultiCase) -> Value {
-    let dir = &case.dir;
-    let obs: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("observation.json")).unwrap()).unwrap();
-    let video = obs["video"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(view, files)| {
-            let mut data = Vec::new();
-            let (mut w, mut h, mut t) = (0, 0, 0);
-            for f in files.as_array().unwrap() {
-                let img = image::open(dir.join(f.as_str().unwrap()))
-                    .unwrap()
-                    .to_rgb8();
-                (w, h, t) = (img.width() as usize, img.height() as usize, t + 1);
-                data.extend(img.into_raw());
-            }
-            let a = NdArray::new(DType::U8, vec![1, t, h, w, 3], data).unwrap();
-            (Value::from(view.as_str()), nd_array(&a))
+fn multi_observation(case: &MultiCase) -> Value {
+    let video = multi_video(case)
+        .into_iter()
+        .map(|(view, shape, data)| {
+            let a = NdArray::new(DType::U8, [&[1][..], &shape].concat(), data).unwrap();
+            (Value::from(view), nd_array(&a))
         })
         .collect();
     let state = case
@@ -630,14 +536,13 @@ fn multi_observation(case: &gr00t_fixtures::MultiCase) -> Value {
             (Value::from(k.as_str()), nd_array(&a))
         })
         .collect();
-    let lang = obs["language_key"].as_str().unwrap();
     str_map([
         ("video", Value::Map(video)),
         ("state", Value::Map(state)),
         (
             "language",
             str_map([(
-                lang,
+                case.language_key.as_str(),
                 Value::Array(vec![Value::Array(vec![Value::from(
                     case.instruction.as_str(),
                 )])]),
@@ -646,30 +551,33 @@ fn multi_observation(case: &gr00t_fixtures::MultiCase) -> Value {
     ])
 }
 
+/// `get_action` of a case with its noise and `embodiment` in the options: the action map.
+fn multi_actions(c: &mut Client, case: &MultiCase, embodiment: &str) -> Map {
+    let noise = nd_array(&NdArray::from_f32(vec![1, 40, 132], &case.noise));
+    let options = str_map([("embodiment", Value::from(embodiment)), ("noise", noise)]);
+    let reply = c.call(
+        "get_action",
+        Some(get_action(multi_observation(case), options)),
+        None,
+    );
+    let Value::Array(pair) = &reply else {
+        panic!("{}: {reply}", case.name)
+    };
+    let Value::Map(acts) = &pair[0] else {
+        panic!("{}: {reply}", case.name)
+    };
+    acts.clone()
+}
+
 #[test]
 fn zmq_serves_every_embodiment_by_options() {
     let server = Server::start_in(&gr00t_fixtures::multi_checkpoint(), 0, &["--zmq-port", "0"]);
     let mut c = Client::connect(server.zmq.as_deref().expect("zmq address"));
     for name in gr00t_fixtures::MULTI_CASES {
-        let case = gr00t_fixtures::MultiCase::load(name);
-        let noise = nd_array(&NdArray::from_f32(vec![1, 40, 132], &case.noise));
-        let options = str_map([
-            ("embodiment", Value::from(case.tag.to_uppercase())),
-            ("noise", noise),
-        ]);
-        let reply = c.call(
-            "get_action",
-            Some(get_action(multi_observation(&case), options)),
-            None,
-        );
-        let Value::Array(pair) = &reply else {
-            panic!("{name}: {reply}")
-        };
-        let Value::Map(acts) = &pair[0] else {
-            panic!("{name}: {reply}")
-        };
+        let case = MultiCase::load(name);
+        let acts = multi_actions(&mut c, &case, &case.tag.to_uppercase());
         assert!(!acts.is_empty(), "{name}");
-        for (k, v) in acts {
+        for (k, v) in &acts {
             let key = k.as_str().unwrap();
             let (form, a) = decode_array(v).expect("array");
             assert_eq!(form, ArrayForm::Nd, "replies mirror the request's form");
@@ -679,9 +587,9 @@ fn zmq_serves_every_embodiment_by_options() {
                 case.outputs.dims(&format!("action.{key}")),
                 "{name} {key}"
             );
-            let want = case.outputs.f32s(&format!("action.{key}"));
             let ours = a.to_f32s();
             if key == "head_pose" {
+                let want = case.outputs.f32s(&format!("action.{key}"));
                 // Near-π rotation vectors: compare the translation only here (the HTTP and
                 // processor tests compare the rotations).
                 let xyz = |v: &[f32]| -> Vec<f32> {
@@ -693,9 +601,7 @@ fn zmq_serves_every_embodiment_by_options() {
                 );
                 continue;
             }
-            let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
-            let d = max_abs_diff(&ours, &want);
-            assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d}");
+            case.assert_action(key, &ours);
         }
     }
     // get_modality_config answers for the default (DROID) or the named embodiment.
@@ -708,14 +614,7 @@ fn zmq_serves_every_embodiment_by_options() {
     );
     assert!(format!("{m}").contains("single_arm"), "{m}");
     // An embodiment the server does not serve.
-    let reply = c.call(
-        "get_action",
-        Some(get_action(
-            case0_observation(1, false),
-            str_map([("embodiment", Value::from("REAL_G1"))]),
-        )),
-        None,
-    );
+    let reply = case0_action(&mut c, 1, str_map([("embodiment", Value::from("REAL_G1"))]));
     assert!(error_text(&reply).contains("not served"), "{reply}");
 }
 
@@ -728,29 +627,14 @@ fn zmq_serves_the_extra_embodiments() {
     let server = Server::start_in(&ckpt, 0, &["--zmq-port", "0"]);
     let mut c = Client::connect(server.zmq.as_deref().expect("zmq address"));
     for name in gr00t_fixtures::EXTRA_CASES {
-        let case = gr00t_fixtures::MultiCase::load_extra(name);
-        let noise = nd_array(&NdArray::from_f32(vec![1, 40, 132], &case.noise));
-        let options = str_map([
-            ("embodiment", Value::from(case.tag.as_str())),
-            ("noise", noise),
-        ]);
-        let reply = c.call(
-            "get_action",
-            Some(get_action(multi_observation(&case), options)),
-            None,
-        );
-        let Value::Array(pair) = &reply else {
-            panic!("{name}: {reply}")
-        };
-        let Value::Map(acts) = &pair[0] else {
-            panic!("{name}: {reply}")
-        };
+        let case = MultiCase::load_extra(name);
+        let acts = multi_actions(&mut c, &case, &case.tag);
         assert_eq!(
             acts.len(),
             if case.tag == "libero_sim" { 7 } else { 2 },
             "{name}"
         );
-        for (k, v) in acts {
+        for (k, v) in &acts {
             let key = k.as_str().unwrap();
             let (_, a) = decode_array(v).expect("array");
             let a = a.unwrap();
@@ -761,10 +645,7 @@ fn zmq_serves_the_extra_embodiments() {
                 dims.iter().product::<usize>(),
                 "{name} {key}"
             );
-            let want = case.outputs.f32s(&format!("action.{key}"));
-            let scale = want.iter().fold(1.0f32, |m, x| m.max(x.abs()));
-            let d = max_abs_diff(&a.to_f32s(), &want);
-            assert!(d <= 1e-5 * scale, "{name} {key}: max|Δ| {d}");
+            case.assert_action(key, &a.to_f32s());
         }
     }
 }
@@ -777,7 +658,7 @@ fn zmq_flat_form_serves_other_embodiments() {
         &["--zmq-port", "0", "--use-sim-policy-wrapper"],
     );
     let mut c = Client::connect(server.zmq.as_deref().expect("zmq address"));
-    let case = gr00t_fixtures::MultiCase::load("case_new_embodiment_2");
+    let case = MultiCase::load("case_new_embodiment_2");
     // Nested → flat: `video.<key>`, `state.<key>`, the language key at top level, `[str] * B`.
     let Value::Map(nested) = multi_observation(&case) else {
         unreachable!()
@@ -836,21 +717,13 @@ fn zmq_answers_are_counted_in_metrics_by_door() {
     let s = Server::start(&["--zmq-port", "0"]);
     let mut c = Client::connect(s.zmq.as_deref().expect("zmq address"));
     let metrics = || test_client::get(&s.http, "/metrics").unwrap().text();
-    let (ok, refused) = (
-        "outcome=\"ok\",code=\"200\"",
-        "outcome=\"bad_request\",code=\"400\",field=\"other\"",
-    );
     let before = metrics();
-    assert_eq!(answers(&before, ok, "zmq"), 0.0, "{before}");
+    assert_eq!(answers(&before, ANSWERED, "zmq"), 0.0, "{before}");
     assert!(before.contains(&format!(
-        "gr00t_predict_requests_total{{{ok},door=\"zmq\"}} 0\n"
+        "gr00t_predict_requests_total{{{ANSWERED},door=\"zmq\"}} 0\n"
     )));
     let seed0 = str_map([("seed", Value::from(0))]);
-    let reply = c.call(
-        "get_action",
-        Some(get_action(case0_observation(1, false), seed0)),
-        None,
-    );
+    let reply = case0_action(&mut c, 1, seed0);
     assert_fixture(&item(&actions(&reply), "", 0));
     // A refused get_action, and endpoints that are not predictions.
     let mut bad = case0_observation(1, false);
@@ -862,20 +735,20 @@ fn zmq_answers_are_counted_in_metrics_by_door() {
     c.call("ping", None, None);
     c.call("get_modality_config", None, None);
     let text = metrics();
-    assert_eq!(answers(&text, ok, "zmq"), 1.0, "{text}");
-    assert_eq!(answers(&text, refused, "zmq"), 1.0, "{text}");
+    assert_eq!(door_answers(&text, "zmq"), (1.0, 1.0), "{text}");
     // The stage histograms: one computed answer, two get_action messages.
     assert_eq!(stage_count(&before, "compute"), 0.0, "{before}");
-    assert_eq!(stage_count(&text, "compute"), 1.0, "{text}");
-    assert_eq!(stage_count(&text, "vision"), 1.0, "{text}");
-    assert_eq!(stage_count(&text, "request"), 2.0, "{text}");
+    let stages = stage_counts(&text, &["compute", "vision", "request"]);
+    assert_eq!(stages, [1.0, 1.0, 2.0], "{text}");
     // The HTTP series did not move; an HTTP answer moves only its own.
-    assert_eq!(answers(&text, ok, "http"), 0.0);
-    assert_eq!(answers(&text, refused, "http"), 0.0);
+    assert_eq!(door_answers(&text, "http"), (0.0, 0.0));
     http_predict(&s, &test_server::request("case0"));
     let text = metrics();
     assert_eq!(
-        (answers(&text, ok, "http"), answers(&text, ok, "zmq")),
+        (
+            answers(&text, ANSWERED, "http"),
+            answers(&text, ANSWERED, "zmq")
+        ),
         (1.0, 1.0),
         "{text}"
     );

@@ -4,7 +4,10 @@
 //! frames.
 #![allow(dead_code)]
 
-use gr00t_fixtures::{case_dir, request_json, tiny_checkpoint, Taps};
+use gr00t_fixtures::http_client::{post_json, HttpResponse};
+use gr00t_fixtures::{
+    case_dir, json_f32s, json_rows, metric_sample, request_json, tiny_checkpoint, MultiCase, Taps,
+};
 use serde_json::Value as Json;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -128,15 +131,7 @@ impl Server {
 
     /// The process's resident memory (kB; 0 when unreadable).
     pub fn rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()));
-        status
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            })
-            .unwrap_or(0)
+        proc_field(&format!("/proc/{}/status", self.pid()), "VmRSS:", 1).unwrap_or(0)
     }
 
     /// The process's open file descriptors.
@@ -144,6 +139,19 @@ impl Server {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
             .map(|d| d.count())
             .unwrap_or(0)
+    }
+
+    /// `POST /predict` with `body` as JSON.
+    pub fn post_predict(&self, body: &Json) -> HttpResponse {
+        post_json(&self.http, "/predict", &serde_json::to_vec(body).unwrap())
+            .expect("POST /predict")
+    }
+
+    /// [`Server::post_predict`], which must answer 200: the response JSON.
+    pub fn predict_json(&self, body: &Json) -> Json {
+        let r = self.post_predict(body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
     }
 
     /// Everything the server logged so far.
@@ -191,14 +199,19 @@ impl Drop for Server {
 
 /// This process's soft limit on open files (1024 when unreadable).
 pub fn fd_limit() -> usize {
-    std::fs::read_to_string("/proc/self/limits")
+    proc_field("/proc/self/limits", "Max open files", 3).unwrap_or(1024)
+}
+
+/// Field `n` (split at white space) of the line starting with `prefix` in a `/proc` file.
+fn proc_field<T: std::str::FromStr>(path: &str, prefix: &str, n: usize) -> Option<T> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(prefix))?
+        .split_whitespace()
+        .nth(n)?
+        .parse()
         .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("Max open files"))
-                .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
-        })
-        .unwrap_or(1024)
 }
 
 /// A fixture frame as (width, height, RGB8 HWC bytes), decoded from its PNG.
@@ -210,6 +223,34 @@ pub fn frame(case: &str, cam: &str, t: &str) -> (usize, usize, Vec<u8>) {
     (img.width() as usize, img.height() as usize, img.into_raw())
 }
 
+/// Both frames of a case's camera, `t-15` then `t0`, as (width, height, RGB8 `[2, H, W, 3]`).
+pub fn both_frames(case: &str, cam: &str) -> (usize, usize, Vec<u8>) {
+    let (w, h, mut data) = frame(case, cam, "t-15");
+    data.extend(frame(case, cam, "t0").2);
+    (w, h, data)
+}
+
+/// Each view of a multi-embodiment (or extra) case with its frames decoded, oldest first:
+/// (view, `[T, H, W, 3]`, RGB8 bytes).
+pub fn multi_video(case: &MultiCase) -> Vec<(String, Vec<usize>, Vec<u8>)> {
+    case.video
+        .iter()
+        .map(|(view, files)| {
+            let mut data = Vec::new();
+            let (mut w, mut h) = (0, 0);
+            for f in files {
+                let path = case.dir.join(f);
+                let img = image::open(&path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                    .to_rgb8();
+                (w, h) = (img.width() as usize, img.height() as usize);
+                data.extend(img.into_raw());
+            }
+            (view.clone(), vec![files.len(), h, w, 3], data)
+        })
+        .collect()
+}
+
 /// The case's HTTP request body (`request.json`).
 pub fn request(case: &str) -> Json {
     serde_json::from_str(&request_json(case)).expect("request.json")
@@ -217,25 +258,17 @@ pub fn request(case: &str) -> Json {
 
 /// A state group of the case as f32.
 pub fn state(case: &str, group: &str) -> Vec<f32> {
-    floats(&request(case)["state"][group])
+    json_f32s(&request(case)["state"][group])
 }
 
 /// The case's noise, row-major `[40 × 132]`.
 pub fn noise(case: &str) -> Vec<f32> {
-    request(case)["noise"]
-        .as_array()
-        .expect("noise")
-        .iter()
-        .flat_map(floats)
-        .collect()
+    json_rows(&request(case)["noise"])
 }
 
-fn floats(v: &Json) -> Vec<f32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_f64().expect("number") as f32)
-        .collect()
+/// The fields `keys` of a JSON object as u64 (`None` where absent or not one).
+pub fn u64s(v: &Json, keys: &[&str]) -> Vec<Option<u64>> {
+    keys.iter().map(|k| v[k].as_u64()).collect()
 }
 
 /// The reference actions of a case for one group, `[40 × D]` row-major.
@@ -245,29 +278,40 @@ pub fn fixture_actions(case: &str, group: &str) -> Vec<f32> {
 
 /// The actions of an HTTP `/predict` response for one group, row-major.
 pub fn http_actions(resp: &Json, group: &str) -> Vec<f32> {
-    resp["actions"][group]
-        .as_array()
-        .unwrap_or_else(|| panic!("actions.{group} missing: {resp}"))
-        .iter()
-        .flat_map(floats)
-        .collect()
+    let rows = &resp["actions"][group];
+    assert!(rows.is_array(), "actions.{group} missing: {resp}");
+    json_rows(rows)
 }
 
 /// A `gr00t_predict_requests_total` sample of `door` in a `/metrics` text, with these labels
 /// (`outcome`, `code`, `field`, in the server's order); 0 when absent.
 pub fn answers(text: &str, labels: &str, door: &str) -> f64 {
-    let series = format!("gr00t_predict_requests_total{{{labels},door=\"{door}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(series.as_str()))
-        .map_or(0.0, |v| v.parse().unwrap())
+    let series = format!("gr00t_predict_requests_total{{{labels},door=\"{door}\"}}");
+    metric_sample(text, &series).unwrap_or(0.0)
+}
+
+/// The labels of an answered prediction in `gr00t_predict_requests_total`.
+pub const ANSWERED: &str = "outcome=\"ok\",code=\"200\"";
+/// The labels of a prediction refused with a 400 naming no field of its own (`other`).
+pub const REFUSED_OTHER: &str = "outcome=\"bad_request\",code=\"400\",field=\"other\"";
+
+/// The ([`ANSWERED`], [`REFUSED_OTHER`]) counts of `door` in a `/metrics` text.
+pub fn door_answers(text: &str, door: &str) -> (f64, f64) {
+    (
+        answers(text, ANSWERED, door),
+        answers(text, REFUSED_OTHER, door),
+    )
+}
+
+/// [`stage_count`] of each of `stages`.
+pub fn stage_counts(text: &str, stages: &[&str]) -> Vec<f64> {
+    stages.iter().map(|s| stage_count(text, s)).collect()
 }
 
 /// The observation count of `stage`'s latency histogram in a `/metrics` text; 0 when absent.
 pub fn stage_count(text: &str, stage: &str) -> f64 {
-    let series = format!("gr00t_stage_duration_seconds_count{{stage=\"{stage}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(series.as_str()))
-        .map_or(0.0, |v| v.parse().unwrap())
+    let series = format!("gr00t_stage_duration_seconds_count{{stage=\"{stage}\"}}");
+    metric_sample(text, &series).unwrap_or(0.0)
 }
 
 /// Stops the server with SIGTERM and returns the `gr00t::request` log lines of `door` it wrote,
