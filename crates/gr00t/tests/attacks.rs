@@ -68,7 +68,7 @@ fn a_73_byte_zmq_packet_closes_its_connection_and_every_door_stays_up() {
         assert_eq!(test_client::get(ws(&s), "/healthz").unwrap().status, 200);
         both_answer_within_a_second(&s);
         assert!(
-            s.log_text().contains("over the limit of 16777216"),
+            s.log_shows("over the limit of 16777216", 5 * SECOND),
             "{}",
             s.log_text()
         );

@@ -159,6 +159,22 @@ impl Server {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// Whether the log holds `needle` within `timeout` (the reader thread may lag the server
+    /// on a loaded machine).
+    #[allow(dead_code)]
+    pub fn log_shows(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if self.log_text().contains(needle) {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Waits (bounded) for the process to exit by itself; returns its status and log.
     pub fn wait_exit(mut self, timeout: Duration) -> (ExitStatus, String) {
         let mut child = self.child.take().expect("child");
