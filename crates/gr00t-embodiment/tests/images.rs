@@ -530,22 +530,6 @@ fn decode_jpeg() {
     assert!(mean_err < 3.0, "mean |Δ| {mean_err}");
 }
 
-/// CRC-32 (IEEE) of PNG chunks, for hand-made headers.
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
 /// A PNG whose IHDR declares `w`×`h` RGB8 but carries no pixel data.
 fn png_header_only(w: u32, h: u32) -> Vec<u8> {
     let mut ihdr = b"IHDR".to_vec();
@@ -555,7 +539,7 @@ fn png_header_only(w: u32, h: u32) -> Vec<u8> {
     let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
     png.extend_from_slice(&13u32.to_be_bytes());
     png.extend_from_slice(&ihdr);
-    png.extend_from_slice(&crc32(&ihdr).to_be_bytes());
+    png.extend_from_slice(&gr00t_fixtures::crc32(&ihdr).to_be_bytes());
     png
 }
 
@@ -602,7 +586,7 @@ fn png_declaring(w: u32, h: u32) -> Vec<u8> {
         let chunk = [kind, data].concat();
         png.extend_from_slice(&(data.len() as u32).to_be_bytes());
         png.extend_from_slice(&chunk);
-        png.extend_from_slice(&crc32(&chunk).to_be_bytes());
+        png.extend_from_slice(&gr00t_fixtures::crc32(&chunk).to_be_bytes());
     }
     png
 }
