@@ -1,13 +1,8 @@
-//! HTTP body → validated `PredictRequest`, then the base64 frames of a valid one → frames.
+//! HTTP body → the door's parser and validation → a typed request, the base64 frames of a
+//! valid one decoded (each size checked from its header first), exactly as the door runs it.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(req) = gr00t_embodiment::request::PredictRequest::from_json(data, 40, 132) {
-        for cam in &req.images {
-            for b64 in cam {
-                let _ = gr00t_embodiment::image::decode_base64_frame(b64);
-            }
-        }
-    }
+    let _ = gr00t::request_from_body(data, gr00t_fuzz::layouts(), None);
 });

@@ -48,3 +48,12 @@ pub fn schema(flat: bool) -> protocols::observation::Schema {
         flat,
     )
 }
+
+/// The checkpoint's DROID layout as the HTTP door reads bodies against it, built once.
+pub fn layouts() -> &'static gr00t_core::engine::Layouts {
+    static L: OnceLock<gr00t_core::engine::Layouts> = OnceLock::new();
+    L.get_or_init(|| {
+        let tag = gr00t_embodiment::EMBODIMENT_TAG;
+        gr00t_core::engine::Layouts::of_checkpoint(checkpoint(), &[tag]).expect("DROID layout")
+    })
+}

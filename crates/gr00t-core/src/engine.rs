@@ -5,17 +5,19 @@
 
 use crate::device::DeviceOptions;
 use crate::error::InferError;
-use crate::request::{Item, Request};
+use crate::request::Request;
 use crate::response::{ActionGroups, PredictResponse, TimingMs};
 use crate::rtc::RtcPlan;
 use candle_core::DType;
+use gr00t_embodiment::actions::ActionError;
 use gr00t_embodiment::embodiment::{EmbodimentProcessor, EmbodimentSpec, EncodedRequest};
-use gr00t_embodiment::embodiment_request::EmbodimentRequest;
 use gr00t_embodiment::embodiment_tags;
+use gr00t_embodiment::encoded_views::ViewDecoder;
+use gr00t_embodiment::error::EmbodimentError;
 use gr00t_embodiment::frame_history::FrameHistory;
 use gr00t_embodiment::image::ImagePipeline;
+use gr00t_embodiment::observation::{NoiseSource, Observation, RequestError};
 use gr00t_embodiment::prompt::PromptEncoder;
-use gr00t_embodiment::request::{NoiseSource, RequestError};
 use gr00t_embodiment::EMBODIMENT_TAG;
 use gr00t_model::checkpoint::ModalityConfigs;
 use gr00t_model::cpu_kernel;
@@ -46,6 +48,8 @@ pub struct EngineOptions {
 pub struct Layouts {
     /// Every served embodiment's layout, the default first.
     pub specs: Vec<EmbodimentSpec>,
+    /// Each served layout's frame checks, in `specs` order (the doors decode base64 frames).
+    pub frames: Vec<ViewDecoder>,
     /// Each served layout's modality config, in `specs` order.
     pub modalities: Vec<ModalityConfigs>,
     /// Whether DROID is served (the doors' DROID dialects need it).
@@ -61,6 +65,39 @@ impl Layouts {
     pub fn resolve(&self, name: &str) -> Option<&EmbodimentSpec> {
         let tag = embodiment_tags::resolve(name, self.specs.iter().map(|s| s.tag.as_str()))?;
         self.specs.iter().find(|s| s.tag == tag)
+    }
+
+    /// The served layout `name` means and its frame checks.
+    pub fn resolve_with_frames(&self, name: &str) -> Option<(&EmbodimentSpec, &ViewDecoder)> {
+        let spec = self.resolve(name)?;
+        let i = self.specs.iter().position(|s| s.tag == spec.tag)?;
+        Some((spec, self.frames.get(i)?))
+    }
+
+    /// The layouts of `tags` (the first the default) read from `ckpt`'s files alone, no
+    /// weights loaded: what reads requests without a model (tools, the doors' tests).
+    pub fn of_checkpoint(ckpt: &Checkpoint, tags: &[&str]) -> Result<Layouts, InferError> {
+        let internal = |e: String| InferError::Internal(e);
+        let images = ImagePipeline::from_checkpoint(ckpt).map_err(|e| internal(e.to_string()))?;
+        let mut layouts = Layouts {
+            specs: Vec::with_capacity(tags.len()),
+            frames: Vec::with_capacity(tags.len()),
+            modalities: Vec::with_capacity(tags.len()),
+            droid: tags.contains(&EMBODIMENT_TAG),
+            horizon: ckpt.config.action_horizon,
+            action_dim: ckpt.config.max_action_dim,
+        };
+        for tag in tags {
+            let spec = EmbodimentSpec::new(ckpt, tag).map_err(|e| internal(e.to_string()))?;
+            layouts.specs.push(spec);
+            let frames = ViewDecoder::new(tag, &images).map_err(|e| internal(e.to_string()))?;
+            layouts.frames.push(frames);
+            let modality = ckpt.processor.modality_configs.get(*tag);
+            let modality =
+                modality.ok_or_else(|| internal(format!("no modality config {tag:?}")))?;
+            layouts.modalities.push(modality.clone());
+        }
+        Ok(layouts)
     }
 
     /// The served tags, the default first.
@@ -198,7 +235,7 @@ fn served_tags(ckpt: &Checkpoint, requested: &[String]) -> Result<Vec<String>, S
                     "--embodiment {name:?}: the checkpoint has no such embodiment (it has {all:?})"
                 )
             })?;
-            EmbodimentSpec::new(ckpt, tag)?;
+            EmbodimentSpec::new(ckpt, tag).map_err(|e| e.to_string())?;
             if !tags.iter().any(|t| t == tag) {
                 tags.push(tag.to_string());
             }
@@ -361,20 +398,10 @@ impl Engine {
                 ))
             })
         };
-        let (processor, observation, return_normalized) = match request.item {
-            Item::DroidBody(body) => {
-                let processor = served(EMBODIMENT_TAG)?;
-                // Frames are decoded here, on the inference thread, each size checked from
-                // its header first.
-                let obs = body
-                    .to_observation(processor)
-                    .map_err(InferError::Invalid)?;
-                (processor, obs, body.return_normalized)
-            }
-            Item::Any(a) => (served(&a.tag)?, a.observation, request.return_normalized),
-        };
+        let processor = served(&request.tag)?;
+        let return_normalized = request.return_normalized;
         let (rtc, rtc_source) = self.rtc_of(plan, &processor.spec().tag)?;
-        let mut observation = observation;
+        let mut observation = request.observation;
         let deltas = &processor.spec().frame_deltas;
         let currents = match &history {
             Some(h) => h
@@ -382,11 +409,8 @@ impl Engine {
                 .map_err(InferError::Invalid)?,
             None => None,
         };
-        let req = EmbodimentRequest {
-            observation,
-            return_normalized,
-        };
-        let mut response = self.predict_generic(t0, pre_ms, processor, &req, rtc)?;
+        let mut response =
+            self.predict_generic(t0, pre_ms, processor, &observation, return_normalized, rtc)?;
         response.rtc_source = rtc_source;
         if let (Some(h), Some(c)) = (history, currents) {
             h.record(c, deltas);
@@ -431,6 +455,11 @@ impl Engine {
     pub fn layouts(&self) -> Layouts {
         Layouts {
             specs: self.embodiments.iter().map(|p| p.spec().clone()).collect(),
+            frames: self
+                .embodiments
+                .iter()
+                .map(|p| p.view_decoder().clone())
+                .collect(),
             modalities: self.modalities.clone(),
             droid: self.serves_droid(),
             horizon: self.horizon,
@@ -455,24 +484,21 @@ impl Engine {
         let spec = processor.spec();
         let frame = gr00t_embodiment::image::Frame::new(256, 256, vec![128; 256 * 256 * 3])
             .map_err(|e| InferError::Internal(e.to_string()))?;
-        let req = EmbodimentRequest {
-            observation: gr00t_embodiment::embodiment::Observation {
-                images: spec
-                    .views
-                    .iter()
-                    .map(|v| (v.clone(), vec![frame.clone(); spec.frame_deltas.len()]))
-                    .collect(),
-                state: spec
-                    .state
-                    .keys()
-                    .map(|(k, d)| (k.to_string(), vec![0.0; d]))
-                    .collect(),
-                instruction: "warm up".into(),
-                noise: NoiseSource::Seed(0),
-            },
-            return_normalized: false,
+        let observation = gr00t_embodiment::embodiment::Observation {
+            images: spec
+                .views
+                .iter()
+                .map(|v| (v.clone(), vec![frame.clone(); spec.frame_deltas.len()]))
+                .collect(),
+            state: spec
+                .state
+                .keys()
+                .map(|(k, d)| (k.to_string(), vec![0.0; d]))
+                .collect(),
+            instruction: "warm up".into(),
+            noise: NoiseSource::Seed(0),
         };
-        self.predict_generic(Instant::now(), 0.0, processor, &req, None)
+        self.predict_generic(Instant::now(), 0.0, processor, &observation, false, None)
     }
 
     /// The served embodiment `name` means (tag in any case, or upstream's enum name).
@@ -488,21 +514,17 @@ impl Engine {
         t0: Instant,
         pre_ms: f64,
         processor: &EmbodimentProcessor,
-        req: &EmbodimentRequest,
+        obs: &Observation,
+        return_normalized: bool,
         rtc: Option<Rtc>,
     ) -> Result<PredictResponse, InferError> {
-        let obs = &req.observation;
         let enc = processor.encode(obs);
         let decode = |pred: &[f32]| {
             let d = processor.decode(pred, obs)?;
             let groups = |normalized| ActionGroups::from_decoded(&d, normalized);
             Ok((groups(false), groups(true), d.horizon))
         };
-        let meta = (
-            processor.spec().tag.as_str(),
-            &obs.noise,
-            req.return_normalized,
-        );
+        let meta = (processor.spec().tag.as_str(), &obs.noise, return_normalized);
         self.forward(t0, pre_ms, enc, rtc, decode, meta)
     }
 
@@ -514,19 +536,12 @@ impl Engine {
         &self,
         t0: Instant,
         pre_ms: f64,
-        enc: Result<EncodedRequest, RequestError>,
+        enc: Result<EncodedRequest, EmbodimentError>,
         rtc: Option<Rtc>,
-        decode: impl FnOnce(&[f32]) -> Result<(ActionGroups, ActionGroups, usize), String>,
+        decode: impl FnOnce(&[f32]) -> Result<(ActionGroups, ActionGroups, usize), ActionError>,
         (tag, noise, return_normalized): (&str, &NoiseSource, bool),
     ) -> Result<PredictResponse, InferError> {
-        // The processors mark their own failures (the tokenizer's) by an empty field.
-        let mut enc = enc.map_err(|e| {
-            if e.field.is_empty() {
-                InferError::Internal(e.message)
-            } else {
-                InferError::Invalid(e)
-            }
-        })?;
+        let mut enc = enc?;
         enc.inputs.rtc = rtc;
         let t1 = Instant::now();
         let out = self
@@ -541,7 +556,7 @@ impl Engine {
             })?;
         let t2 = Instant::now();
         let (actions, normalized, horizon) =
-            decode(&out.action_pred).map_err(InferError::Internal)?;
+            decode(&out.action_pred).map_err(|e| InferError::Internal(e.to_string()))?;
         let t3 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
         let (noise_source, seed) = match noise {

@@ -1,18 +1,22 @@
 //! Why a request got no actions: one type for every door, each door mapping it once to its
 //! wire (HTTP status and JSON, ZMQ `{"error"}`, websocket text frame).
 
-use gr00t_embodiment::request::RequestError;
-use std::fmt;
+use gr00t_embodiment::error::EmbodimentError;
+use gr00t_embodiment::observation::RequestError;
 
 /// The client's field at fault and what is wrong with it.
 pub type FieldError = RequestError;
 
 /// Why a request was not answered with actions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum InferError {
     /// The client's request is invalid (HTTP 400), naming the field.
-    Invalid(FieldError),
+    #[error(transparent)]
+    Invalid(#[from] FieldError),
     /// The queue is full (HTTP 503); a retry after `retry_after_s` is likely to be queued.
+    #[error(
+        "server busy: {capacity} requests already wait for the model; retry in {retry_after_s} s"
+    )]
     Busy {
         /// Requests that may wait behind the one in flight.
         capacity: usize,
@@ -20,40 +24,26 @@ pub enum InferError {
         retry_after_s: u64,
     },
     /// A newer observation of the same session replaced this one while it waited (HTTP 409).
+    #[error("superseded by a newer observation")]
     Superseded,
     /// The request echoed a session token, and the server no longer holds that session, or
     /// holds another one of its name (HTTP 409); the text says which.
+    #[error("session restarted: {0}")]
     SessionRestarted(String),
     /// The inference thread is gone (HTTP 500).
+    #[error("internal error: the inference worker has stopped")]
     Stopped,
     /// Something failed inside the server (HTTP 500).
+    #[error("internal error: {0}")]
     Internal(String),
 }
 
-impl fmt::Display for InferError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            InferError::Invalid(e) => write!(f, "{e}"),
-            InferError::Busy {
-                capacity,
-                retry_after_s,
-            } => write!(
-                f,
-                "server busy: {capacity} requests already wait for the model; retry in \
-                 {retry_after_s} s"
-            ),
-            InferError::Superseded => write!(f, "superseded by a newer observation"),
-            InferError::SessionRestarted(m) => write!(f, "session restarted: {m}"),
-            InferError::Stopped => write!(f, "internal error: the inference worker has stopped"),
-            InferError::Internal(m) => write!(f, "internal error: {m}"),
+impl From<EmbodimentError> for InferError {
+    /// The client's refusal stays the client's; the rest is the server's.
+    fn from(e: EmbodimentError) -> InferError {
+        match e {
+            EmbodimentError::Invalid(e) => InferError::Invalid(e),
+            other => InferError::Internal(other.to_string()),
         }
-    }
-}
-
-impl std::error::Error for InferError {}
-
-impl From<FieldError> for InferError {
-    fn from(e: FieldError) -> InferError {
-        InferError::Invalid(e)
     }
 }

@@ -17,5 +17,5 @@ pub mod session;
 pub use engine::{Engine, EngineInfo, EngineOptions};
 pub use error::InferError;
 pub use queue::Queue;
-pub use request::{Item, Request};
+pub use request::Request;
 pub use response::{PredictResponse, TimingMs};

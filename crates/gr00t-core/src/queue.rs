@@ -388,31 +388,27 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::{AnyRequest, Item};
     use crate::response::{ActionGroups, TimingMs};
     use gr00t_embodiment::embodiment::Observation;
-    use gr00t_embodiment::request::NoiseSource;
+    use gr00t_embodiment::observation::NoiseSource;
     use std::sync::mpsc::channel;
 
     /// A stand-in request whose instruction is `tag` (the first byte routes the stub).
     fn req(tag: &[u8]) -> Request {
-        Request::new(Item::Any(AnyRequest {
-            tag: "test".into(),
-            observation: Observation {
+        Request::new(
+            "test",
+            Observation {
                 images: vec![],
                 state: vec![],
                 instruction: String::from_utf8_lossy(tag).into_owned(),
                 noise: NoiseSource::Seed(0),
             },
-        }))
+        )
     }
 
     /// The first instruction byte of a stand-in request.
     fn first_byte(r: &Request) -> u8 {
-        match &r.item {
-            Item::Any(a) => a.observation.instruction.as_bytes()[0],
-            _ => unreachable!("stand-in requests are generic"),
-        }
+        r.observation.instruction.as_bytes()[0]
     }
 
     /// A response whose `seq_len` carries the first body byte, to check routing and order.

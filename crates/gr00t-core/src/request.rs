@@ -1,49 +1,21 @@
-//! What every door hands the inference queue: one typed [`Request`], built from its wire
-//! format (HTTP JSON, ZMQ and websocket msgpack) before it is queued; the queue never holds
-//! bytes.
+//! What every door hands the inference queue: one typed [`Request`] (a tag and a generic
+//! observation), built from its wire format (HTTP JSON, ZMQ and websocket msgpack) before it
+//! is queued; the queue never holds bytes.
 
 use crate::rtc::RtcPlan;
 use crate::session::SessionKey;
-use gr00t_embodiment::embodiment::Observation;
-use gr00t_embodiment::request::{NoiseSource, PredictRequest};
+use gr00t_embodiment::observation::Observation;
 use gr00t_model::Rtc;
-
-/// One observation of any served embodiment in the generic layout (any views and keys; a
-/// view sent with its current frame only is completed from the session's frame history).
-#[derive(Debug, Clone, PartialEq)]
-pub struct AnyRequest {
-    /// The embodiment tag.
-    pub tag: String,
-    /// The observation, frames decoded.
-    pub observation: Observation,
-}
-
-/// One observation: any embodiment's decoded, or a DROID `/predict` body.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Item {
-    /// Any served embodiment, DROID included (the ZMQ and websocket doors).
-    Any(AnyRequest),
-    /// A DROID `/predict` body, validated, its frames still base64: the engine checks each
-    /// frame's size from its header before decoding it, on the inference thread.
-    DroidBody(PredictRequest),
-}
-
-impl Item {
-    /// Replaces the initial noise.
-    pub fn set_noise(&mut self, noise: NoiseSource) {
-        match self {
-            Item::Any(a) => a.observation.noise = noise,
-            Item::DroidBody(b) => b.noise = noise,
-        }
-    }
-}
 
 /// One request of any door.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
-    /// The observation.
-    pub item: Item,
-    /// Also return the normalised chunk (a [`Item::DroidBody`] carries its own flag).
+    /// The embodiment tag the observation is of.
+    pub tag: String,
+    /// The observation in the generic layout, frames decoded (a view sent with its current
+    /// frame only is completed from the session's frame history).
+    pub observation: Observation,
+    /// Also return the normalised chunk.
     pub return_normalized: bool,
     /// Time the door spent decoding the request before queueing it, ms (counted in the
     /// response's `timing_ms.decode` and `total`).
@@ -59,10 +31,12 @@ pub struct Request {
 }
 
 impl Request {
-    /// A request of `item`, no normalised chunk, nothing decoded by the door.
-    pub fn new(item: Item) -> Request {
+    /// A request of `observation` for embodiment `tag`, no normalised chunk, nothing decoded
+    /// by the door.
+    pub fn new(tag: impl Into<String>, observation: Observation) -> Request {
         Request {
-            item,
+            tag: tag.into(),
+            observation,
             return_normalized: false,
             decode_ms: 0.0,
             rtc: None,
@@ -93,11 +67,5 @@ impl Request {
     pub fn with_session_token(mut self, token: Option<String>) -> Request {
         self.session_token = token;
         self
-    }
-}
-
-impl From<Item> for Request {
-    fn from(item: Item) -> Request {
-        Request::new(item)
     }
 }

@@ -9,8 +9,15 @@ use gr00t_embodiment::embodiment::EmbodimentSpec;
 pub use gr00t_model::rtc::DEFAULT_RAMP_RATE;
 use gr00t_model::Rtc;
 
-/// The request keys of the RTC options, as upstream's `options` spells them.
-pub use gr00t_embodiment::request::RTC_FIELDS as RTC_KEYS;
+/// The request keys of the RTC options, as upstream's `options` spells them (and the HTTP
+/// body's top-level fields).
+pub const RTC_KEYS: [&str; 5] = [
+    "previous_chunk",
+    "action_horizon",
+    "rtc_overlap_steps",
+    "rtc_frozen_steps",
+    "rtc_ramp_rate",
+];
 
 /// A previous chunk as sent: `rows × width` values, row-major.
 #[derive(Debug, Clone, PartialEq)]

@@ -25,18 +25,21 @@
 
 use crate::pose::{self, Pose};
 use gr00t_model::checkpoint::{ActionConfig, ProcessorConfig, Statistics};
-use std::fmt;
 
 /// Why an action chunk could not be decoded.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ActionError {
     /// The checkpoint's processor config or statistics do not describe this embodiment's actions.
+    #[error("action config: {0}")]
     Config(String),
     /// `action_pred` has the wrong size.
+    #[error("action chunk: {0}")]
     Shape(String),
     /// A state needed for a relative key is absent.
+    #[error("state {0:?} is needed to make relative actions absolute")]
     MissingState(String),
     /// A state has the wrong number of values.
+    #[error("state {key:?} has {got} values, expected {expected}")]
     StateLength {
         /// The state key.
         key: String,
@@ -46,30 +49,13 @@ pub enum ActionError {
         got: usize,
     },
     /// A state value is NaN or infinite.
+    #[error("state {0:?} has a non-finite value")]
     NonFiniteState(String),
     /// A rot6d whose two vectors are zero or parallel, or a 4×4 pose whose rotation block has a
     /// non-positive determinant (no rotation can be built; scipy refuses it too).
+    #[error("degenerate rotation: {0}")]
     DegenerateRotation(String),
 }
-
-impl fmt::Display for ActionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ActionError::Config(m) => write!(f, "action config: {m}"),
-            ActionError::Shape(m) => write!(f, "action chunk: {m}"),
-            ActionError::MissingState(k) => {
-                write!(f, "state {k:?} is needed to make relative actions absolute")
-            }
-            ActionError::StateLength { key, expected, got } => {
-                write!(f, "state {key:?} has {got} values, expected {expected}")
-            }
-            ActionError::NonFiniteState(k) => write!(f, "state {k:?} has a non-finite value"),
-            ActionError::DegenerateRotation(m) => write!(f, "degenerate rotation: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for ActionError {}
 
 /// How a relative key is turned absolute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

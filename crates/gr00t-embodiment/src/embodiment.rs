@@ -8,9 +8,10 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use crate::actions::{ActionDecoder, DecodedActions};
-use crate::frame_policy::{frame_policy, BoundFramePolicy};
-use crate::image::{decode_base64, EncodedFrame, Frame, ImagePipeline, ProcessedImages};
+use crate::actions::{ActionDecoder, ActionError, DecodedActions};
+use crate::encoded_views::ViewDecoder;
+use crate::error::EmbodimentError;
+use crate::image::{Frame, ImagePipeline, ProcessedImages};
 pub use crate::observation::Observation;
 use crate::observation::{NoiseSource, RequestError};
 use crate::prompt::{EncodedPrompt, PromptEncoder, PromptError};
@@ -39,16 +40,18 @@ pub struct EmbodimentSpec {
 
 impl EmbodimentSpec {
     /// The layout of `tag`; errors name the checkpoint file and key at fault.
-    pub fn new(ckpt: &Checkpoint, tag: &str) -> Result<EmbodimentSpec, String> {
+    pub fn new(ckpt: &Checkpoint, tag: &str) -> Result<EmbodimentSpec, EmbodimentError> {
         let cfg_file = ckpt.dir.join("processor_config.json");
         let modality = ckpt.processor.modality_configs.get(tag).ok_or_else(|| {
-            format!(
+            EmbodimentError::Checkpoint(format!(
                 "{}: no modality config for embodiment {tag:?} (it has {:?})",
                 cfg_file.display(),
                 ckpt.processor.modality_configs.keys().collect::<Vec<_>>()
-            )
+            ))
         })?;
-        let in_cfg = |e: String| format!("{}: embodiment {tag:?}: {e}", cfg_file.display());
+        let in_cfg = |e: String| {
+            EmbodimentError::Checkpoint(format!("{}: embodiment {tag:?}: {e}", cfg_file.display()))
+        };
         if modality.video.modality_keys.is_empty() || modality.video.delta_indices.is_empty() {
             return Err(in_cfg(
                 "the video modality has no keys or no delta_indices".into(),
@@ -71,7 +74,9 @@ impl EmbodimentSpec {
                 ckpt.config.action_horizon
             )));
         }
-        let embodiment_id = ckpt.embodiment_id(tag).map_err(|e| e.to_string())?;
+        let embodiment_id = ckpt
+            .embodiment_id(tag)
+            .map_err(|e| EmbodimentError::Checkpoint(e.to_string()))?;
         Ok(EmbodimentSpec {
             tag: tag.to_string(),
             views: modality.video.modality_keys.clone(),
@@ -157,8 +162,8 @@ pub struct EncodedRequest {
 pub struct EmbodimentProcessor {
     spec: EmbodimentSpec,
     images: ImagePipeline,
-    /// The tag's frame policy ([`frame_policy`]), bound to this checkpoint's grid.
-    frames: Option<BoundFramePolicy>,
+    /// The tag's frame checks (its frame policy bound to this checkpoint's grid).
+    frames: ViewDecoder,
     prompt: PromptEncoder,
     /// Rows the model generates (`config.action_horizon`, 40).
     model_horizon: usize,
@@ -171,13 +176,10 @@ impl EmbodimentProcessor {
         ckpt: &Checkpoint,
         prompt: PromptEncoder,
         tag: &str,
-    ) -> Result<EmbodimentProcessor, String> {
+    ) -> Result<EmbodimentProcessor, EmbodimentError> {
         let spec = EmbodimentSpec::new(ckpt, tag)?;
-        let images = ImagePipeline::from_checkpoint(ckpt).map_err(|e| e.to_string())?;
-        let frames = frame_policy(tag)
-            .map(|p| p.bind(&images))
-            .transpose()
-            .map_err(|e| e.to_string())?;
+        let images = ImagePipeline::from_checkpoint(ckpt)?;
+        let frames = ViewDecoder::new(tag, &images)?;
         Ok(EmbodimentProcessor {
             spec,
             images,
@@ -193,56 +195,13 @@ impl EmbodimentProcessor {
         &self.spec
     }
 
-    /// Checks one frame's size against the tag's frame policy, if it has one; `field` names it.
-    pub fn check_frame_size(
-        &self,
-        field: &str,
-        width: usize,
-        height: usize,
-    ) -> Result<(), RequestError> {
-        match &self.frames {
-            Some(policy) => policy
-                .check_size(&self.images, width, height)
-                .map_err(|m| RequestError::new(field, m)),
-            None => Ok(()),
-        }
+    /// The layout's frame checks, for decoding base64 frames off the inference thread.
+    pub fn view_decoder(&self) -> &ViewDecoder {
+        &self.frames
     }
 
-    /// Decodes base64 frames per view (`(view, [frame per offset])`, in the layout's views):
-    /// time-major, each frame's size checked from its header before its pixels are decoded
-    /// (image bombs). Views and counts are checked first.
-    pub fn decode_base64_views(
-        &self,
-        views: &[(String, Vec<String>)],
-        current_only: bool,
-    ) -> Result<Vec<(String, Vec<Frame>)>, RequestError> {
-        self.spec.check_sent_views(
-            views.iter().map(|(v, f)| (v.as_str(), f.len())),
-            current_only,
-        )?;
-        let mut out: Vec<(String, Vec<Frame>)> = views
-            .iter()
-            .map(|(v, f)| (v.clone(), Vec::with_capacity(f.len())))
-            .collect();
-        let steps = views.iter().map(|(_, f)| f.len()).max().unwrap_or(0);
-        for t in 0..steps {
-            for ((view, encoded), (_, frames)) in views.iter().zip(out.iter_mut()) {
-                let field = format!("images.{view}[{t}]");
-                let image_err =
-                    |e: crate::image::ImageError| RequestError::new(&field, e.to_string());
-                // A view sent with its current frame only has no more.
-                let Some(s) = encoded.get(t) else { continue };
-                let bytes = decode_base64(s).map_err(image_err)?;
-                let header = EncodedFrame::read_header(&bytes).map_err(image_err)?;
-                self.check_frame_size(&field, header.width(), header.height())?;
-                frames.push(header.decode().map_err(image_err)?);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Turns an observation into model inputs.
-    pub fn encode(&self, obs: &Observation) -> Result<EncodedRequest, RequestError> {
+    /// Turns an observation into model inputs; the client's faults name the field.
+    pub fn encode(&self, obs: &Observation) -> Result<EncodedRequest, EmbodimentError> {
         let t0 = Instant::now();
         let frames = self.time_major_frames(obs)?;
         let (processed, prompt) =
@@ -267,7 +226,8 @@ impl EmbodimentProcessor {
                         self.action_dim,
                         n.len()
                     ),
-                ));
+                )
+                .into());
             }
         }
         let noise = initial_noise(&obs.noise, self.model_horizon, self.action_dim)?;
@@ -281,11 +241,12 @@ impl EmbodimentProcessor {
 
     /// Turns the model's `action_pred` (`[40, action_dim]`) into physical actions, the
     /// observation's raw state being the reference of the relative keys.
-    pub fn decode(&self, action_pred: &[f32], obs: &Observation) -> Result<DecodedActions, String> {
-        self.spec
-            .actions
-            .decode(action_pred, &obs.raw_state())
-            .map_err(|e| e.to_string())
+    pub fn decode(
+        &self,
+        action_pred: &[f32],
+        obs: &Observation,
+    ) -> Result<DecodedActions, ActionError> {
+        self.spec.actions.decode(action_pred, &obs.raw_state())
     }
 
     /// Checks the views and frame counts and orders the frames as the prompt wants them:
@@ -309,7 +270,7 @@ impl EmbodimentProcessor {
                 frame
                     .check()
                     .map_err(|e| RequestError::new(&field, e.to_string()))?;
-                self.check_frame_size(&field, frame.width, frame.height)?;
+                self.frames.check_size(&field, frame.width, frame.height)?;
                 let size = self
                     .images
                     .geometry(frame.width, frame.height)
@@ -355,15 +316,15 @@ pub(crate) fn images_and_prompt(
     prompt: &PromptEncoder,
     frames: &[Frame],
     instruction: &str,
-) -> Result<(ProcessedImages, EncodedPrompt), RequestError> {
+) -> Result<(ProcessedImages, EncodedPrompt), EmbodimentError> {
     let processed = images
         .process(frames)
         .map_err(|e| RequestError::new("images", e.to_string()))?;
     let prompt = prompt
         .encode(instruction, &processed.image_grid_thw)
         .map_err(|e| match e {
-            PromptError::Tokenizer(m) => RequestError::new("", format!("tokenizer failure: {m}")),
-            other => RequestError::new("instruction", other.to_string()),
+            PromptError::Tokenizer(m) => EmbodimentError::Tokenizer(m),
+            other => RequestError::new("instruction", other.to_string()).into(),
         })?;
     Ok((processed, prompt))
 }
@@ -401,15 +362,15 @@ pub(crate) fn initial_noise(
     }
 }
 
-/// A state refusal, with the field of the key at fault.
-fn state_error(e: StateError) -> RequestError {
+/// A state refusal, with the field of the key at fault (a config error is the checkpoint's).
+fn state_error(e: StateError) -> EmbodimentError {
     let field = match &e {
         StateError::MissingKey(k) | StateError::UnknownKey(k) | StateError::DuplicateKey(k) => {
             format!("state.{k}")
         }
         StateError::WrongLength { key, .. } => format!("state.{key}"),
         StateError::NonFinite { key, index } => format!("state.{key}[{index}]"),
-        StateError::Config(_) => String::new(),
+        StateError::Config(_) => return e.into(),
     };
-    RequestError::new(field, e.to_string())
+    RequestError::new(field, e.to_string()).into()
 }

@@ -8,7 +8,7 @@
 //! costs nothing.
 
 use crate::image::Frame;
-use crate::request::RequestError;
+use crate::observation::RequestError;
 use std::collections::{HashMap, VecDeque};
 
 /// Each view's last frames, newest last.

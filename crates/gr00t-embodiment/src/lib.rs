@@ -1,6 +1,7 @@
 //! The embodiment layer of GR00T N1.7: any tag's layout read from the checkpoint
-//! ([`embodiment`]), the observation every door hands over ([`observation`]), the HTTP
-//! request types with validation, the action groups,
+//! ([`embodiment`]), the observation every door hands over ([`observation`]) and its base64
+//! frames' checked decoding ([`encoded_views`]), DROID's contract names ([`droid`]), the action
+//! groups,
 //! image/prompt/state pre-processing into [`ModelInputs`], and decoding of the model's
 //! normalised action chunk into physical actions. DROID goes through the same
 //! [`EmbodimentProcessor`](embodiment::EmbodimentProcessor); what is DROID's own is data: its
@@ -9,16 +10,17 @@
 //! [`ModelInputs`]: gr00t_model::ModelInputs
 
 pub mod actions;
+pub mod droid;
 pub mod embodiment;
-pub mod embodiment_request;
 pub mod embodiment_tags;
+pub mod encoded_views;
+pub mod error;
 pub mod frame_history;
 pub mod frame_policy;
 pub mod image;
 pub mod observation;
 pub mod pose;
 pub mod prompt;
-pub mod request;
 pub mod response;
 pub mod state;
 

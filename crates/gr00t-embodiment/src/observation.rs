@@ -36,6 +36,9 @@ impl fmt::Display for RequestError {
 
 impl std::error::Error for RequestError {}
 
+/// Seed used when a request gives neither a seed nor noise.
+pub const DEFAULT_SEED: u64 = 42;
+
 /// Where the initial flow-matching noise comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NoiseSource {

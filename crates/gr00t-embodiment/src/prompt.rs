@@ -43,18 +43,22 @@ const TURN_START: &str = "<|im_start|>user\n";
 const TURN_END: &str = "<|im_end|>\n";
 
 /// Why a prompt could not be built.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum PromptError {
     /// The tokenizer file could not be read or parsed.
+    #[error("tokenizer: {0}")]
     Tokenizer(String),
     /// The raw instruction is empty or only whitespace.
+    #[error("instruction is empty")]
     EmptyInstruction,
     /// The instruction has nothing left after formalisation (only punctuation/symbols).
+    #[error("instruction {instruction:?} is empty after lower-casing and removing punctuation")]
     NothingLeft {
         /// The raw instruction.
         instruction: String,
     },
     /// The formalised instruction takes more than [`MAX_INSTRUCTION_TOKENS`] tokens.
+    #[error("instruction is {tokens} tokens long after formalisation; at most {max} are allowed")]
     TooLong {
         /// Its token count.
         tokens: usize,
@@ -62,11 +66,18 @@ pub enum PromptError {
         max: usize,
     },
     /// The formalised instruction is over [`MAX_INSTRUCTION_BYTES`], so over `max` tokens.
+    #[error(
+        "instruction is more than {max} tokens long after formalisation (over \
+         {MAX_INSTRUCTION_BYTES} bytes); at most {max} are allowed"
+    )]
     TooManyBytes {
         /// The token limit.
         max: usize,
     },
     /// An image grid is empty or not a whole number of merged tokens.
+    #[error(
+        "image {index}: grid {grid:?} is empty or its t·h·w is not a multiple of {MERGE_LENGTH}"
+    )]
     BadGrid {
         /// Index of the image.
         index: usize,
@@ -74,34 +85,6 @@ pub enum PromptError {
         grid: [usize; 3],
     },
 }
-
-impl fmt::Display for PromptError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PromptError::Tokenizer(m) => write!(f, "tokenizer: {m}"),
-            PromptError::EmptyInstruction => write!(f, "instruction is empty"),
-            PromptError::NothingLeft { instruction } => write!(
-                f,
-                "instruction {instruction:?} is empty after lower-casing and removing punctuation"
-            ),
-            PromptError::TooLong { tokens, max } => write!(
-                f,
-                "instruction is {tokens} tokens long after formalisation; at most {max} are allowed"
-            ),
-            PromptError::TooManyBytes { max } => write!(
-                f,
-                "instruction is more than {max} tokens long after formalisation (over \
-                 {MAX_INSTRUCTION_BYTES} bytes); at most {max} are allowed"
-            ),
-            PromptError::BadGrid { index, grid } => write!(
-                f,
-                "image {index}: grid {grid:?} is empty or its t·h·w is not a multiple of {MERGE_LENGTH}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for PromptError {}
 
 /// A tokenised prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]

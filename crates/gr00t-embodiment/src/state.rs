@@ -18,20 +18,24 @@
 )]
 
 use gr00t_model::checkpoint::{ProcessorConfig, Statistics};
-use std::fmt;
 
 /// Why a state could not be normalised.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StateError {
     /// The checkpoint's processor config or statistics do not describe this embodiment's state.
+    #[error("state config: {0}")]
     Config(String),
     /// A state key the model needs is absent.
+    #[error("state key {0:?} is missing")]
     MissingKey(String),
     /// A state key the embodiment does not have.
+    #[error("state key {0:?} is not a state of this embodiment")]
     UnknownKey(String),
     /// A key given twice.
+    #[error("state key {0:?} is given twice")]
     DuplicateKey(String),
     /// A key has the wrong number of values.
+    #[error("state {key:?} has {got} values, expected {expected}")]
     WrongLength {
         /// The key.
         key: String,
@@ -41,6 +45,7 @@ pub enum StateError {
         got: usize,
     },
     /// A value is NaN or infinite.
+    #[error("state {key:?}[{index}] is not a finite number")]
     NonFinite {
         /// The key.
         key: String,
@@ -48,27 +53,6 @@ pub enum StateError {
         index: usize,
     },
 }
-
-impl fmt::Display for StateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StateError::Config(m) => write!(f, "state config: {m}"),
-            StateError::MissingKey(k) => write!(f, "state key {k:?} is missing"),
-            StateError::UnknownKey(k) => {
-                write!(f, "state key {k:?} is not a state of this embodiment")
-            }
-            StateError::DuplicateKey(k) => write!(f, "state key {k:?} is given twice"),
-            StateError::WrongLength { key, expected, got } => {
-                write!(f, "state {key:?} has {got} values, expected {expected}")
-            }
-            StateError::NonFinite { key, index } => {
-                write!(f, "state {key:?}[{index}] is not a finite number")
-            }
-        }
-    }
-}
-
-impl std::error::Error for StateError {}
 
 /// How one state key is encoded.
 #[derive(Debug, Clone, PartialEq)]

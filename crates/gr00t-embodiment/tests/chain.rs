@@ -5,21 +5,15 @@
 //! so the same gates check a GPU build.
 
 use candle_core::DType;
-use gr00t_embodiment::embodiment::{EmbodimentProcessor, EncodedRequest};
+use gr00t_embodiment::embodiment::EmbodimentProcessor;
 use gr00t_embodiment::prompt::PromptEncoder;
-use gr00t_embodiment::request::PredictRequest;
 use gr00t_embodiment::response::ActionGroups;
 use gr00t_fixtures::{max_abs_diff, pearson, Taps};
 use gr00t_model::taps::Recorder;
 use gr00t_model::{Checkpoint, Gr00tModel};
 
-/// The DROID body through the generic processor, as the engine runs it.
-fn encode(
-    p: &EmbodimentProcessor,
-    req: &PredictRequest,
-) -> Result<EncodedRequest, gr00t_embodiment::request::RequestError> {
-    p.encode(&req.to_observation(p)?)
-}
+mod support;
+use support::encode;
 
 /// The generic processor of the DROID tag.
 fn droid_processor(ck: &Checkpoint, prompt: PromptEncoder) -> EmbodimentProcessor {
@@ -48,8 +42,7 @@ impl Pipeline {
     }
 
     fn run(&self, body: &[u8]) -> (ActionGroups, ActionGroups, Vec<f32>) {
-        let req = PredictRequest::from_json(body, 40, 132).unwrap();
-        let obs = req.to_observation(&self.processor).unwrap();
+        let obs = support::observation(&self.processor, body).unwrap();
         let enc = self.processor.encode(&obs).unwrap();
         let out = self
             .model
@@ -198,12 +191,10 @@ fn seeded_request_uses_torch_noise() {
     // must reproduce the same inputs exactly.
     let mut v: serde_json::Value =
         serde_json::from_str(&gr00t_fixtures::request_json("case1")).unwrap();
-    let parse =
-        |v: &serde_json::Value| PredictRequest::from_json(v.to_string().as_bytes(), 40, 132);
-    let explicit = encode(&p.processor, &parse(&v).unwrap()).unwrap();
+    let explicit = encode(&p.processor, v.to_string().as_bytes()).unwrap();
     v.as_object_mut().unwrap().remove("noise");
     v["seed"] = serde_json::json!(42);
-    let seeded = encode(&p.processor, &parse(&v).unwrap()).unwrap();
+    let seeded = encode(&p.processor, v.to_string().as_bytes()).unwrap();
     assert_eq!(explicit.inputs, seeded.inputs);
 }
 
@@ -212,10 +203,8 @@ fn image_and_instruction_refusals_name_the_field() {
     let p = Pipeline::load();
     let base: serde_json::Value =
         serde_json::from_str(&gr00t_fixtures::request_json("case0")).unwrap();
-    let refuse = |v: &serde_json::Value| {
-        let req = PredictRequest::from_json(v.to_string().as_bytes(), 40, 132).unwrap();
-        encode(&p.processor, &req).unwrap_err()
-    };
+    let refuse =
+        |v: &serde_json::Value| encode(&p.processor, v.to_string().as_bytes()).unwrap_err();
     let mut v = base.clone();
     v["images"]["wrist_image_left"][1] = serde_json::json!("!!!not base64!!!");
     assert_eq!(refuse(&v).field, "images.wrist_image_left[1]");
@@ -253,8 +242,7 @@ fn droid_processor_follows_letterbox_and_torchvision_configs() {
         }
         let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
         let processor = droid_processor(&ck, prompt);
-        let req = PredictRequest::from_json(body.as_bytes(), 40, 132).unwrap();
-        let enc = encode(&processor, &req).unwrap();
+        let enc = encode(&processor, body.as_bytes()).unwrap();
         assert_eq!(
             enc.inputs.image_grid_thw,
             vec![[1, 16, 16]; 4],

@@ -3,10 +3,11 @@
 //! `Gr00tPolicy.get_action` returned (`tests/fixtures/gr00t_n17_tiny_multi`).
 
 use gr00t_embodiment::embodiment::{EmbodimentProcessor, Observation};
+use gr00t_embodiment::error::EmbodimentError;
 use gr00t_embodiment::image::Frame;
+use gr00t_embodiment::observation::{NoiseSource, RequestError};
 use gr00t_embodiment::pose;
 use gr00t_embodiment::prompt::PromptEncoder;
-use gr00t_embodiment::request::NoiseSource;
 use gr00t_fixtures::{
     max_abs_diff, multi_checkpoint, pearson, MultiCase, EXTRA_CASES, MULTI_CASES,
 };
@@ -218,7 +219,7 @@ fn refusals_name_the_field() {
     let case = MultiCase::load("case_real_r1_pro_sharpa_relative_eef_1");
     let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
     let good = observation(&case);
-    let field = |obs: &Observation| proc.encode(obs).unwrap_err().field;
+    let field = |obs: &Observation| refused(proc.encode(obs)).field;
 
     let mut o = good.clone();
     o.images.retain(|(v, _)| v != "left_wrist_view");
@@ -235,7 +236,7 @@ fn refusals_name_the_field() {
     let (w, h) = (f.height, f.width);
     o.images[1].1[1] = Frame::new(w, h, vec![0; w * h * 3]).unwrap();
     let view = o.images[1].0.clone();
-    let err = proc.encode(&o).unwrap_err();
+    let err = refused(proc.encode(&o));
     assert_eq!(err.field, format!("images.{view}[1]"), "{err}");
     assert!(err.to_string().contains("letter_box_transform"), "{err}");
     let mut o = good.clone();
@@ -314,6 +315,14 @@ fn reflected_4x4_state_is_refused_naming_the_key() {
     pose[0] = -pose[0];
     pose[1] = -pose[1];
     pose[2] = -pose[2];
-    let err = proc.encode(&obs).unwrap_err();
+    let err = refused(proc.encode(&obs));
     assert_eq!(err.field, "state.eef_pose", "{err}");
+}
+
+/// The client's refusal of an encode that must fail for the client's fault.
+fn refused<T: std::fmt::Debug>(r: Result<T, EmbodimentError>) -> RequestError {
+    match r.unwrap_err() {
+        EmbodimentError::Invalid(e) => e,
+        other => panic!("not the client's fault: {other}"),
+    }
 }

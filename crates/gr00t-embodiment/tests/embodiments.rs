@@ -413,7 +413,7 @@ fn unservable_layouts_are_refused_naming_file_and_key() {
         let err = match Checkpoint::open(&dir) {
             Err(e) => e.to_string(),
             Ok(ckpt) => match EmbodimentSpec::new(&ckpt, tag) {
-                Err(e) => e,
+                Err(e) => e.to_string(),
                 Ok(_) => panic!("{name}: the edited layout was accepted"),
             },
         };

@@ -6,8 +6,8 @@
 
 use gr00t_embodiment::embodiment::{EmbodimentProcessor, Observation};
 use gr00t_embodiment::image::{Frame, ImagePipeline};
+use gr00t_embodiment::observation::NoiseSource;
 use gr00t_embodiment::prompt::PromptEncoder;
-use gr00t_embodiment::request::NoiseSource;
 use gr00t_fixtures::{extra_case_checkpoint, max_abs_diff, pearson, MultiCase, EXTRA_IMAGE_CASES};
 use gr00t_model::taps::Recorder;
 use gr00t_model::{Checkpoint, Gr00tModel};
@@ -164,6 +164,7 @@ fn mixed_aspect_views_without_letterbox_are_refused() {
     let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
     let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
     let err = proc.encode(&observation(&case)).unwrap_err();
+    let err = err.invalid().expect("the client's fault");
     let views = &ckpt.processor.modality_configs[&case.tag]
         .video
         .modality_keys;

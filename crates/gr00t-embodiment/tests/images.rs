@@ -2,7 +2,7 @@
 //! grids), plus unit checks of decoding, the resize paths and smart_resize.
 
 use base64::Engine;
-use gr00t_embodiment::embodiment::{EmbodimentProcessor, EncodedRequest};
+use gr00t_embodiment::embodiment::EmbodimentProcessor;
 use gr00t_embodiment::frame_policy::{check_frame_geometry, MAX_FRAME_ASPECT, MIN_FRAME_ASPECT};
 use gr00t_embodiment::image::area::resize_area;
 use gr00t_embodiment::image::{
@@ -10,7 +10,6 @@ use gr00t_embodiment::image::{
     ImageError, ImagePipeline, ResizeKind, TvSize, DROID_GRID_THW,
 };
 use gr00t_embodiment::prompt::PromptEncoder;
-use gr00t_embodiment::request::PredictRequest;
 use gr00t_fixtures::{case_dir, request_json, tiny_checkpoint, tokenizer_path, Taps, CASES};
 use gr00t_model::checkpoint::ProcessorConfig;
 use gr00t_model::Checkpoint;
@@ -637,8 +636,7 @@ fn frame_sizes_are_refused_from_the_header_before_any_pixel_is_decoded() {
         png_declaring(8192, 2048),
         jpeg_declaring(8000, 4000),
     ] {
-        let req = PredictRequest::from_json(&case0_with_exterior_frame(&file), 40, 132).unwrap();
-        let err = encode(&processor, &req).unwrap_err();
+        let err = encode(&processor, &case0_with_exterior_frame(&file)).unwrap_err();
         assert_eq!(err.field, field);
         assert!(
             err.message.starts_with("bad image geometry: frame "),
@@ -647,13 +645,11 @@ fn frame_sizes_are_refused_from_the_header_before_any_pixel_is_decoded() {
         );
     }
     // Over the decoder limit with a 16:9 shape: refused from the header too.
-    let req = PredictRequest::from_json(
+    let err = encode(
+        &processor,
         &case0_with_exterior_frame(&png_declaring(16384, 9216)),
-        40,
-        132,
     )
-    .unwrap();
-    let err = encode(&processor, &req).unwrap_err();
+    .unwrap_err();
     assert_eq!(err.field, field);
     assert!(
         err.message.starts_with("image too large"),
@@ -661,13 +657,11 @@ fn frame_sizes_are_refused_from_the_header_before_any_pixel_is_decoded() {
         err.message
     );
     // A 16:9 frame the contract accepts goes on to the pixel decode (which fails here).
-    let req = PredictRequest::from_json(
+    let err = encode(
+        &processor,
         &case0_with_exterior_frame(&png_declaring(320, 180)),
-        40,
-        132,
     )
-    .unwrap();
-    let err = encode(&processor, &req).unwrap_err();
+    .unwrap_err();
     assert_eq!(err.field, field);
     assert!(
         err.message.starts_with("cannot decode image"),
@@ -704,13 +698,8 @@ fn malformed_frames_are_errors_not_panics() {
     assert!(pipe.geometry(8192, 1).is_err());
 }
 
-/// The DROID body through the generic processor, as the engine runs it.
-fn encode(
-    p: &EmbodimentProcessor,
-    req: &PredictRequest,
-) -> Result<EncodedRequest, gr00t_embodiment::request::RequestError> {
-    p.encode(&req.to_observation(p)?)
-}
+mod support;
+use support::encode;
 
 /// The generic processor of the DROID tag.
 fn droid_processor(ck: &Checkpoint, prompt: PromptEncoder) -> EmbodimentProcessor {

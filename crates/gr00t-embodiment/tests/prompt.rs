@@ -1,5 +1,7 @@
 //! Prompt parity with the fixtures (`proc.input_ids`, `case_info.json`) and formalisation rules.
 
+mod support;
+
 use gr00t_embodiment::prompt::{
     chat_text, formalize, formalize_within, is_bundled_tokenizer, PromptEncoder, PromptError,
     MAX_INSTRUCTION_BYTES, MAX_INSTRUCTION_TOKENS, MAX_TOKEN_BYTES, QWEN3_TOKENIZER_SHA256,
@@ -337,24 +339,22 @@ fn both_processor_paths_refuse_an_8_mb_instruction_by_its_bytes() {
     .unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&request_json("case0")).unwrap();
     v["instruction"] = "pick up the block ".repeat(450_000).into();
-    let req =
-        gr00t_embodiment::request::PredictRequest::from_json(v.to_string().as_bytes(), 40, 132)
-            .unwrap();
+    let body = v.to_string();
+    let obs = support::observation(&p, body.as_bytes()).unwrap();
     // HTTP: base64 frames; ZMQ and websocket: decoded frames.
     let frame = || Frame::new(320, 180, vec![90; 320 * 180 * 3]).unwrap();
     let errors = [
-        req.to_observation(&p)
-            .and_then(|obs| p.encode(&obs))
-            .unwrap_err(),
+        support::encode(&p, body.as_bytes()).unwrap_err(),
         p.encode(&gr00t_embodiment::embodiment::Observation {
             images: ["exterior_image_1_left", "wrist_image_left"]
                 .map(|v| (v.to_string(), vec![frame(), frame()]))
                 .to_vec(),
-            state: req.state.to_pairs(),
-            instruction: req.instruction.clone(),
-            noise: req.noise.clone(),
+            ..obs
         })
-        .unwrap_err(),
+        .unwrap_err()
+        .invalid()
+        .expect("the client's fault")
+        .clone(),
     ];
     for e in errors {
         assert_eq!(e.field, "instruction");

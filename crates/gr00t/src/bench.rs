@@ -402,7 +402,7 @@ fn encode_png(width: usize, height: usize, rgb: &[u8]) -> Result<String, Box<dyn
 /// Stage timings, sequence length and CPU ms of one request.
 fn predict(engine: &Engine, body: &[u8]) -> Result<(TimingMs, usize, f64), Box<dyn Error>> {
     let cpu0 = process_cpu_ms()?;
-    let resp = crate::doors::http::body::predict_body(engine, body);
+    let resp = crate::predict_body(engine, body);
     let cpu = process_cpu_ms()? - cpu0;
     match resp {
         Ok(resp) => Ok((resp.timing_ms, resp.seq_len, cpu)),

@@ -10,5 +10,9 @@ pub mod pull;
 pub mod serve;
 mod shutdown;
 
+/// The documented `/predict` JSON body (docs/API.md) → a typed request, and one body straight
+/// through an engine: the contract every client of the library and the bench build on.
+pub use doors::http::body::{predict_body, request_from_body};
+
 // The engine and the device options live in the core crate.
 use gr00t_core::{device, engine};

@@ -5,7 +5,7 @@
 use crate::doors::answers::Answers;
 use crate::doors::browser::{BrowserOptions, BrowserRules};
 use crate::doors::connections::{self, ConnectionOptions, Timers};
-use crate::doors::http::state::{self, AppState, Limits};
+use crate::doors::http::state::{AppState, Limits};
 use crate::doors::http::{body, demo, metrics, observe, routes};
 use crate::doors::ports::{self, BoundPorts};
 use crate::doors::{DoorLimits, ProtocolOptions, Stop};
@@ -124,10 +124,6 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
     // Every door counts its answers where /metrics reads them.
     let answers = observer.metrics().answers();
     let layouts = engine.layouts();
-    let decode: state::Decoder = {
-        let layouts = layouts.clone();
-        std::sync::Arc::new(move |b: &[u8], session| body::request_from_body(b, &layouts, session))
-    };
 
     let sessions = std::sync::Arc::new(Sessions::new(opts.sessions));
     let (worker, handle) = queue::start_engine(engine, opts.queue, sessions)?;
@@ -145,7 +141,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
     if let Some(id) = &opts.replica_id {
         tracing::info!("replica id {id}");
     }
-    let state = AppState::with_observer(handle, decode, info, limits, observer, replica);
+    let state = AppState::with_observer(handle, layouts.clone(), info, limits, observer, replica);
     let served = runtime.block_on(serve(&opts, bound, &doors, state, protocols));
     // Dropping the runtime drops the router and with it the last queue handle, so the worker ends.
     drop(runtime);

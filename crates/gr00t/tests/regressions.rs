@@ -7,7 +7,6 @@
 use gr00t::doors::wire::{msgpack_numpy, npy, observation};
 use gr00t::doors::ws::droid_obs;
 use gr00t_embodiment::image::{decode_base64_frame, decode_frame_bytes, ImageError};
-use gr00t_embodiment::request::PredictRequest;
 use gr00t_fixtures::crc32;
 use rmpv::Value;
 
@@ -216,8 +215,12 @@ fn hostile_json_bodies_are_refused() {
         b"{\"noise\": [[1e39]]}".to_vec(),
         b"{\"instruction\": \"\\ud800\"}".to_vec(),
     ];
+    let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+    let layouts =
+        gr00t_core::engine::Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG])
+            .unwrap();
     for b in bodies {
-        let r = PredictRequest::from_json(&b, 40, 132);
+        let r = gr00t::request_from_body(&b, &layouts, None);
         assert!(
             r.is_err(),
             "{:?}",

@@ -42,8 +42,8 @@
 //! [`max_abs_diff`]) has no clock: [`simulate`] runs it with a fixed delay in ticks, for tests.
 
 use super::{loop_requests, median, percentile, round3};
-use crate::doors::http::body::request_from_body;
 use crate::engine::Engine;
+use crate::request_from_body;
 use gr00t_core::queue::{start_engine, Outcome, Queue};
 use gr00t_core::request::Request;
 use gr00t_core::response::PredictResponse;

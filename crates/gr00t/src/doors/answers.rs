@@ -372,7 +372,7 @@ impl Answers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gr00t_embodiment::request::RequestError;
+    use gr00t_embodiment::observation::RequestError;
 
     #[test]
     fn field_labels_stay_bounded() {

@@ -1,26 +1,245 @@
 //! The HTTP `/predict` body (docs/API.md) → one typed [`Request`]: DROID's layout unless the
-//! body names another `embodiment`. The HTTP door queues this as the job's decoding step, so it
-//! runs on the inference thread as the body parsing always has.
+//! body names another `embodiment`. Every layout's `images` and `state` are read from its key
+//! table ([`Keys`]): DROID's contract names ([`droid`]) or the checkpoint's layout. Frames are
+//! decoded last, each size checked from its header first; the door runs this on the blocking
+//! pool.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+use super::json::{kind, object_with_fields, parse_body, parse_floats};
+use super::json::{parse_instruction, parse_noise_options, required};
 use gr00t_core::engine::Layouts;
-use gr00t_core::request::{AnyRequest, Item, Request};
+use gr00t_core::request::Request;
 use gr00t_core::response::PredictResponse;
-use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions};
+use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions, RTC_KEYS};
 use gr00t_core::session::{check_session_id, SessionKey};
 use gr00t_core::{Engine, InferError};
-use gr00t_embodiment::embodiment_request::EmbodimentRequest;
-use gr00t_embodiment::request::{self, PredictRequest, RequestError};
+use gr00t_embodiment::droid;
+use gr00t_embodiment::embodiment::EmbodimentSpec;
+use gr00t_embodiment::observation::{Observation, RequestError};
 use gr00t_embodiment::EMBODIMENT_TAG;
 use serde_json::{Map, Value};
 use std::time::Instant;
 
+/// Top-level fields of the DROID body (`session_id` and `session_token` name the session).
+const DROID_FIELDS: [&str; 13] = [
+    "images",
+    "state",
+    "instruction",
+    "seed",
+    "noise",
+    "return_normalized",
+    RTC_KEYS[0],
+    RTC_KEYS[1],
+    RTC_KEYS[2],
+    RTC_KEYS[3],
+    RTC_KEYS[4],
+    "session_id",
+    "session_token",
+];
+
+/// Top-level fields of any other layout's body: `embodiment` plus DROID's.
+const LAYOUT_FIELDS: [&str; DROID_FIELDS.len() + 1] = {
+    let mut fields = ["embodiment"; DROID_FIELDS.len() + 1];
+    let mut i = 0;
+    while i < DROID_FIELDS.len() {
+        fields[i + 1] = DROID_FIELDS[i];
+        i += 1;
+    }
+    fields
+};
+
+/// The keys a body's `images` and `state` must have, and how a refusal words them: DROID's
+/// contract keeps the texts docs/API.md fixed; every other layout lists its own keys.
+#[derive(Clone, Copy)]
+enum Keys<'a> {
+    /// [`droid::CAMERAS`] × [`droid::FRAMES_PER_CAMERA`], [`droid::STATE_KEYS`].
+    Droid,
+    /// The layout's views × frame offsets and state keys.
+    Layout(&'a EmbodimentSpec),
+}
+
+impl Keys<'_> {
+    /// The top-level fields a body may have.
+    fn fields(self) -> &'static [&'static str] {
+        match self {
+            Keys::Droid => &DROID_FIELDS,
+            Keys::Layout(_) => &LAYOUT_FIELDS,
+        }
+    }
+
+    /// `{view: [base64, …]}`, views and frame counts checked; `current_only` also allows the
+    /// frame at t alone (a session's history has the older ones).
+    fn images(
+        self,
+        v: &Value,
+        current_only: bool,
+    ) -> Result<Vec<(String, Vec<String>)>, RequestError> {
+        match self {
+            Keys::Droid => droid_images(v, current_only),
+            Keys::Layout(spec) => layout_images(v, spec, current_only),
+        }
+    }
+
+    /// `{key: [D]}` with exactly the table's keys and widths, in model order.
+    fn state(self, v: &Value) -> Result<Vec<(String, Vec<f32>)>, RequestError> {
+        let keys: Vec<(&str, usize)> = match self {
+            Keys::Droid => droid::STATE_KEYS.to_vec(),
+            Keys::Layout(spec) => spec.state.keys().collect(),
+        };
+        let wording = match self {
+            Keys::Droid => None,
+            Keys::Layout(spec) => {
+                let list: Vec<String> = keys.iter().map(|(k, d)| format!("{k} [{d}]")).collect();
+                Some(format!("{} takes state {{{}}}", spec.tag, list.join(", ")))
+            }
+        };
+        let map = v.as_object().ok_or_else(|| {
+            let msg = match &wording {
+                None => format!("expected an object, got {}", kind(v)),
+                Some(w) => format!("expected an object of keys, got {}; {w}", kind(v)),
+            };
+            RequestError::new("state", msg)
+        })?;
+        if let Some(k) = map.keys().find(|k| !keys.iter().any(|(key, _)| key == k)) {
+            let msg = match (&wording, self) {
+                (Some(w), Keys::Layout(spec)) => format!("not a state key of {}; {w}", spec.tag),
+                _ => {
+                    let names: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
+                    format!("unknown state key (expected {})", names.join(", "))
+                }
+            };
+            return Err(RequestError::new(format!("state.{k}"), msg));
+        }
+        keys.iter()
+            .map(|&(key, dim)| {
+                let field = format!("state.{key}");
+                let missing = match &wording {
+                    None => "is required".to_string(),
+                    Some(w) => format!("missing; {w}"),
+                };
+                let value = map
+                    .get(key)
+                    .ok_or_else(|| RequestError::new(&field, missing))?;
+                Ok((key.to_string(), parse_floats(value, &field, dim)?))
+            })
+            .collect()
+    }
+}
+
+/// DROID's `images`: exactly its two cameras, each `[t-15, t]` (or `[t]` in a session).
+fn droid_images(v: &Value, current_only: bool) -> Result<Vec<(String, Vec<String>)>, RequestError> {
+    let obj = v.as_object().ok_or_else(|| {
+        RequestError::new("images", format!("expected an object, got {}", kind(v)))
+    })?;
+    let cameras = droid::CAMERAS;
+    if let Some(key) = obj.keys().find(|k| !cameras.contains(&k.as_str())) {
+        return Err(RequestError::new(
+            format!("images.{key}"),
+            format!(
+                "unknown camera (expected exactly {})",
+                cameras.join(" and ")
+            ),
+        ));
+    }
+    let count = droid::FRAMES_PER_CAMERA;
+    cameras
+        .iter()
+        .map(|cam| {
+            let field = format!("images.{cam}");
+            let frames = obj
+                .get(*cam)
+                .ok_or_else(|| RequestError::new(&field, "camera is missing"))?
+                .as_array()
+                .ok_or_else(|| {
+                    RequestError::new(&field, "expected an array of two base64 strings [t-15, t]")
+                })?;
+            if frames.len() != count && !(current_only && frames.len() == 1) {
+                let or_one = if current_only {
+                    " (or 1, [t]: the session keeps t-15)"
+                } else {
+                    ""
+                };
+                return Err(RequestError::new(
+                    &field,
+                    format!(
+                        "expected exactly {count} frames [t-15, t]{or_one}, got {}",
+                        frames.len()
+                    ),
+                ));
+            }
+            let frames = frames
+                .iter()
+                .enumerate()
+                .map(|(i, f)| match f {
+                    Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                    _ => Err(RequestError::new(
+                        format!("{field}[{i}]"),
+                        "expected a non-empty base64 string",
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((cam.to_string(), frames))
+        })
+        .collect()
+}
+
+/// Any layout's `images`: its views, one frame per offset each, checked before any frame is
+/// read.
+fn layout_images(
+    v: &Value,
+    spec: &EmbodimentSpec,
+    current_only: bool,
+) -> Result<Vec<(String, Vec<String>)>, RequestError> {
+    let map: &Map<String, Value> = v.as_object().ok_or_else(|| {
+        RequestError::new(
+            "images",
+            format!(
+                "expected an object of views, got {}; {} takes views {:?}, {} frame(s) each (offsets {:?}, oldest first)",
+                kind(v),
+                spec.tag,
+                spec.views,
+                spec.frame_deltas.len(),
+                spec.frame_deltas
+            ),
+        )
+    })?;
+    let mut lists = Vec::with_capacity(map.len());
+    for (view, frames) in map {
+        let list = frames.as_array().ok_or_else(|| {
+            RequestError::new(
+                format!("images.{view}"),
+                format!("expected an array of base64 frames, got {}", kind(frames)),
+            )
+        })?;
+        lists.push((view.as_str(), list));
+    }
+    spec.check_sent_views(lists.iter().map(|(v, l)| (*v, l.len())), current_only)?;
+    lists
+        .into_iter()
+        .map(|(view, list)| {
+            let frames = list
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    f.as_str().map(str::to_string).ok_or_else(|| {
+                        RequestError::new(
+                            format!("images.{view}[{i}]"),
+                            format!("expected a base64 PNG/JPEG string, got {}", kind(f)),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((view.to_string(), frames))
+        })
+        .collect()
+}
+
 /// Parses and validates one body against the served layouts, in the session the body or the
-/// `X-Session-Id` header (`header_session`) names; the time it took is the request's
-/// `decode_ms`.
+/// `X-Session-Id` header (`header_session`) names; the time it took, frames decoded, is the
+/// request's `decode_ms`.
 pub fn request_from_body(
     body: &[u8],
     layouts: &Layouts,
@@ -28,10 +247,10 @@ pub fn request_from_body(
 ) -> Result<Request, RequestError> {
     let t0 = Instant::now();
     let (horizon, action_dim) = (layouts.horizon, layouts.action_dim);
-    let mut value = request::parse_body(body, horizon, action_dim)?;
+    let value = parse_body(body, horizon, action_dim)?;
     let named = match value.get("embodiment") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
         Some(v) => {
             return Err(RequestError::new(
                 "embodiment",
@@ -39,11 +258,15 @@ pub fn request_from_body(
             ))
         }
     };
-    let spec = match &named {
-        None => layouts.specs.first().ok_or_else(|| {
+    let default = layouts
+        .specs
+        .first()
+        .and_then(|s| layouts.resolve_with_frames(&s.tag));
+    let (spec, frames) = match &named {
+        None => default.ok_or_else(|| {
             RequestError::new("embodiment", "no embodiment is served".to_string())
         })?,
-        Some(name) => layouts.resolve(name).ok_or_else(|| {
+        Some(name) => layouts.resolve_with_frames(name).ok_or_else(|| {
             RequestError::new(
                 "embodiment",
                 format!("{name:?} is not served here; served: {:?}", layouts.tags()),
@@ -62,30 +285,33 @@ pub fn request_from_body(
         )?,
         None => None,
     };
-    let (item, return_normalized) = if layouts.droid && spec.tag == EMBODIMENT_TAG {
-        if let Some(obj) = value.as_object_mut() {
-            obj.remove("embodiment");
-        }
-        let req = PredictRequest::from_value_in(&value, horizon, action_dim, session.is_some())?;
-        let normalized = req.return_normalized;
-        (Item::DroidBody(req), normalized)
+    let keys = if layouts.droid && spec.tag == EMBODIMENT_TAG {
+        Keys::Droid
     } else {
-        let req =
-            EmbodimentRequest::from_value_in(&value, spec, horizon, action_dim, session.is_some())?;
-        drop(value);
-        let item = Item::Any(AnyRequest {
-            tag: spec.tag.clone(),
-            observation: req.observation,
-        });
-        (item, req.return_normalized)
+        Keys::Layout(spec)
+    };
+    // DROID's body may name its tag; its unknown-field refusal lists DROID's own fields.
+    let obj = object_with_fields(&value, keys.fields(), &["embodiment"])?;
+    let in_session = session.is_some();
+    let views = keys.images(required(obj, "images")?, in_session)?;
+    let state = keys.state(required(obj, "state")?)?;
+    let instruction = parse_instruction(obj)?;
+    let (noise, return_normalized) = parse_noise_options(obj, horizon, action_dim)?;
+    drop(value);
+    let images = frames.decode(spec, &views, in_session)?;
+    let observation = Observation {
+        images,
+        state,
+        instruction,
+        noise,
     };
     Ok(Request {
-        item,
         return_normalized,
         decode_ms: t0.elapsed().as_secs_f64() * 1e3,
         rtc,
         session: session.map(|id| session_key(&id)),
         session_token,
+        ..Request::new(spec.tag.clone(), observation)
     })
 }
 

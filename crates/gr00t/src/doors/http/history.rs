@@ -8,8 +8,8 @@
 use axum::body::Bytes;
 use base64::Engine as _;
 use gr00t_core::response::PredictResponse;
+use gr00t_embodiment::droid::{CAMERAS, FRAMES_PER_CAMERA};
 use gr00t_embodiment::image::{decode_base64_frame, ImagePipeline};
-use gr00t_embodiment::request::{CAMERAS, FRAMES_PER_CAMERA};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};

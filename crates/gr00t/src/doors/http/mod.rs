@@ -7,6 +7,7 @@ pub(crate) mod demo;
 mod errors;
 pub mod hardening;
 mod history;
+mod json;
 pub(crate) mod metrics;
 pub(crate) mod observe;
 pub mod request_log;

@@ -146,7 +146,7 @@ async fn compute(
     if session.is_none() && app.0.worker.is_full() {
         return Err(api_error(app.0.worker.busy()));
     }
-    let decode = app.0.decode.clone();
+    let layouts = app.0.layouts.clone();
     let raw = body.clone();
     // Parsed off the two runtime threads, a few at a time; the session must be known before
     // queueing, for latest-wins.
@@ -156,10 +156,12 @@ async fn compute(
         .acquire()
         .await
         .map_err(|e| ApiError::internal(format!("the body parser is closed: {e}")))?;
-    let request = tokio::task::spawn_blocking(move || decode(&raw, session))
-        .await
-        .map_err(|e| ApiError::internal(format!("the body decoder failed: {e}")))?
-        .map_err(|e| ApiError::bad_field(&e.field, e.message))?;
+    let request = tokio::task::spawn_blocking(move || {
+        super::body::request_from_body(&raw, &layouts, session)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the body decoder failed: {e}")))?
+    .map_err(|e| ApiError::bad_field(&e.field, e.message))?;
     drop(permit);
     let reply = app.0.worker.submit(request).map_err(api_error)?;
     match reply.await {

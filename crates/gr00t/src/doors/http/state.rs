@@ -1,4 +1,4 @@
-//! What the HTTP door's handlers share: the queue, the body decoder, the engine's description,
+//! What the HTTP door's handlers share: the queue, the served layouts, the engine's description,
 //! the limits, the observer. Below the routes, the request log and the status page, which all
 //! read it.
 
@@ -6,10 +6,9 @@ use super::demo::demo_body;
 use super::observe::Observer;
 use axum::body::Bytes;
 use axum::http::HeaderValue;
+use gr00t_core::engine::Layouts;
 use gr00t_core::queue::{Queue, QueueState};
-use gr00t_core::request::Request as InferRequest;
 use gr00t_core::EngineInfo;
-use gr00t_embodiment::request::RequestError;
 use std::sync::Arc;
 
 /// Request limits, reported by `/info`.
@@ -23,18 +22,14 @@ pub struct Limits {
     pub connections: crate::doors::connections::Caps,
 }
 
-/// Turns a `/predict` body and the `x-session-id` header's session into a typed request (run on
-/// the blocking pool).
-pub type Decoder =
-    Arc<dyn Fn(&[u8], Option<String>) -> Result<InferRequest, RequestError> + Send + Sync>;
-
 /// What the handlers share.
 #[derive(Clone)]
 pub struct AppState(pub(super) Arc<Inner>);
 
 pub(super) struct Inner {
     pub(super) worker: Queue,
-    pub(super) decode: Decoder,
+    /// The served layouts a `/predict` body is read against.
+    pub(super) layouts: Arc<Layouts>,
     pub(super) replica: Option<HeaderValue>,
     pub(super) info: EngineInfo,
     pub(super) limits: Limits,
@@ -52,16 +47,16 @@ const PARSERS: usize = 2;
 impl AppState {
     /// State with default observation (metrics, and a status page without frames), for tests.
     #[cfg(test)]
-    pub fn new(worker: Queue, decode: Decoder, info: EngineInfo, limits: Limits) -> AppState {
+    pub fn new(worker: Queue, layouts: Layouts, info: EngineInfo, limits: Limits) -> AppState {
         let observer = Observer::new(Default::default()).expect("start the history thread");
-        AppState::with_observer(worker, decode, info, limits, observer, None)
+        AppState::with_observer(worker, layouts, info, limits, observer, None)
     }
 
-    /// State over a running queue, the body decoder, the engine's description, an observer
+    /// State over a running queue, the served layouts, the engine's description, an observer
     /// and the replica id that every response names (see [`super::routes::replica_id`]).
     pub fn with_observer(
         worker: Queue,
-        decode: Decoder,
+        layouts: Layouts,
         info: EngineInfo,
         limits: Limits,
         observer: Observer,
@@ -73,7 +68,7 @@ impl AppState {
             .unwrap_or(0);
         AppState(Arc::new(Inner {
             worker,
-            decode,
+            layouts: Arc::new(layouts),
             replica,
             info,
             limits,

@@ -1,19 +1,21 @@
 //! In-process tests of the HTTP layer with stand-in predictors (the real model is exercised by
-//! `tests/server.rs`): refusals, limits, overload, panics. The stand-in decoder passes each body
-//! on as the instruction of a request, so the stand-in predictor answers by body.
+//! `tests/server.rs`): refusals, limits, overload, panics. Bodies are the tiny checkpoint's
+//! DROID request with a script word as the instruction, parsed as served; the stand-in
+//! predictor answers by that word.
 
-use super::state::{AppState, Decoder, Limits};
+use super::state::{AppState, Limits};
 use crate::doors::browser::{BrowserOptions, BrowserRules};
 use crate::doors::connections::{size_caps, ConnectionOptions, Timers};
 use crate::doors::{DoorLimits, Stop};
 use crate::engine::EngineInfo;
+use gr00t_core::engine::Layouts;
 use gr00t_core::queue::{self as worker, PredictFn};
-use gr00t_core::request::{AnyRequest, Item, Request};
+use gr00t_core::request::Request;
 use gr00t_core::response::{ActionGroups, PredictResponse, TimingMs};
 use gr00t_core::InferError;
-use gr00t_embodiment::embodiment::Observation;
-use gr00t_embodiment::request::{NoiseSource, RequestError};
+use gr00t_embodiment::observation::RequestError;
 use gr00t_fixtures::http_client::{exchange, get, post_json, request};
+use gr00t_model::Checkpoint;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
@@ -83,10 +85,10 @@ fn start_named(
         connections: caps,
     };
     let state = match replica {
-        None => AppState::new(handle, body_as_instruction(), info(), limits),
+        None => AppState::new(handle, tiny_layouts(), info(), limits),
         Some(id) => AppState::with_observer(
             handle,
-            body_as_instruction(),
+            tiny_layouts(),
             info(),
             limits,
             super::observe::Observer::new(Default::default()).unwrap(),
@@ -110,29 +112,23 @@ fn start_named(
     }
 }
 
-/// The stand-in decoder: the body becomes the instruction of a generic request, in the
-/// header's session.
-fn body_as_instruction() -> Decoder {
-    std::sync::Arc::new(|body: &[u8], session| {
-        Ok(Request::new(Item::Any(AnyRequest {
-            tag: "test".into(),
-            observation: Observation {
-                images: vec![],
-                state: vec![],
-                instruction: String::from_utf8_lossy(body).into_owned(),
-                noise: NoiseSource::Seed(0),
-            },
-        }))
-        .in_session(session.as_deref().map(super::body::session_key)))
-    })
+/// The tiny checkpoint's DROID layout, as the server reads bodies against it.
+fn tiny_layouts() -> Layouts {
+    let ckpt = Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+    Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG]).unwrap()
 }
 
-/// The body a stand-in request carries.
+/// A valid DROID body (case3's, the smallest) whose instruction is `word`, the stand-in predictor's script.
+fn body(word: &str) -> Vec<u8> {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&gr00t_fixtures::request_json("case3")).unwrap();
+    v["instruction"] = word.into();
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// The script word a stand-in request carries.
 fn body_of(request: &Request) -> &[u8] {
-    match &request.item {
-        Item::Any(a) => a.observation.instruction.as_bytes(),
-        _ => b"",
-    }
+    request.observation.instruction.as_bytes()
 }
 
 fn ok_response(seq_len: usize) -> PredictResponse {
@@ -153,8 +149,8 @@ fn ok_response(seq_len: usize) -> PredictResponse {
     }
 }
 
-/// Answers by body: `bad` → 400 on state.eef_9d, `panic` → panics, `fail` → internal error,
-/// `block` → waits for a release, anything else → 200 with `seq_len` = body length.
+/// Answers by instruction: `bad` → 400 on state.eef_9d, `panic` → panics, `fail` → internal
+/// error, `block` → waits for a release, anything else → 200 with `seq_len` = its length.
 fn scripted(started: Sender<()>, release: Receiver<()>) -> PredictFn {
     let release = Mutex::new(release);
     Box::new(move |request: Request, _| match body_of(&request) {
@@ -209,25 +205,25 @@ fn get_endpoints_answer_json() {
 #[test]
 fn predict_outcomes_map_to_status_codes() {
     let s = simple_server(1 << 20);
-    let r = post_json(&s.addr, "/predict", b"{}").unwrap();
+    let r = post_json(&s.addr, "/predict", &body("ok")).unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["seq_len"], 2);
-    let r = post_json(&s.addr, "/predict", b"bad").unwrap();
+    let r = post_json(&s.addr, "/predict", &body("bad")).unwrap();
     assert_eq!(r.status, 400);
     let j = r.json();
     assert_eq!(j["error"], "state.eef_9d: expected 9 numbers, got 8");
     assert_eq!(j["field"], "state.eef_9d");
-    let r = post_json(&s.addr, "/predict", b"fail").unwrap();
+    let r = post_json(&s.addr, "/predict", &body("fail")).unwrap();
     assert_eq!(r.status, 500);
     assert!(r.json()["error"].as_str().unwrap().contains("device lost"));
-    let r = post_json(&s.addr, "/predict", b"panic").unwrap();
+    let r = post_json(&s.addr, "/predict", &body("panic")).unwrap();
     assert_eq!(r.status, 500);
     assert!(r.json()["error"]
         .as_str()
         .unwrap()
         .contains("deliberate test panic"));
     // The server and its worker survive the panic.
-    let r = post_json(&s.addr, "/predict", b"[1]").unwrap();
+    let r = post_json(&s.addr, "/predict", &body("one")).unwrap();
     assert_eq!((r.status, r.json()["seq_len"].as_u64()), (200, Some(3)));
 }
 
@@ -265,9 +261,10 @@ fn wrong_content_type_and_oversize_bodies_are_refused() {
     let r = exchange(&s.addr, head.as_bytes(), &body).unwrap();
     assert_eq!(r.status, 413);
     assert!(r.json()["error"].as_str().unwrap().contains("1000 bytes"));
-    // Exactly at the limit is fine.
+    // Exactly at the limit is read and parsed (and refused as JSON, not for its size).
     let r = post_json(&s.addr, "/predict", &vec![b' '; 1000]).unwrap();
-    assert_eq!(r.status, 200);
+    assert_eq!((r.status, r.json()["field"].as_str()), (400, Some("body")));
+    assert!(r.json()["error"].as_str().unwrap().contains("invalid JSON"));
 }
 
 #[test]
@@ -276,17 +273,17 @@ fn full_queue_answers_503_with_retry_after() {
     let (release, release_rx) = channel();
     let s = start(scripted(started_tx, release_rx), 1, 1 << 20);
     let addr = Arc::new(s.addr.clone());
-    let spawn = |body: &'static [u8]| {
+    let spawn = |word: &'static str| {
         let addr = addr.clone();
-        std::thread::spawn(move || post_json(&addr, "/predict", body).unwrap())
+        std::thread::spawn(move || post_json(&addr, "/predict", &body(word)).unwrap())
     };
-    let first = spawn(b"block");
+    let first = spawn("block");
     started.recv().unwrap(); // in flight
-    let second = spawn(b"[12]");
+    let second = spawn("four");
     // Wait (bounded) until the second request sits in the queue.
     let queued = (0..2000).any(|_| get(&s.addr, "/info").unwrap().json()["queue"]["waiting"] == 1);
     assert!(queued, "second request never reached the queue");
-    let r = post_json(&s.addr, "/predict", b"{}").unwrap();
+    let r = post_json(&s.addr, "/predict", &body("ok")).unwrap();
     assert_eq!(r.status, 503);
     let retry: u64 = r
         .header("retry-after")
@@ -311,8 +308,8 @@ fn every_response_names_the_replica_when_one_is_set() {
     assert_eq!(info.json()["replica_id"], "gr00t-0");
     // Answers, refusals, probes and unknown paths alike: a balancer's client can always tell.
     for r in [
-        post_json(&s.addr, "/predict", b"{}").unwrap(),
-        post_json(&s.addr, "/predict", b"bad").unwrap(),
+        post_json(&s.addr, "/predict", &body("ok")).unwrap(),
+        post_json(&s.addr, "/predict", &body("bad")).unwrap(),
         get(&s.addr, "/health").unwrap(),
         get(&s.addr, "/nope").unwrap(),
     ] {

@@ -20,14 +20,14 @@ use super::msgpack_numpy::{decode_array, encode_array, get, scalar, str_map, typ
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
 use super::session::{session_id, session_token};
-use gr00t_core::request::{AnyRequest, Item};
+use gr00t_core::request::Request;
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions, RtcPlan};
 use gr00t_embodiment::embodiment::{EmbodimentSpec, Observation};
 use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::frame_policy::{frame_policy, FramePolicy};
 use gr00t_embodiment::image::Frame;
-use gr00t_embodiment::request::{NoiseSource, DEFAULT_SEED};
+use gr00t_embodiment::observation::{NoiseSource, DEFAULT_SEED};
 use gr00t_model::checkpoint::ModalityConfigs;
 use rmpv::Value;
 
@@ -477,7 +477,7 @@ fn flatten(v: &Value, shape: &[usize], out: &mut Vec<f32>) -> bool {
 #[derive(Debug)]
 pub struct Parsed {
     /// The batch, in order.
-    pub items: Vec<Item>,
+    pub items: Vec<Request>,
     /// The form the message's arrays used (`FormsSeen::reply_form`).
     pub form: ArrayForm,
     /// Real-time chunking, one plan for every batch item.
@@ -646,15 +646,15 @@ fn parse_for(
             .zip(&state_rows)
             .map(|((key, _), rows)| (key.clone(), rows[i].clone()))
             .collect();
-        out.push(Item::Any(AnyRequest {
-            tag: schema.tag.clone(),
-            observation: Observation {
+        out.push(Request::new(
+            schema.tag.clone(),
+            Observation {
                 images,
                 state,
                 instruction,
                 noise,
             },
-        }));
+        ));
     }
     Ok(Parsed {
         items: out,

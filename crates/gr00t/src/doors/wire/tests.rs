@@ -5,24 +5,8 @@ use super::msgpack_numpy::{self as mp, pack, str_map, unpack};
 use super::ndarray::{DType, Kind, NdArray};
 use super::npy;
 use super::observation::{self, Schema};
-use gr00t_core::request::Item;
-use gr00t_embodiment::embodiment::Observation;
-use gr00t_embodiment::request::NoiseSource;
+use gr00t_embodiment::observation::NoiseSource;
 use rmpv::Value;
-
-/// The observation of an item (these tests decode the DROID layout).
-trait DroidItem {
-    fn droid(&self) -> Observation;
-}
-
-impl DroidItem for Item {
-    fn droid(&self) -> Observation {
-        match self {
-            Item::Any(a) => a.observation.clone(),
-            other => panic!("not a decoded item: {other:?}"),
-        }
-    }
-}
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
@@ -324,14 +308,14 @@ fn gr00t_observation_nested_and_flat() {
         assert_eq!(parsed.form, mp::ArrayForm::Npy);
         let items = parsed.items;
         assert_eq!(items.len(), 2);
-        assert_eq!(items[1].droid().images[0].1[1].data[0], 1);
-        assert_eq!(items[1].droid().images[1].1[0].data[0], 2);
+        assert_eq!(items[1].observation.images[0].1[1].data[0], 1);
+        assert_eq!(items[1].observation.images[1].1[0].data[0], 2);
         assert_eq!(
-            items[0].droid().state[2],
+            items[0].observation.state[2],
             ("joint_position".into(), vec![0.5; 7])
         );
-        assert_eq!(items[0].droid().instruction, "pick it");
-        assert_eq!(items[0].droid().noise, NoiseSource::Seed(42));
+        assert_eq!(items[0].observation.instruction, "pick it");
+        assert_eq!(items[0].observation.noise, NoiseSource::Seed(42));
     }
     // The nested server names the flag a flat client needs.
     let e = observation::parse(Some(&gr00t_obs(1, 2, true)), None, &schema(false)).unwrap_err();
@@ -349,7 +333,10 @@ fn gr00t_options_seed_and_noise() {
     let obs = gr00t_obs(2, 2, false);
     let opts = |pairs: Vec<(&str, Value)>| str_map(pairs);
     let seeds = observation::parse(Some(&obs), Some(&opts(vec![("seed", Value::from(5))])), &s);
-    assert_eq!(seeds.unwrap().items[1].droid().noise, NoiseSource::Seed(5));
+    assert_eq!(
+        seeds.unwrap().items[1].observation.noise,
+        NoiseSource::Seed(5)
+    );
     let noise = |shape: Vec<usize>| {
         let n: usize = shape.iter().product();
         let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
@@ -363,7 +350,7 @@ fn gr00t_options_seed_and_noise() {
     )
     .unwrap()
     .items;
-    match (&items[0].droid().noise, &items[1].droid().noise) {
+    match (&items[0].observation.noise, &items[1].observation.noise) {
         (NoiseSource::Client(a), NoiseSource::Client(b)) => {
             assert_eq!((a[0], b[0], b.len()), (0.0, 5280.0, 5280));
         }
@@ -376,7 +363,7 @@ fn gr00t_options_seed_and_noise() {
     )
     .unwrap()
     .items;
-    assert_eq!(items[0].droid().noise, items[1].droid().noise);
+    assert_eq!(items[0].observation.noise, items[1].observation.noise);
     let e = observation::parse(
         Some(&obs),
         Some(&opts(vec![("noise", noise(vec![40, 8]))])),
@@ -546,7 +533,7 @@ fn reply_form_follows_the_request() {
         .unwrap(),
     )]);
     let c = observation::parse(Some(&legacy), Some(&seed), &s).unwrap();
-    assert_eq!(c.items[0].droid().noise, NoiseSource::Seed(5));
+    assert_eq!(c.items[0].observation.noise, NoiseSource::Seed(5));
 }
 
 #[test]
@@ -597,14 +584,14 @@ fn gr00t_observation_from_the_openpi_door() {
     let b = observation::parse_openpi(&unbatched, &s).unwrap().items;
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
     assert_eq!(b.len(), 1);
-    assert_eq!(b[0].droid().noise, NoiseSource::Seed(42));
+    assert_eq!(b[0].observation.noise, NoiseSource::Seed(42));
     // `seed` / `noise` sit in the message itself, and refusals name them so.
     let Value::Map(mut m) = unbatched else {
         unreachable!()
     };
     m.push((Value::from("seed"), Value::from(7)));
     let seeded = observation::parse_openpi(&Value::Map(m.clone()), &s).unwrap();
-    assert_eq!(seeded.items[0].droid().noise, NoiseSource::Seed(7));
+    assert_eq!(seeded.items[0].observation.noise, NoiseSource::Seed(7));
     m.push((Value::from("noise"), Value::from(1)));
     let e = observation::parse_openpi(&Value::Map(m), &s).unwrap_err();
     assert_eq!(e, "give either seed or noise, not both");

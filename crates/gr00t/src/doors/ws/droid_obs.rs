@@ -13,12 +13,13 @@
 
 use crate::doors::wire::msgpack_numpy::{from_openpi_array, get, scalar, type_name};
 use crate::doors::wire::ndarray::{DType, Kind};
-use gr00t_core::request::{AnyRequest, Item};
+use gr00t_core::request::Request;
+use gr00t_embodiment::droid::{RawState, CAMERAS};
 use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::frame_policy::check_frame_geometry;
 use gr00t_embodiment::image::Frame;
+use gr00t_embodiment::observation::{NoiseSource, DEFAULT_SEED};
 use gr00t_embodiment::pose;
-use gr00t_embodiment::request::{NoiseSource, RawState, CAMERAS, DEFAULT_SEED};
 use gr00t_embodiment::EMBODIMENT_TAG;
 use rmpv::Value;
 
@@ -51,9 +52,9 @@ pub struct DroidObservation {
 }
 
 impl DroidObservation {
-    /// The request item: DROID's generic observation, a camera sent alone with its one frame
+    /// The request: DROID's generic observation, a camera sent alone with its one frame
     /// (the session's frame history completes it on the inference thread).
-    pub fn into_item(self) -> Item {
+    pub fn into_request(self) -> Request {
         let images = CAMERAS
             .iter()
             .zip(self.cameras)
@@ -65,15 +66,15 @@ impl DroidObservation {
                 (cam.to_string(), frames)
             })
             .collect();
-        Item::Any(AnyRequest {
-            tag: EMBODIMENT_TAG.to_string(),
-            observation: Observation {
+        Request::new(
+            EMBODIMENT_TAG,
+            Observation {
                 images,
                 state: self.state.to_pairs(),
                 instruction: self.instruction,
                 noise: self.noise,
             },
-        })
+        )
     }
 }
 

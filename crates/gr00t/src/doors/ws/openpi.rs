@@ -21,7 +21,7 @@ use crate::doors::wire::observation::{action_dict, parse_openpi, pick_schema, re
 use crate::doors::wire::session::{session_id, session_token};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
-use gr00t_core::request::{Item, Request};
+use gr00t_core::request::Request;
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::RtcPlan;
 use gr00t_core::session::SessionKey;
@@ -157,7 +157,7 @@ impl Connection {
             None if nested => return self.nested(ctx, &v, m).await.map(|(r, p)| (r, Some(p))),
             None => {
                 let obs = parse(m)?;
-                (obs.into_item(), droid_rtc(m)?, None)
+                (obs.into_request(), droid_rtc(m)?, None)
             }
             Some(e) => {
                 let session = session_id(m, "")?.map(|id| self.arena_key(&id));
@@ -172,7 +172,7 @@ impl Connection {
                     }
                     Endpoint::Infer => {
                         let obs = parse(m)?;
-                        (obs.into_item(), droid_rtc(m)?, session)
+                        (obs.into_request(), droid_rtc(m)?, session)
                     }
                 }
             }
@@ -211,7 +211,8 @@ impl Connection {
         // One queue entry per batch item, in order, as on the ZMQ door.
         let mut responses = Vec::with_capacity(items.len());
         for item in &items {
-            let request = Request::from(item.clone())
+            let request = item
+                .clone()
                 .with_rtc_plan(rtc.clone())
                 .in_session(session.clone())
                 .with_session_token(parsed.session_token.clone());
@@ -258,13 +259,13 @@ fn is_nested(m: &[(Value, Value)]) -> bool {
 /// Queues and runs one request; returns the response and the inference time.
 async fn run(
     ctx: &WsContext,
-    item: Item,
+    item: Request,
     rtc: Option<RtcPlan>,
     session: SessionKey,
     token: Option<String>,
 ) -> Result<(PredictResponse, f64), Refusal> {
     let t0 = Instant::now();
-    let request = Request::from(item)
+    let request = item
         .with_rtc_plan(rtc)
         .in_session(Some(session))
         .with_session_token(token);

@@ -4,10 +4,10 @@
 use super::droid_obs::{self, eef_9d_from_cartesian, CameraInput};
 use crate::doors::wire::msgpack_numpy as mp;
 use crate::doors::wire::ndarray::{DType, NdArray};
-use gr00t_core::request::Item;
+use gr00t_embodiment::droid::RawState;
 use gr00t_embodiment::frame_history::FrameHistory;
 use gr00t_embodiment::image::Frame;
-use gr00t_embodiment::request::{NoiseSource, RawState};
+use gr00t_embodiment::observation::NoiseSource;
 use rmpv::Value;
 
 #[test]
@@ -91,13 +91,11 @@ fn state() -> RawState {
 /// offsets `[-15, 0]`): each camera's `[t−15, t]`.
 fn through(h: &mut FrameHistory, obs: droid_obs::DroidObservation) -> Vec<Vec<Frame>> {
     let deltas = [-15, 0];
-    let Item::Any(a) = obs.into_item() else {
-        panic!("not a generic item")
-    };
+    let a = obs.into_request();
     assert_eq!(a.tag, gr00t_embodiment::EMBODIMENT_TAG);
     let mut images = a.observation.images;
     let names: Vec<&str> = images.iter().map(|(v, _)| v.as_str()).collect();
-    assert_eq!(names, gr00t_embodiment::request::CAMERAS);
+    assert_eq!(names, gr00t_embodiment::droid::CAMERAS);
     if let Some(currents) = h.fill(&mut images, &deltas).unwrap() {
         h.record(currents, &deltas);
     }
@@ -126,9 +124,7 @@ fn history_pairs_each_frame_with_the_one_15_observations_back() {
     o.cameras[0] = CameraInput::Pair([frame(1), frame(2)]);
     assert_eq!(through(&mut h, o)[0], [frame(1), frame(2)]);
     // The state and the rest of the observation pass unchanged.
-    let Item::Any(a) = observation(3).into_item() else {
-        unreachable!()
-    };
+    let a = observation(3).into_request();
     assert_eq!(a.observation.state, state().to_pairs());
     assert_eq!(a.observation.instruction, "go");
     assert_eq!(a.observation.noise, NoiseSource::Seed(42));

@@ -20,7 +20,7 @@ use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
 use gr00t_core::response::PredictResponse;
 use gr00t_embodiment::embodiment_tags;
-use gr00t_embodiment::request::NoiseSource;
+use gr00t_embodiment::observation::NoiseSource;
 use gr00t_embodiment::EMBODIMENT_TAG;
 use rmpv::Value;
 
@@ -110,7 +110,7 @@ async fn infer_actions(
             let seed = uint(s)
                 .ok_or_else(|| format!("seed must be a non-negative int. Got {}", type_name(s)))?;
             for item in &mut items {
-                item.set_noise(NoiseSource::Seed(seed));
+                item.observation.noise = NoiseSource::Seed(seed);
             }
         }
     }
@@ -119,7 +119,7 @@ async fn infer_actions(
     for item in &items {
         responses.push(
             ctx.worker
-                .infer(item.clone().into())
+                .infer(item.clone())
                 .await
                 .map_err(Refusal::infer)?,
         );

@@ -24,7 +24,6 @@ use super::wire::observation::{action_reply, parse, pick_schema, Schema};
 use super::wire::session::session_id;
 use super::{DoorLimits, Stop};
 use gr00t_core::auth::token_matches;
-use gr00t_core::request::Request;
 use gr00t_core::response::PredictResponse;
 use gr00t_core::session::SessionKey;
 use gr00t_core::Queue;
@@ -330,7 +329,8 @@ async fn answer_action(
     // One queue entry per batch item, in order, so a batch never overflows the queue.
     let mut responses = Vec::with_capacity(items.len());
     for item in &items {
-        let request = Request::from(item.clone())
+        let request = item
+            .clone()
             .with_rtc_plan(rtc.clone())
             .in_session(session.clone())
             .with_session_token(p.session_token.clone());

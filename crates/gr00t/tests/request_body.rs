@@ -1,19 +1,55 @@
-//! Validation of the `/predict` body: the fixture requests parse, and every malformed field is
-//! refused with an error that names it.
+//! Validation of the HTTP door's `/predict` body (DROID's key table on the tiny checkpoint):
+//! the fixture requests parse, and every malformed field is refused with an error that names
+//! it.
 
-use gr00t_embodiment::request::{NoiseSource, PredictRequest, DEFAULT_SEED};
+use gr00t_core::engine::Layouts;
+use gr00t_core::request::Request;
+use gr00t_embodiment::observation::{NoiseSource, RequestError, DEFAULT_SEED};
+use gr00t_model::Checkpoint;
 use serde_json::{json, Value};
+use std::sync::OnceLock;
 
 const H: usize = 40;
 const D: usize = 132;
+
+/// The tiny checkpoint's DROID layout.
+fn layouts() -> &'static Layouts {
+    static LAYOUTS: OnceLock<Layouts> = OnceLock::new();
+    LAYOUTS.get_or_init(|| {
+        let ckpt = Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+        let layouts = Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG]).unwrap();
+        assert_eq!((layouts.horizon, layouts.action_dim), (H, D));
+        layouts
+    })
+}
 
 fn fixture(case: &str) -> Value {
     serde_json::from_str(&gr00t_fixtures::request_json(case)).unwrap()
 }
 
+/// The body as the HTTP door reads it (no session).
+fn parse(body: &[u8]) -> Result<Request, RequestError> {
+    gr00t::request_from_body(body, layouts(), None)
+}
+
+fn parse_value(v: &Value) -> Result<Request, RequestError> {
+    parse(v.to_string().as_bytes())
+}
+
 fn refuse(v: Value) -> (String, String) {
-    let e = PredictRequest::from_value(&v, H, D).expect_err("request should be refused");
+    let e = parse_value(&v).expect_err("request should be refused");
     (e.field, e.message)
+}
+
+/// The state group `key` of a parsed request.
+fn state<'a>(req: &'a Request, key: &str) -> &'a [f32] {
+    let (_, v) = req
+        .observation
+        .state
+        .iter()
+        .find(|(k, _)| k == key)
+        .unwrap();
+    v
 }
 
 fn with(mut v: Value, path: &[&str], new: Value) -> Value {
@@ -38,23 +74,18 @@ fn without(mut v: Value, path: &[&str]) -> Value {
 fn fixture_requests_parse_with_their_noise() {
     for case in gr00t_fixtures::CASES {
         let v = fixture(case);
-        let req = PredictRequest::from_value(&v, H, D).unwrap();
+        let req = parse_value(&v).unwrap();
         let taps = gr00t_fixtures::Taps::load(case);
-        match &req.noise {
+        match &req.observation.noise {
             NoiseSource::Client(n) => assert_eq!(n, &taps.f32s("input.noise"), "{case}"),
             other => panic!("{case}: expected client noise, got {other:?}"),
         }
+        for key in ["joint_position", "eef_9d", "gripper_position"] {
+            assert_eq!(state(&req, key), taps.f32s(&format!("input.state.{key}")));
+        }
+        assert_eq!(req.tag, gr00t_embodiment::EMBODIMENT_TAG);
         assert_eq!(
-            req.state.joint_position.to_vec(),
-            taps.f32s("input.state.joint_position")
-        );
-        assert_eq!(req.state.eef_9d.to_vec(), taps.f32s("input.state.eef_9d"));
-        assert_eq!(
-            req.state.gripper_position.to_vec(),
-            taps.f32s("input.state.gripper_position")
-        );
-        assert_eq!(
-            req.instruction,
+            req.observation.instruction,
             gr00t_fixtures::case_info(case)["instruction"]
         );
         assert!(!req.return_normalized);
@@ -65,25 +96,21 @@ fn fixture_requests_parse_with_their_noise() {
 fn seed_defaults_and_explicit() {
     let v = without(fixture("case0"), &["noise"]);
     assert_eq!(
-        PredictRequest::from_value(&v, H, D).unwrap().noise,
+        parse_value(&v).unwrap().observation.noise,
         NoiseSource::Seed(DEFAULT_SEED)
     );
     let v = with(v, &["seed"], json!(7));
     assert_eq!(
-        PredictRequest::from_value(&v, H, D).unwrap().noise,
+        parse_value(&v).unwrap().observation.noise,
         NoiseSource::Seed(7)
     );
     let v = with(v, &["return_normalized"], json!(true));
-    assert!(
-        PredictRequest::from_value(&v, H, D)
-            .unwrap()
-            .return_normalized
-    );
+    assert!(parse_value(&v).unwrap().return_normalized);
 }
 
 #[test]
 fn bad_json_and_body() {
-    let e = PredictRequest::from_json(b"{not json", H, D).unwrap_err();
+    let e = parse(b"{not json").unwrap_err();
     assert_eq!(e.field, "body");
     assert_eq!(refuse(json!([1, 2])).0, "body");
 }
@@ -172,12 +199,7 @@ fn state_errors() {
         "\"gripper_position\": [NaN, ",
         1,
     );
-    assert_eq!(
-        PredictRequest::from_json(text.as_bytes(), H, D)
-            .unwrap_err()
-            .field,
-        "body"
-    );
+    assert_eq!(parse(text.as_bytes()).unwrap_err().field, "body");
 }
 
 #[test]
@@ -236,9 +258,9 @@ fn seed_and_noise_errors() {
     );
 }
 
-/// `from_json` on a serialised value: the path the HTTP body takes.
+/// A serialised body refused.
 fn refuse_body(body: &str) -> (String, String) {
-    let e = PredictRequest::from_json(body.as_bytes(), H, D).expect_err("should be refused");
+    let e = parse(body.as_bytes()).expect_err("should be refused");
     (e.field, e.message)
 }
 
@@ -246,7 +268,7 @@ fn refuse_body(body: &str) -> (String, String) {
 fn oversized_structures_are_refused_before_parsing_naming_the_field() {
     // Valid noise (40 × 132) passes the count; millions of values do not.
     let full = fixture("case0");
-    assert!(PredictRequest::from_json(full.to_string().as_bytes(), H, D).is_ok());
+    assert!(parse_value(&full).is_ok());
     let mut v = without(full.clone(), &["noise"]);
     v["noise"] = json!(vec![0; 1_000_000]);
     let (f, m) = refuse_body(&v.to_string());
@@ -284,8 +306,8 @@ fn the_value_count_skips_strings() {
     // Brackets, commas and escaped quotes inside strings are not structure.
     let instruction = "pick \"it\", [up] {now} \\".repeat(20_000);
     let v = with(fixture("case0"), &["instruction"], json!(instruction));
-    let req = PredictRequest::from_json(v.to_string().as_bytes(), H, D).unwrap();
-    assert_eq!(req.instruction, instruction);
+    let req = parse_value(&v).unwrap();
+    assert_eq!(req.observation.instruction, instruction);
     // A key with an escaped quote is still one key.
     let v = with(fixture("case0"), &["a\"b"], json!(vec![0; 20_000]));
     assert_eq!(refuse_body(&v.to_string()).0, "a\\\"b");

@@ -1,0 +1,73 @@
+//! Base64 frames per view → decoded frames for one layout, each frame's size read from its
+//! header and checked against the tag's frame policy before its pixels are decoded (image
+//! bombs never reach the decoder). The doors run it off the async runtime.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+use crate::embodiment::EmbodimentSpec;
+use crate::frame_policy::{frame_policy, BoundFramePolicy};
+use crate::image::{decode_base64, EncodedFrame, Frame, ImageError, ImagePipeline};
+use crate::observation::RequestError;
+
+/// One layout's frame checks: the checkpoint's image pipeline and the tag's frame policy.
+#[derive(Debug, Clone)]
+pub struct ViewDecoder {
+    images: ImagePipeline,
+    /// The tag's frame policy ([`frame_policy`]), bound to this checkpoint's grid.
+    policy: Option<BoundFramePolicy>,
+}
+
+impl ViewDecoder {
+    /// The checks of `tag` under `images` (the checkpoint's eval transform).
+    pub fn new(tag: &str, images: &ImagePipeline) -> Result<ViewDecoder, ImageError> {
+        Ok(ViewDecoder {
+            images: images.clone(),
+            policy: frame_policy(tag).map(|p| p.bind(images)).transpose()?,
+        })
+    }
+
+    /// Checks one frame's size against the tag's frame policy, if it has one; `field` names it.
+    pub fn check_size(&self, field: &str, width: usize, height: usize) -> Result<(), RequestError> {
+        match &self.policy {
+            Some(policy) => policy
+                .check_size(&self.images, width, height)
+                .map_err(|m| RequestError::new(field, m)),
+            None => Ok(()),
+        }
+    }
+
+    /// Decodes base64 frames per view (`(view, [frame per offset])`) of `spec`'s layout:
+    /// views and counts checked first (`current_only` also allows the frame at t alone), then
+    /// time-major, each frame's size checked from its header before its pixels are decoded.
+    pub fn decode(
+        &self,
+        spec: &EmbodimentSpec,
+        views: &[(String, Vec<String>)],
+        current_only: bool,
+    ) -> Result<Vec<(String, Vec<Frame>)>, RequestError> {
+        spec.check_sent_views(
+            views.iter().map(|(v, f)| (v.as_str(), f.len())),
+            current_only,
+        )?;
+        let mut out: Vec<(String, Vec<Frame>)> = views
+            .iter()
+            .map(|(v, f)| (v.clone(), Vec::with_capacity(f.len())))
+            .collect();
+        let steps = views.iter().map(|(_, f)| f.len()).max().unwrap_or(0);
+        for t in 0..steps {
+            for ((view, encoded), (_, frames)) in views.iter().zip(out.iter_mut()) {
+                let field = format!("images.{view}[{t}]");
+                let image_err = |e: ImageError| RequestError::new(&field, e.to_string());
+                // A view sent with its current frame only has no more.
+                let Some(s) = encoded.get(t) else { continue };
+                let bytes = decode_base64(s).map_err(image_err)?;
+                let header = EncodedFrame::read_header(&bytes).map_err(image_err)?;
+                self.check_size(&field, header.width(), header.height())?;
+                frames.push(header.decode().map_err(image_err)?);
+            }
+        }
+        Ok(out)
+    }
+}
