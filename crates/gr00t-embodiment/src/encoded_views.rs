@@ -6,7 +6,6 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use crate::embodiment::EmbodimentSpec;
 use crate::frame_policy::{frame_policy, BoundFramePolicy};
 use crate::image::{decode_base64, EncodedFrame, Frame, ImageError, ImagePipeline};
 use crate::observation::RequestError;
@@ -38,19 +37,14 @@ impl ViewDecoder {
         }
     }
 
-    /// Decodes base64 frames per view (`(view, [frame per offset])`) of `spec`'s layout:
-    /// views and counts checked first (`current_only` also allows the frame at t alone), then
-    /// time-major, each frame's size checked from its header before its pixels are decoded.
+    /// Decodes base64 frames per view (`(view, [frame per offset])`), time-major, each
+    /// frame's size checked from its header before its pixels are decoded. The caller checks
+    /// the views and counts first (`EmbodimentSpec::check_sent_views`); the processor checks
+    /// them again.
     pub fn decode(
         &self,
-        spec: &EmbodimentSpec,
         views: &[(String, Vec<String>)],
-        current_only: bool,
     ) -> Result<Vec<(String, Vec<Frame>)>, RequestError> {
-        spec.check_sent_views(
-            views.iter().map(|(v, f)| (v.as_str(), f.len())),
-            current_only,
-        )?;
         let mut out: Vec<(String, Vec<Frame>)> = views
             .iter()
             .map(|(v, f)| (v.clone(), Vec::with_capacity(f.len())))
