@@ -8,6 +8,44 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+/// What the HTTP door itself can fail at (its requests' refusals are [`ApiError`]s).
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// `--replica-id` is not header-safe.
+    #[error("--replica-id {0:?}: expected 1 to 253 characters of A-Z a-z 0-9 . _ -")]
+    ReplicaId(String),
+    /// `--replica-id` passed the check but is no header value.
+    #[error("--replica-id {id:?}: {cause}")]
+    ReplicaHeader {
+        /// The id given.
+        id: String,
+        /// Why http refused it.
+        #[source]
+        cause: axum::http::header::InvalidHeaderValue,
+    },
+    /// A frame of a logged request is not a string (the status page shows the error).
+    #[error("{0}: not a string")]
+    FrameNotText(String),
+    /// A frame of a logged request does not decode or transform.
+    #[error("{field}: {cause}")]
+    Frame {
+        /// The frame's field, e.g. `images.wrist_image_left[1]`.
+        field: String,
+        /// Why.
+        #[source]
+        cause: gr00t_embodiment::image::ImageError,
+    },
+    /// A frame as the model saw it could not be encoded as JPEG for the page.
+    #[error("{field}: cannot encode JPEG: {cause}")]
+    Jpeg {
+        /// The frame's field.
+        field: String,
+        /// The encoder's reason.
+        #[source]
+        cause: image::ImageError,
+    },
+}
+
 /// A refused or failed request, answered as a JSON body `{"error": message}`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {

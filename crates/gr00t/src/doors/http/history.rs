@@ -5,6 +5,7 @@
 //! are run again through the checkpoint's image pipeline (deterministic, so these are exactly
 //! the 448×256 `qwen_resized` frames the model saw) and sent as small JPEG data URLs.
 
+use super::errors::HttpError;
 use axum::body::Bytes;
 use base64::Engine as _;
 use gr00t_core::response::PredictResponse;
@@ -208,7 +209,7 @@ pub fn entry_json(p: &Pending, pipeline: Option<&ImagePipeline>) -> Value {
             let (frames, frames_error) = match pipeline {
                 Some(p) => match model_frames(&request, p) {
                     Ok(f) => (f, None),
-                    Err(e) => (Vec::new(), Some(e)),
+                    Err(e) => (Vec::new(), Some(e.to_string())),
                 },
                 None => (Vec::new(), None),
             };
@@ -238,7 +239,7 @@ pub fn entry_json(p: &Pending, pipeline: Option<&ImagePipeline>) -> Value {
 
 /// The four frames in model order (`[ext t−15, wrist t−15, ext t, wrist t]`) after the eval
 /// crop and the Qwen resize, as `{label, camera, t, width, height, src}` with a JPEG data URL.
-pub fn model_frames(request: &Value, pipeline: &ImagePipeline) -> Result<Vec<Value>, String> {
+pub fn model_frames(request: &Value, pipeline: &ImagePipeline) -> Result<Vec<Value>, HttpError> {
     let droid_views = CAMERAS.iter().all(|c| request["images"].get(c).is_some());
     if let (false, Some(views)) = (droid_views, request["images"].as_object()) {
         // Another embodiment: every view's frames, oldest first, labelled by view and index.
@@ -248,7 +249,7 @@ pub fn model_frames(request: &Value, pipeline: &ImagePipeline) -> Result<Vec<Val
                 let field = format!("images.{view}[{t}]");
                 let b64 = b64
                     .as_str()
-                    .ok_or_else(|| format!("{field}: not a string"))?;
+                    .ok_or_else(|| HttpError::FrameNotText(field.clone()))?;
                 out.push(seen_frame(
                     b64,
                     pipeline,
@@ -267,7 +268,7 @@ pub fn model_frames(request: &Value, pipeline: &ImagePipeline) -> Result<Vec<Val
             let field = format!("images.{cam}[{t}]");
             let b64 = request["images"][cam][t]
                 .as_str()
-                .ok_or_else(|| format!("{field}: not a string"))?;
+                .ok_or_else(|| HttpError::FrameNotText(field.clone()))?;
             let short = if cam.starts_with("wrist") {
                 "wrist"
             } else {
@@ -299,14 +300,18 @@ fn seen_frame(
     label: String,
     camera: &str,
     t: usize,
-) -> Result<Value, String> {
-    let frame = decode_base64_frame(b64).map_err(|e| format!("{field}: {e}"))?;
-    let seen = pipeline
-        .frame_stages(&frame)
-        .map_err(|e| format!("{field}: {e}"))?
-        .qwen_resized;
-    let jpeg = encode_jpeg(&seen.data, seen.width, seen.height)
-        .map_err(|e| format!("{field}: cannot encode JPEG: {e}"))?;
+) -> Result<Value, HttpError> {
+    let image = |cause| HttpError::Frame {
+        field: field.into(),
+        cause,
+    };
+    let frame = decode_base64_frame(b64).map_err(image)?;
+    let seen = pipeline.frame_stages(&frame).map_err(image)?.qwen_resized;
+    let jpeg =
+        encode_jpeg(&seen.data, seen.width, seen.height).map_err(|cause| HttpError::Jpeg {
+            field: field.into(),
+            cause,
+        })?;
     Ok(json!({
         "label": label,
         "camera": camera,

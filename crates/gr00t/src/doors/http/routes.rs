@@ -4,7 +4,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::errors::{json_response, ApiError};
+use super::errors::{json_response, ApiError, HttpError};
 use super::request_log::{self, PredictNote};
 use super::state::AppState;
 use axum::body::Bytes;
@@ -42,14 +42,15 @@ pub const REPLICA_HEADER: &str = "x-gr00t-replica";
 
 /// Checks a `--replica-id`: 1 to 253 characters of `A-Z a-z 0-9 . _ -` (any Kubernetes pod
 /// name fits), returned as the header value.
-pub fn replica_id(id: &str) -> Result<HeaderValue, String> {
+pub fn replica_id(id: &str) -> Result<HeaderValue, HttpError> {
     let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     if id.is_empty() || id.len() > 253 || !id.chars().all(ok) {
-        return Err(format!(
-            "--replica-id {id:?}: expected 1 to 253 characters of A-Z a-z 0-9 . _ -"
-        ));
+        return Err(HttpError::ReplicaId(id.into()));
     }
-    HeaderValue::from_str(id).map_err(|e| format!("--replica-id {id:?}: {e}"))
+    HeaderValue::from_str(id).map_err(|cause| HttpError::ReplicaHeader {
+        id: id.into(),
+        cause,
+    })
 }
 
 /// Names the replica on every response, refusals and unknown paths included.
@@ -316,7 +317,7 @@ mod tests {
         );
         assert!(replica_id(&"a".repeat(253)).is_ok());
         for bad in ["", "a b", "r\nx", "é", &"a".repeat(254)] {
-            let e = replica_id(bad).unwrap_err();
+            let e = replica_id(bad).unwrap_err().to_string();
             assert!(e.starts_with("--replica-id "), "{e}");
         }
     }
