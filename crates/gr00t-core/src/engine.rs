@@ -351,6 +351,10 @@ impl Engine {
         history: Option<&mut FrameHistory>,
     ) -> Result<PredictResponse, InferError> {
         let t0 = Instant::now();
+        // The door's request span, which the queue's worker has entered (none in a bench).
+        let request_span = tracing::Span::current();
+        // Frames to observation, history filled: the engine's share of `timing_ms.decode`.
+        let decode_span = tracing::info_span!("decode").entered();
         let pre_ms = request.decode_ms;
         let plan = request.rtc;
         let served = |tag: &str| {
@@ -373,6 +377,7 @@ impl Engine {
             }
             Item::Any(a) => (served(&a.tag)?, a.observation, request.return_normalized),
         };
+        request_span.record("embodiment", processor.spec().tag.as_str());
         let (rtc, rtc_source) = self.rtc_of(plan, &processor.spec().tag)?;
         let mut observation = observation;
         let deltas = &processor.spec().frame_deltas;
@@ -386,6 +391,7 @@ impl Engine {
             observation,
             return_normalized,
         };
+        drop(decode_span);
         let mut response = self.predict_generic(t0, pre_ms, processor, &req, rtc)?;
         response.rtc_source = rtc_source;
         if let (Some(h), Some(c)) = (history, currents) {
@@ -492,7 +498,7 @@ impl Engine {
         rtc: Option<Rtc>,
     ) -> Result<PredictResponse, InferError> {
         let obs = &req.observation;
-        let enc = processor.encode(obs);
+        let enc = tracing::info_span!("encode").in_scope(|| processor.encode(obs));
         let decode = |pred: &[f32]| {
             let d = processor.decode(pred, obs)?;
             let groups = |normalized| ActionGroups::from_decoded(&d, normalized);
@@ -540,8 +546,9 @@ impl Engine {
                 e => InferError::Internal(e.to_string()),
             })?;
         let t2 = Instant::now();
-        let (actions, normalized, horizon) =
-            decode(&out.action_pred).map_err(InferError::Internal)?;
+        let (actions, normalized, horizon) = tracing::info_span!("decode_actions")
+            .in_scope(|| decode(&out.action_pred))
+            .map_err(InferError::Internal)?;
         let t3 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
         let (noise_source, seed) = match noise {

@@ -156,7 +156,8 @@ async fn compute(
         .acquire()
         .await
         .map_err(|e| ApiError::internal(format!("the body parser is closed: {e}")))?;
-    let request = tokio::task::spawn_blocking(move || decode(&raw, session))
+    let parse = tracing::info_span!("parse");
+    let request = tokio::task::spawn_blocking(move || parse.in_scope(|| decode(&raw, session)))
         .await
         .map_err(|e| ApiError::internal(format!("the body decoder failed: {e}")))?
         .map_err(|e| ApiError::bad_field(&e.field, e.message))?;
@@ -253,6 +254,7 @@ async fn info(State(app): State<AppState>) -> Response {
     body["queue"] = serde_json::to_value(app.0.worker.state()).unwrap_or_default();
     body["sessions"] = serde_json::to_value(app.0.worker.session_stats()).unwrap_or_default();
     body["replica_id"] = json!(app.0.replica.as_ref().and_then(|v| v.to_str().ok()));
+    body["otlp_endpoint"] = json!(crate::otlp::endpoint());
     json_response(StatusCode::OK, &body)
 }
 
