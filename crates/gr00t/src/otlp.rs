@@ -308,7 +308,7 @@ fn export(url: &str, rx: &Receiver<Finished>, dropped: &AtomicU64) {
         }
         let d = dropped.load(Ordering::Relaxed);
         if d > reported_drops {
-            tracing::warn!("OTLP export fell behind: {} spans dropped so far", d);
+            tracing::warn!("OTLP export fell behind: {d} spans dropped so far");
             reported_drops = d;
         }
     }

@@ -51,8 +51,8 @@ impl RequestId {
 pub const REQUEST_TARGET: &str = "gr00t::request";
 
 /// The span of one prediction request of `door` (`http`, `zmq`, `ws`): its stages are its
-/// children, the queue carries it to the engine thread, which records `session` and
-/// `embodiment` on it, and the request's log line is written inside it.
+/// children, the queue records `session` on it and carries it to the engine thread, which
+/// records `embodiment`, and the request's log line is written inside it.
 pub fn request_span(door: &'static str, id: &RequestId) -> tracing::Span {
     tracing::info_span!(
         target: "gr00t::request",
