@@ -311,3 +311,30 @@ fn a_json_request_line_carries_the_request_span() {
     let info = client::get(&addr, "/info").unwrap().json();
     assert_eq!(span["embodiment"], info["embodiment"], "{line}");
 }
+
+#[test]
+fn a_collector_that_is_down_costs_a_warning_not_an_answer() {
+    // A port nothing listens on: bound, then closed again.
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let s = Server::start_with_env(
+        &gr00t_fixtures::tiny_checkpoint(),
+        0,
+        &[],
+        &[("GR00T_OTLP_ENDPOINT", &dead)],
+    );
+    let info = client::get(&s.http, "/info").unwrap().json();
+    assert_eq!(info["otlp_endpoint"], dead.as_str(), "{info}");
+    for _ in 0..2 {
+        let r = s.post_predict(&test_server::request("case0"));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert!(
+        s.log_shows("OTLP export to", EXPORT_TIMEOUT),
+        "{}",
+        s.log_text()
+    );
+    assert_eq!(client::get(&s.http, "/health").unwrap().status, 200);
+}
