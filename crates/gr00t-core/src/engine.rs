@@ -388,6 +388,10 @@ impl Engine {
         history: Option<&mut FrameHistory>,
     ) -> Result<PredictResponse, InferError> {
         let t0 = Instant::now();
+        // The door's request span, which the queue's worker has entered (none in a bench).
+        let request_span = tracing::Span::current();
+        // The session's frame history filled: the engine's share of `timing_ms.decode`.
+        let decode_span = tracing::info_span!("decode").entered();
         let pre_ms = request.decode_ms;
         let plan = request.rtc;
         let served = |tag: &str| {
@@ -400,6 +404,7 @@ impl Engine {
         };
         let processor = served(&request.tag)?;
         let return_normalized = request.return_normalized;
+        request_span.record("embodiment", processor.spec().tag.as_str());
         let (rtc, rtc_source) = self.rtc_of(plan, &processor.spec().tag)?;
         let mut observation = request.observation;
         let deltas = &processor.spec().frame_deltas;
@@ -409,6 +414,7 @@ impl Engine {
                 .map_err(InferError::Invalid)?,
             None => None,
         };
+        drop(decode_span);
         let mut response =
             self.predict_generic(t0, pre_ms, processor, &observation, return_normalized, rtc)?;
         response.rtc_source = rtc_source;
@@ -518,7 +524,7 @@ impl Engine {
         return_normalized: bool,
         rtc: Option<Rtc>,
     ) -> Result<PredictResponse, InferError> {
-        let enc = processor.encode(obs);
+        let enc = tracing::info_span!("encode").in_scope(|| processor.encode(obs));
         let decode = |pred: &[f32]| {
             let d = processor.decode(pred, obs)?;
             let groups = |normalized| ActionGroups::from_decoded(&d, normalized);
@@ -555,8 +561,9 @@ impl Engine {
                 e => InferError::Internal(e.to_string()),
             })?;
         let t2 = Instant::now();
-        let (actions, normalized, horizon) =
-            decode(&out.action_pred).map_err(|e| InferError::Internal(e.to_string()))?;
+        let (actions, normalized, horizon) = tracing::info_span!("decode_actions")
+            .in_scope(|| decode(&out.action_pred))
+            .map_err(|e| InferError::Internal(e.to_string()))?;
         let t3 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
         let (noise_source, seed) = match noise {

@@ -36,6 +36,10 @@ struct Job {
     session: Option<SessionKey>,
     /// When the door queued it.
     queued: Instant,
+    /// The door's request span, current at submit: the worker computes inside it.
+    span: tracing::Span,
+    /// Its `queue_wait` child, open until the worker takes the job.
+    wait: tracing::Span,
 }
 
 #[derive(Default)]
@@ -180,6 +184,8 @@ fn run(shared: &Shared, mut predict: PredictFn) {
             continue;
         }
         stats.busy.store(true, Ordering::SeqCst);
+        drop(job.wait);
+        let _in_request = job.span.enter();
         let t0 = Instant::now();
         let (request, session) = (*job.request, job.session);
         // The door decoded it before queueing.
@@ -293,11 +299,23 @@ impl Queue {
     /// Never blocks.
     pub fn submit(&self, request: Request) -> Result<oneshot::Receiver<Outcome>, InferError> {
         let (reply, rx) = oneshot::channel();
+        let span = tracing::Span::current();
+        if let Some(key) = &request.session {
+            span.record("session", key.id());
+        }
+        // No request span (a bench, a test): no orphan `queue_wait` either.
+        let wait = if span.is_none() {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!(parent: &span, "queue_wait")
+        };
         let job = Job {
             session: request.session.clone(),
             request: Box::new(request),
             reply,
             queued: Instant::now(),
+            span,
+            wait,
         };
         let mut jobs = self.shared.lock();
         if jobs.stopped {

@@ -213,10 +213,14 @@ impl Gr00tModel {
         let noise =
             Tensor::from_slice(&inputs.noise, (1, h, a), dev)?.to_dtype(self.activations)?;
 
+        // One span per stage, over the same interval as its `StageTimings` entry.
         let t0 = Instant::now();
+        let stage = tracing::info_span!("vision").entered();
         let (image_embeds, deepstack) = self.encode_images(inputs, rec)?;
         sync(dev)?;
+        drop(stage);
         let t1 = Instant::now();
+        let stage = tracing::info_span!("llm").entered();
         let bb = self.backbone.forward_with_image_embeds(
             &inputs.input_ids,
             &inputs.image_grid_thw,
@@ -225,10 +229,14 @@ impl Gr00tModel {
             rec,
         )?;
         sync(dev)?;
+        drop(stage);
         let t2 = Instant::now();
+        let stage = tracing::info_span!("adapter").entered();
         let vl_embeds = self.head.encode_vl(&bb.features, rec)?;
         sync(dev)?;
+        drop(stage);
         let t3 = Instant::now();
+        let stage = tracing::info_span!("denoise").entered();
         let actions = self.head.denoise(
             &vl_embeds,
             &bb.image_mask,
@@ -243,6 +251,7 @@ impl Gr00tModel {
             .to_dtype(DType::F32)?
             .flatten_all()?
             .to_vec1::<f32>()?;
+        drop(stage);
         let t4 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
         Ok(ModelOutput {

@@ -68,6 +68,11 @@ enum Command {
         /// X-Gr00t-Replica header and in /info [default: $GR00T_REPLICA_ID, else none].
         #[arg(long, value_name = "ID")]
         replica_id: Option<String>,
+        /// Export each request's spans (queue wait, decode, vision, LLM, adapter, denoise,
+        /// decode actions) over OTLP/HTTP JSON to the collector at URL (POST URL/v1/traces),
+        /// e.g. http://127.0.0.1:4318 [default: off].
+        #[arg(long, value_name = "URL", env = "GR00T_OTLP_ENDPOINT")]
+        otlp_endpoint: Option<String>,
         #[command(flatten)]
         protocols: crate::doors::ProtocolOptions,
         #[command(flatten)]
@@ -175,7 +180,11 @@ pub fn parse() -> Cli {
 
 /// Runs the parsed command line's subcommand, returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
-    crate::doors::http::init_logging(cli.log_format);
+    let otlp = match &cli.command {
+        Command::Serve { otlp_endpoint, .. } => otlp_endpoint.as_deref(),
+        _ => None,
+    };
+    crate::doors::http::init_logging(cli.log_format, otlp);
     let result = match cli.command {
         Command::Serve {
             checkpoint,
@@ -190,6 +199,7 @@ pub fn run(cli: Cli) -> i32 {
             no_ui,
             history,
             replica_id,
+            otlp_endpoint: _,
             protocols,
             connections,
             browser,

@@ -6,6 +6,7 @@ pub mod allocator;
 pub mod bench;
 pub mod cli;
 pub mod doors;
+pub mod otlp;
 pub mod pull;
 pub mod serve;
 mod shutdown;

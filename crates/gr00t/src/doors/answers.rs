@@ -324,7 +324,19 @@ impl Answers {
     /// message as `request`) and logged as HTTP requests are, one line per computed item with
     /// a fresh request id shared by the message's lines.
     pub fn record(&self, door: Door, what: &str, ms: f64, answered: Answered<'_>) {
-        let id = RequestId::generate();
+        self.record_as(&RequestId::generate(), door, what, ms, answered);
+    }
+
+    /// [`Self::record`] of the message whose request span
+    /// ([`request_span`](crate::doors::request_line::request_span)) has id `id`.
+    pub fn record_as(
+        &self,
+        id: &RequestId,
+        door: Door,
+        what: &str,
+        ms: f64,
+        answered: Answered<'_>,
+    ) {
         let line = |status: u16, error: Option<&str>, predict| {
             RequestLine {
                 door: door.name(),

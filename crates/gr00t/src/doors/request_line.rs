@@ -47,6 +47,23 @@ impl RequestId {
     }
 }
 
+/// Target of the request log lines and of the request spans.
+pub const REQUEST_TARGET: &str = "gr00t::request";
+
+/// The span of one prediction request of `door` (`http`, `zmq`, `ws`): its stages are its
+/// children, the queue records `session` on it and carries it to the engine thread, which
+/// records `embodiment`, and the request's log line is written inside it.
+pub fn request_span(door: &'static str, id: &RequestId) -> tracing::Span {
+    tracing::info_span!(
+        target: "gr00t::request",
+        "request",
+        request_id = id.as_str(),
+        door,
+        session = tracing::field::Empty,
+        embodiment = tracing::field::Empty,
+    )
+}
+
 /// The prediction part of a request's log line.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PredictFields<'a> {

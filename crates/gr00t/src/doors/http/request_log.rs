@@ -6,6 +6,7 @@ use super::errors::ErrorNote;
 use super::metrics::{Outcome, Stage};
 use super::observe::Finished;
 use super::state::AppState;
+use crate::doors::request_line::request_span;
 pub use crate::doors::request_line::{PredictFields, RequestId, RequestLine, X_REQUEST_ID};
 use axum::body::Bytes;
 use axum::extract::{Request, State};
@@ -15,6 +16,7 @@ use axum::response::Response;
 use gr00t_core::response::PredictResponse;
 use std::sync::Arc;
 use std::time::Instant;
+use tracing::Instrument;
 
 /// Log output format (`--log-format`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -26,24 +28,42 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global log subscriber on stderr (`RUST_LOG` filters; default `info`).
-pub fn init_logging(format: LogFormat) {
+/// Installs the global log subscriber on stderr (`RUST_LOG` filters; default `info`) and,
+/// with an `otlp_endpoint`, the OTLP exporter of the request spans ([`crate::otlp`]).
+pub fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
-    match format {
+    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let log = match format {
         // Plain text when piped, so tooling can match log lines such as the start-up line.
-        LogFormat::Text => builder
+        LogFormat::Text => stderr
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-        LogFormat::Json => builder
+            .boxed(),
+        // Each line lists its spans outermost first: a request's id, door, session, embodiment.
+        LogFormat::Json => stderr
             .json()
             .flatten_event(true)
             .with_current_span(false)
-            .with_span_list(false)
-            .init(),
+            .with_span_list(true)
+            .boxed(),
+    };
+    // Its own filter: RUST_LOG quietens the log, not the traces.
+    let otlp = otlp_endpoint.and_then(|url| match crate::otlp::OtlpLayer::start(url) {
+        Ok(layer) => Some(layer.with_filter(crate::otlp::span_filter())),
+        Err(e) => {
+            eprintln!("--otlp-endpoint {url}: cannot start the exporter thread: {e}");
+            None
+        }
+    });
+    tracing_subscriber::registry()
+        .with(log.with_filter(filter))
+        .with(otlp)
+        .init();
+    if let Some(url) = otlp_endpoint {
+        tracing::info!("exporting request spans over OTLP/HTTP to {url}/v1/traces");
     }
 }
 
@@ -73,8 +93,14 @@ pub async fn observe(State(app): State<AppState>, mut req: Request, next: Next) 
     req.extensions_mut().insert(id.clone());
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    // A span for predictions only: page polls and scrapes are not worth a trace.
+    let span = if method == Method::POST && path == "/predict" {
+        request_span("http", &id)
+    } else {
+        tracing::Span::none()
+    };
     let t0 = Instant::now();
-    let mut response = next.run(req).await;
+    let mut response = next.run(req).instrument(span.clone()).await;
     let elapsed_s = t0.elapsed().as_secs_f64();
     if let Ok(v) = HeaderValue::from_str(id.as_str()) {
         response.headers_mut().insert(X_REQUEST_ID, v);
@@ -106,6 +132,8 @@ pub async fn observe(State(app): State<AppState>, mut req: Request, next: Next) 
         predict: None,
     };
     let observer = app.observer();
+    // The line carries the span's fields (`--log-format json`: `spans`).
+    let _in_request = span.enter();
     match &note {
         Some(PredictNote::Served {
             body,

@@ -157,8 +157,10 @@ async fn compute(
         .acquire()
         .await
         .map_err(|e| ApiError::internal(format!("the body parser is closed: {e}")))?;
+    // Parsed and its frames decoded here, on the blocking pool: the request's `parse` span.
+    let parse = tracing::info_span!("parse");
     let request = tokio::task::spawn_blocking(move || {
-        super::body::request_from_body(&raw, &layouts, session)
+        parse.in_scope(|| super::body::request_from_body(&raw, &layouts, session))
     })
     .await
     .map_err(|e| ApiError::internal(format!("the body decoder failed: {e}")))?
@@ -256,6 +258,7 @@ async fn info(State(app): State<AppState>) -> Response {
     body["queue"] = serde_json::to_value(app.0.worker.state()).unwrap_or_default();
     body["sessions"] = serde_json::to_value(app.0.worker.session_stats()).unwrap_or_default();
     body["replica_id"] = json!(app.0.replica.as_ref().and_then(|v| v.to_str().ok()));
+    body["otlp_endpoint"] = json!(crate::otlp::endpoint());
     json_response(StatusCode::OK, &body)
 }
 

@@ -320,4 +320,9 @@ fn every_response_names_the_replica_when_one_is_set() {
     let info = get(&s.addr, "/info").unwrap();
     assert_eq!(info.header("x-gr00t-replica"), None);
     assert!(info.json()["replica_id"].is_null());
+    // No --otlp-endpoint in this process: listed, as null.
+    assert_eq!(
+        info.json().get("otlp_endpoint"),
+        Some(&serde_json::Value::Null)
+    );
 }

@@ -27,6 +27,7 @@ pub use vllm_omni::metadata as vllm_omni_metadata;
 use super::answers::{Answered, Answers, Door, Outcome};
 use super::browser::{BrowserRules, Verdict};
 use super::connections::{ConnInfo, ConnState};
+use super::request_line::{request_span, RequestId};
 use super::wire::observation::Schema;
 use super::Stop;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -40,6 +41,7 @@ use gr00t_core::response::PredictResponse;
 use gr00t_core::{InferError, Queue};
 use std::sync::Arc;
 use std::time::Instant;
+use tracing::Instrument;
 
 /// vLLM-Omni's route for openpi-style robot policies.
 pub const VLLM_OMNI_PATH: &str = "/v1/realtime/robot/openpi";
@@ -126,19 +128,23 @@ async fn recorded<T>(
     answer: impl std::future::Future<Output = Answer<T>>,
 ) -> Result<T, Refusal> {
     let t0 = Instant::now();
-    let answer = answer.await;
+    let id = RequestId::generate();
+    let span = request_span("ws", &id);
+    let answer = answer.instrument(span.clone()).await;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
+    // The log line carries the span's fields.
+    let _in_request = span.enter();
     match answer {
         Ok((reply, responses)) => {
             if let Some(responses) = responses {
                 ctx.answers
-                    .record(Door::Ws, what, ms, Answered::Served(&responses));
+                    .record_as(&id, Door::Ws, what, ms, Answered::Served(&responses));
             }
             Ok(reply)
         }
         Err(r) => {
             let refused = Answered::Refused(r.outcome.clone(), &r.message);
-            ctx.answers.record(Door::Ws, what, ms, refused);
+            ctx.answers.record_as(&id, Door::Ws, what, ms, refused);
             Err(r)
         }
     }

@@ -19,6 +19,7 @@ pub mod zmtp;
 
 use super::answers::{Answered, Answers, Door, Outcome};
 use super::connections::{within, GuardedStream, LimitedListener};
+use super::request_line::{request_span, RequestId};
 use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
 use super::wire::observation::{action_reply, parse, pick_schema, Schema};
 use super::wire::session::session_id;
@@ -31,6 +32,7 @@ use rmpv::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::Instrument;
 
 /// What the ZMQ endpoint needs.
 pub struct ZmqContext {
@@ -294,9 +296,18 @@ fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
 /// `get_action`'s reply; the message is counted, timed and logged.
 async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Value>) -> Value {
     let t0 = Instant::now();
-    let answer = answer_action(ctx, obs, options).await;
+    let id = RequestId::generate();
+    let span = request_span("zmq", &id);
+    let answer = answer_action(ctx, obs, options)
+        .instrument(span.clone())
+        .await;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
-    let record = |answered| ctx.answers.record(Door::Zmq, "get_action", ms, answered);
+    // The log line carries the span's fields.
+    let _in_request = span.enter();
+    let record = |answered| {
+        ctx.answers
+            .record_as(&id, Door::Zmq, "get_action", ms, answered)
+    };
     match answer {
         Ok((reply, responses)) => {
             record(Answered::Served(&responses));
@@ -321,7 +332,9 @@ async fn answer_action(
     };
     let refused = |e: String| (Outcome::refused(), e);
     let schema = ctx.schema(named).map_err(refused)?;
-    let p = parse(obs, options, schema).map_err(refused)?;
+    let p = tracing::info_span!("parse")
+        .in_scope(|| parse(obs, options, schema))
+        .map_err(refused)?;
     let (items, form, rtc) = (p.items, p.form, p.rtc);
     let session = p.session.map(|id| SessionKey::named(SESSIONS, &id));
     // One at a time across connections, as a REP socket answers.
