@@ -1,6 +1,7 @@
 //! `--device`, `--dtype` and the compute knobs (`--cpu-kernel`, `--dit-backend`,
 //! `--vision-cache`): where the network runs, in which precision, and how.
 
+use crate::error::DeviceError;
 use candle_core::{DType, Device};
 use clap::ValueEnum;
 use gr00t_model::action_head::DenoiseBackend;
@@ -20,11 +21,11 @@ pub enum DeviceSpec {
 }
 
 impl FromStr for DeviceSpec {
-    type Err = String;
+    type Err = DeviceError;
 
-    fn from_str(s: &str) -> Result<DeviceSpec, String> {
+    fn from_str(s: &str) -> Result<DeviceSpec, DeviceError> {
         let s = s.trim().to_ascii_lowercase();
-        let bad = || format!("{s:?} is not a device; use cpu, cuda or cuda:N");
+        let bad = || DeviceError::Unknown(s.clone());
         match s.as_str() {
             "cpu" => Ok(DeviceSpec::Cpu),
             "cuda" | "gpu" => Ok(DeviceSpec::Cuda(0)),
@@ -50,29 +51,27 @@ impl fmt::Display for DeviceSpec {
 
 impl DeviceSpec {
     /// Opens the device, or says why not (no CUDA in this build, no such GPU, no driver).
-    pub fn open(self) -> Result<Device, String> {
+    pub fn open(self) -> Result<Device, DeviceError> {
         match self {
             DeviceSpec::Cpu => Ok(Device::Cpu),
             DeviceSpec::Cuda(n) => {
                 if !cfg!(feature = "cuda") {
-                    return Err(format!(
-                        "--device {self}: this gr00t was built without CUDA support; build it \
-                         with scripts/build-cuda.sh (cargo build --release -p gr00t --features \
-                         cuda)"
-                    ));
+                    return Err(DeviceError::NoCuda(self));
                 }
-                Device::new_cuda(n)
-                    .map_err(|e| format!("--device {self}: cannot open the GPU: {}", root_cause(e)))
+                Device::new_cuda(n).map_err(|e| DeviceError::Gpu {
+                    spec: self,
+                    cause: root_cause(e),
+                })
             }
         }
     }
 }
 
 /// The error without the backtrace candle attaches (an operator needs the reason, not frames).
-fn root_cause(e: candle_core::Error) -> String {
+fn root_cause(e: candle_core::Error) -> candle_core::Error {
     match e {
         candle_core::Error::WithBacktrace { inner, .. } => root_cause(*inner),
-        other => other.to_string(),
+        other => other,
     }
 }
 
@@ -106,10 +105,10 @@ impl DtypeArg {
 pub struct KernelCap(pub Option<CpuKernel>);
 
 impl FromStr for KernelCap {
-    type Err = String;
+    type Err = DeviceError;
 
-    fn from_str(s: &str) -> Result<KernelCap, String> {
-        CpuKernel::parse_cap(s).map(KernelCap)
+    fn from_str(s: &str) -> Result<KernelCap, DeviceError> {
+        Ok(KernelCap(CpuKernel::parse_cap(s)?))
     }
 }
 
@@ -167,12 +166,18 @@ mod tests {
 
     #[test]
     fn device_names_parse_and_print_back() {
-        assert_eq!("cpu".parse(), Ok(DeviceSpec::Cpu));
-        assert_eq!(" CUDA ".parse(), Ok(DeviceSpec::Cuda(0)));
-        assert_eq!("cuda:3".parse(), Ok(DeviceSpec::Cuda(3)));
+        assert_eq!("cpu".parse::<DeviceSpec>().ok(), Some(DeviceSpec::Cpu));
+        assert_eq!(
+            " CUDA ".parse::<DeviceSpec>().ok(),
+            Some(DeviceSpec::Cuda(0))
+        );
+        assert_eq!(
+            "cuda:3".parse::<DeviceSpec>().ok(),
+            Some(DeviceSpec::Cuda(3))
+        );
         assert_eq!(DeviceSpec::Cuda(3).to_string(), "cuda:3");
         for bad in ["", "tpu", "cuda:", "cuda:-1", "cuda:x", "cpu:0"] {
-            let e = bad.parse::<DeviceSpec>().unwrap_err();
+            let e = bad.parse::<DeviceSpec>().unwrap_err().to_string();
             assert!(e.contains("cpu, cuda or cuda:N"), "{bad}: {e}");
         }
     }
@@ -189,7 +194,7 @@ mod tests {
         if cfg!(feature = "cuda") {
             return;
         }
-        let e = DeviceSpec::Cuda(0).open().unwrap_err();
+        let e = DeviceSpec::Cuda(0).open().unwrap_err().to_string();
         assert!(
             e.contains("without CUDA") && e.contains("build-cuda.sh"),
             "{e}"

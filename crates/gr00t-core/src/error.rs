@@ -1,8 +1,11 @@
 //! Why a request got no actions: one type for every door, each door mapping it once to its
 //! wire (HTTP status and JSON, ZMQ `{"error"}`, websocket text frame).
 
+use crate::device::DeviceSpec;
+use crate::session::MAX_SESSION_ID_BYTES;
 use gr00t_embodiment::error::EmbodimentError;
 use gr00t_embodiment::observation::RequestError;
+use gr00t_model::SettingError;
 
 /// The client's field at fault and what is wrong with it.
 pub type FieldError = RequestError;
@@ -45,5 +48,49 @@ impl From<EmbodimentError> for InferError {
             EmbodimentError::Invalid(e) => InferError::Invalid(e),
             other => InferError::Internal(other.to_string()),
         }
+    }
+}
+
+/// Why `--device` (or `--cpu-kernel`) cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// The name is no device.
+    #[error("{0:?} is not a device; use cpu, cuda or cuda:N")]
+    Unknown(String),
+    /// A GPU was asked of a build without CUDA.
+    #[error(
+        "--device {0}: this gr00t was built without CUDA support; build it with \
+         scripts/build-cuda.sh (cargo build --release -p gr00t --features cuda)"
+    )]
+    NoCuda(DeviceSpec),
+    /// The GPU did not open (no such GPU, no driver); the cause without candle's backtrace.
+    #[error("--device {spec}: cannot open the GPU: {cause}")]
+    Gpu {
+        /// The device asked for.
+        spec: DeviceSpec,
+        /// candle's reason.
+        #[source]
+        cause: candle_core::Error,
+    },
+    /// `--cpu-kernel` names no kernel.
+    #[error(transparent)]
+    Kernel(#[from] SettingError),
+}
+
+/// Why a client's session id (or session token) is refused; the door names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionIdError {
+    /// Empty or longer than [`MAX_SESSION_ID_BYTES`].
+    #[error("expected 1 to {max} bytes, got {0}", max = MAX_SESSION_ID_BYTES)]
+    Length(usize),
+    /// A byte outside printable ASCII (or a space).
+    #[error("expected printable ASCII without spaces")]
+    NotPrintable,
+}
+
+impl From<SessionIdError> for String {
+    /// The text, for the doors that put it in a field's message.
+    fn from(e: SessionIdError) -> String {
+        e.to_string()
     }
 }

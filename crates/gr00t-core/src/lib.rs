@@ -15,7 +15,7 @@ pub mod rtc;
 pub mod session;
 
 pub use engine::{Engine, EngineInfo, EngineOptions};
-pub use error::InferError;
+pub use error::{DeviceError, InferError, SessionIdError};
 pub use queue::Queue;
 pub use request::Request;
 pub use response::{PredictResponse, TimingMs};

@@ -9,6 +9,7 @@
 //! session it was in ([`Restarted`]). Only the inference thread changes a session's
 //! contents; the doors reset and count them.
 
+pub use crate::error::SessionIdError;
 use gr00t_embodiment::frame_history::FrameHistory;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -44,15 +45,12 @@ impl Default for SessionLimits {
 
 /// Checks a client's session id (or session token): 1 to [`MAX_SESSION_ID_BYTES`] bytes of
 /// printable ASCII.
-pub fn check_session_id(id: &str) -> Result<(), String> {
+pub fn check_session_id(id: &str) -> Result<(), SessionIdError> {
     if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {
-        return Err(format!(
-            "expected 1 to {MAX_SESSION_ID_BYTES} bytes, got {}",
-            id.len()
-        ));
+        return Err(SessionIdError::Length(id.len()));
     }
     if !id.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("expected printable ASCII without spaces".into());
+        return Err(SessionIdError::NotPrintable);
     }
     Ok(())
 }

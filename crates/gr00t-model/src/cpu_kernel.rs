@@ -9,6 +9,7 @@
 //! the attention's bf16 products stay `vdpbf16ps` (their keys and values are packed per call).
 
 use crate::cpu_caches::CpuCaches;
+use crate::error::SettingError;
 use std::sync::OnceLock;
 
 /// A CPU GEMM kernel for bf16 weights, in increasing order of speed.
@@ -94,7 +95,7 @@ impl CpuKernel {
 
     /// Parses a kernel cap: `auto` or empty (no cap), `amx`, `avx512bf16`, `avx512`, `avx2`
     /// or `library`.
-    pub fn parse_cap(value: &str) -> Result<Option<CpuKernel>, String> {
+    pub fn parse_cap(value: &str) -> Result<Option<CpuKernel>, SettingError> {
         match value.trim() {
             "" | "auto" => Ok(None),
             "avx512bf16" => Ok(Some(CpuKernel::Avx512Bf16)),
@@ -102,9 +103,7 @@ impl CpuKernel {
             "avx512" => Ok(Some(CpuKernel::Avx512)),
             "avx2" => Ok(Some(CpuKernel::Avx2)),
             "library" => Ok(Some(CpuKernel::Library)),
-            other => Err(format!(
-                "{other:?} is not a CPU kernel; use auto, amx, avx512bf16, avx512, avx2 or library"
-            )),
+            other => Err(SettingError::CpuKernel(other.to_string())),
         }
     }
 }
@@ -148,7 +147,7 @@ mod tests {
         ] {
             assert_eq!(CpuKernel::parse_cap(k.as_str()), Ok(Some(k)));
         }
-        let e = CpuKernel::parse_cap("sse").unwrap_err();
+        let e = CpuKernel::parse_cap("sse").unwrap_err().to_string();
         assert!(e.contains("sse"), "{e}");
         assert!(e.contains("amx") && e.contains("avx512bf16"), "{e}");
     }

@@ -1,20 +1,23 @@
 //! Errors of the model crate.
 
 use crate::rtc::RtcError;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong while loading or running the model.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A checkpoint file is missing or malformed; names the file and what is wrong.
+    #[error("{}: {problem}", path.display())]
     File { path: PathBuf, problem: String },
     /// A tensor computation failed.
-    Candle(candle_core::Error),
+    #[error("tensor error: {0}")]
+    Candle(#[from] candle_core::Error),
     /// The inputs handed to the network are inconsistent.
+    #[error("invalid model input: {0}")]
     Input(String),
     /// The RTC options are invalid; names the request field.
-    Rtc(RtcError),
+    #[error("invalid RTC options: {0}")]
+    Rtc(#[from] RtcError),
 }
 
 impl Error {
@@ -27,29 +30,15 @@ impl Error {
     }
 }
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::File { path, problem } => write!(f, "{}: {problem}", path.display()),
-            Error::Candle(e) => write!(f, "tensor error: {e}"),
-            Error::Input(m) => write!(f, "invalid model input: {m}"),
-            Error::Rtc(e) => write!(f, "invalid RTC options: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<candle_core::Error> for Error {
-    fn from(e: candle_core::Error) -> Error {
-        Error::Candle(e)
-    }
-}
-
-impl From<RtcError> for Error {
-    fn from(e: RtcError) -> Error {
-        Error::Rtc(e)
-    }
+/// A setting (flag or environment variable) that names none of its choices.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingError {
+    /// `--cpu-kernel` names no CPU kernel.
+    #[error("{0:?} is not a CPU kernel; use auto, amx, avx512bf16, avx512, avx2 or library")]
+    CpuKernel(String),
+    /// `--dit-backend` names no denoise backend.
+    #[error("{0:?} is not a denoise backend; use reference or fused")]
+    DenoiseBackend(String),
 }
 
 /// Result with the model crate's error.

@@ -30,7 +30,7 @@ pub mod weights;
 
 pub use checkpoint::Checkpoint;
 pub use config::{BackboneConfig, Gr00tConfig};
-pub use error::{Error, Result};
+pub use error::{Error, Result, SettingError};
 pub use inputs::ModelInputs;
 pub use model::{Gr00tModel, ModelOutput};
 pub use rtc::{Rtc, RtcError, RtcField};

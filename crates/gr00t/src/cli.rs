@@ -228,7 +228,9 @@ pub fn run(cli: Cli) -> i32 {
                     .filter(|v| !v.is_empty())
             }),
         }),
-        Command::Pull { revision } => crate::pull::run(crate::pull::PullOptions { revision }),
+        Command::Pull { revision } => {
+            crate::pull::run(crate::pull::PullOptions { revision }).map_err(Into::into)
+        }
         Command::Predict {
             checkpoint,
             request,

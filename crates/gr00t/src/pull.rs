@@ -3,14 +3,15 @@
 //! sha256 for the LFS files (the weights).
 
 use gr00t_model::hub;
+use hf_hub::api::sync::ApiError;
 use hf_hub::api::sync::{Api, ApiBuilder};
 use hf_hub::{Repo, RepoType};
+use indicatif::style::TemplateError;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use std::error::Error;
 use std::io::Read;
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -69,19 +70,152 @@ fn is_hex(s: &str, len: Option<usize>) -> bool {
     len.is_none_or(|n| s.len() == n) && !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// Why `gr00t pull` failed: the hub's answer, a file, the network, or the download.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    /// The hub's listing is not the JSON expected.
+    #[error("unexpected answer from the hub: {0}")]
+    Answer(#[source] serde_json::Error),
+    /// The listing's commit is not 40 hex digits.
+    #[error("the hub answered an invalid commit {0:?}")]
+    BadCommit(String),
+    /// The listing is of another commit than the one asked for.
+    #[error("asked for revision {asked}, the hub answered commit {commit}")]
+    WrongCommit {
+        /// The revision asked for.
+        asked: String,
+        /// The commit the hub answered.
+        commit: String,
+    },
+    /// A listed path is absolute, empty or climbs out of the snapshot.
+    #[error("the hub listed an unsafe file path {0:?}")]
+    UnsafePath(String),
+    /// A listed sha256 is not 64 hex digits.
+    #[error("the hub listed an invalid sha256 for {0}")]
+    BadSha(String),
+    /// The revision lists no file.
+    #[error("revision {0} lists no files")]
+    NoFiles(String),
+    /// A local file cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// A file's size is not the listed one.
+    #[error("{file}: {got} bytes, the hub lists {want}")]
+    Size {
+        /// The file's path in the repository.
+        file: String,
+        /// Its size here.
+        got: u64,
+        /// The listed size.
+        want: u64,
+    },
+    /// A file's sha256 is not the listed one.
+    #[error("{file}: sha256 {got}, the hub lists {want}")]
+    Sha {
+        /// The file's path in the repository.
+        file: String,
+        /// Its digest here.
+        got: String,
+        /// The listed digest.
+        want: String,
+    },
+    /// The endpoint is no URL with a host.
+    #[error("cannot parse the address {0:?}")]
+    Address(String),
+    /// The host resolves to nothing.
+    #[error("{0} resolves to no address")]
+    NoAddress(String),
+    /// The host does not resolve.
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        /// The host.
+        host: String,
+        /// The resolver's reason.
+        source: std::io::Error,
+    },
+    /// The resolver did not answer in time.
+    #[error("resolving {host} took longer than {secs}s")]
+    ResolveTimeout {
+        /// The host.
+        host: String,
+        /// The time waited.
+        secs: u64,
+    },
+    /// No address of the host accepts a connection (the last one tried).
+    #[error("cannot connect to {host}:{port} ({addr}): {source}")]
+    Connect {
+        /// The host.
+        host: String,
+        /// The port.
+        port: u16,
+        /// The address tried last.
+        addr: SocketAddr,
+        /// Why it refused.
+        source: std::io::Error,
+    },
+    /// The hub refused the listing (401/403): gated, or no token.
+    #[error("the hub refused access to {repo} (HTTP {code}): {hint}", repo = hub::MODEL_REPO, hint = ACCESS_HINT)]
+    Refused {
+        /// The HTTP status.
+        code: u16,
+    },
+    /// The hub has no such revision (404), or hides a gated one.
+    #[error("{repo} has no revision {revision} (HTTP 404) — or it is gated: {hint}", repo = hub::MODEL_REPO, hint = ACCESS_HINT)]
+    NoRevision {
+        /// The revision asked for.
+        revision: String,
+    },
+    /// The listing request failed otherwise.
+    #[error("cannot list {repo} at {revision}: {source}", repo = hub::MODEL_REPO)]
+    List {
+        /// The revision asked for.
+        revision: String,
+        /// ureq's reason.
+        source: Box<ureq::Error>,
+    },
+    /// The listing's body could not be read.
+    #[error("reading the hub's answer: {0}")]
+    ReadAnswer(#[source] std::io::Error),
+    /// A file did not download.
+    #[error("downloading {file}: {source} ({hint})", hint = ACCESS_HINT)]
+    Download {
+        /// The file's path in the repository.
+        file: String,
+        /// hf-hub's reason.
+        source: ApiError,
+    },
+    /// A downloaded file is not the listed one; it was removed.
+    #[error("verification failed, file removed: {0}")]
+    Verify(#[source] Box<PullError>),
+    /// The hub client could not be built.
+    #[error(transparent)]
+    Client(#[from] ApiError),
+    /// The progress bar's template is invalid.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// Writing the snapshot's refs failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// Parses the hub's `GET /api/models/{repo}/revision/{rev}?blobs=true` answer and checks it
 /// belongs to `revision` and names only safe relative paths.
-pub fn parse_listing(json: &str, revision: &str) -> Result<Listing, String> {
-    let raw: RawListing =
-        serde_json::from_str(json).map_err(|e| format!("unexpected answer from the hub: {e}"))?;
+pub fn parse_listing(json: &str, revision: &str) -> Result<Listing, PullError> {
+    let raw: RawListing = serde_json::from_str(json).map_err(PullError::Answer)?;
     let commit = raw.sha.to_ascii_lowercase();
     if !is_hex(&commit, Some(40)) {
-        return Err(format!("the hub answered an invalid commit {:?}", raw.sha));
+        return Err(PullError::BadCommit(raw.sha));
     }
     if is_hex(revision, None) && !commit.starts_with(&revision.to_ascii_lowercase()) {
-        return Err(format!(
-            "asked for revision {revision}, the hub answered commit {commit}"
-        ));
+        return Err(PullError::WrongCommit {
+            asked: revision.to_string(),
+            commit,
+        });
     }
     let mut files = Vec::with_capacity(raw.siblings.len());
     for s in raw.siblings {
@@ -90,19 +224,13 @@ pub fn parse_listing(json: &str, revision: &str) -> Result<Listing, String> {
             && p.components()
                 .all(|c| matches!(c, std::path::Component::Normal(_)));
         if !safe {
-            return Err(format!(
-                "the hub listed an unsafe file path {:?}",
-                s.rfilename
-            ));
+            return Err(PullError::UnsafePath(s.rfilename));
         }
         let (sha256, size) = match s.lfs {
             Some(lfs) => {
                 let sha = lfs.sha256.to_ascii_lowercase();
                 if !is_hex(&sha, Some(64)) {
-                    return Err(format!(
-                        "the hub listed an invalid sha256 for {}",
-                        s.rfilename
-                    ));
+                    return Err(PullError::BadSha(s.rfilename));
                 }
                 (Some(sha), lfs.size.or(s.size))
             }
@@ -115,7 +243,7 @@ pub fn parse_listing(json: &str, revision: &str) -> Result<Listing, String> {
         });
     }
     if files.is_empty() {
-        return Err(format!("revision {revision} lists no files"));
+        return Err(PullError::NoFiles(revision.to_string()));
     }
     Ok(Listing { commit, files })
 }
@@ -140,21 +268,29 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
 }
 
 /// Checks a local file against its listing entry: size, then sha256 when listed.
-pub fn verify_file(path: &Path, file: &RemoteFile) -> Result<(), String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn verify_file(path: &Path, file: &RemoteFile) -> Result<(), PullError> {
+    let read = |source| PullError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(read)?;
     if let Some(size) = file.size {
         if meta.len() != size {
-            return Err(format!(
-                "{}: {} bytes, the hub lists {size}",
-                file.path,
-                meta.len()
-            ));
+            return Err(PullError::Size {
+                file: file.path.clone(),
+                got: meta.len(),
+                want: size,
+            });
         }
     }
     if let Some(want) = &file.sha256 {
-        let got = sha256_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let got = sha256_file(path).map_err(read)?;
         if &got != want {
-            return Err(format!("{}: sha256 {got}, the hub lists {want}", file.path));
+            return Err(PullError::Sha {
+                file: file.path.clone(),
+                got,
+                want: want.clone(),
+            });
         }
     }
     Ok(())
@@ -189,8 +325,8 @@ pub fn host_port(url: &str) -> Option<(String, u16)> {
 
 /// Fails within a few seconds when `url`'s host cannot be resolved or connected to, so an
 /// offline machine gets a clear message instead of a hang.
-pub fn check_reachable(url: &str, timeout: Duration) -> Result<(), String> {
-    let (host, port) = host_port(url).ok_or_else(|| format!("cannot parse the address {url:?}"))?;
+pub fn check_reachable(url: &str, timeout: Duration) -> Result<(), PullError> {
+    let (host, port) = host_port(url).ok_or_else(|| PullError::Address(url.to_string()))?;
     let (tx, rx) = std::sync::mpsc::channel();
     let lookup_host = host.clone();
     // The system resolver has no timeout of its own: run it aside and stop waiting.
@@ -203,23 +339,32 @@ pub fn check_reachable(url: &str, timeout: Duration) -> Result<(), String> {
     });
     let addrs = match rx.recv_timeout(timeout) {
         Ok(Ok(addrs)) if !addrs.is_empty() => addrs,
-        Ok(Ok(_)) => return Err(format!("{host} resolves to no address")),
-        Ok(Err(e)) => return Err(format!("cannot resolve {host}: {e}")),
+        Ok(Ok(_)) => return Err(PullError::NoAddress(host)),
+        Ok(Err(source)) => return Err(PullError::Resolve { host, source }),
         Err(_) => {
-            return Err(format!(
-                "resolving {host} took longer than {}s",
-                timeout.as_secs()
-            ))
+            return Err(PullError::ResolveTimeout {
+                host,
+                secs: timeout.as_secs(),
+            })
         }
     };
-    let mut last = String::new();
+    let mut last = None;
     for addr in addrs {
         match TcpStream::connect_timeout(&addr, timeout) {
             Ok(_) => return Ok(()),
-            Err(e) => last = format!("cannot connect to {host}:{port} ({addr}): {e}"),
+            Err(source) => last = Some((addr, source)),
         }
     }
-    Err(last)
+    // `addrs` is not empty: some address was tried.
+    Err(match last {
+        Some((addr, source)) => PullError::Connect {
+            host,
+            port,
+            addr,
+            source,
+        },
+        None => PullError::NoAddress(host),
+    })
 }
 
 /// The first non-empty token: `HF_TOKEN`, then the token files (as `huggingface-cli login` writes).
@@ -274,7 +419,7 @@ impl hf_hub::api::Progress for Bar {
     fn finish(&mut self) {}
 }
 
-fn bar(name: &str) -> Result<ProgressBar, Box<dyn Error>> {
+fn bar(name: &str) -> Result<ProgressBar, PullError> {
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template(
@@ -289,7 +434,7 @@ fn bar(name: &str) -> Result<ProgressBar, Box<dyn Error>> {
 const ACCESS_HINT: &str =
     "if the repository is gated, accept its license on the hub and set HF_TOKEN";
 
-fn listing(api: &Api, revision: &str) -> Result<Listing, String> {
+fn listing(api: &Api, revision: &str) -> Result<Listing, PullError> {
     let repo = api.repo(Repo::with_revision(
         hub::MODEL_REPO.into(),
         RepoType::Model,
@@ -297,33 +442,25 @@ fn listing(api: &Api, revision: &str) -> Result<Listing, String> {
     ));
     let response = match repo.info_request().query("blobs", "true").call() {
         Ok(r) => r,
-        Err(ureq::Error::Status(code @ (401 | 403), _)) => {
-            return Err(format!(
-                "the hub refused access to {} (HTTP {code}): {ACCESS_HINT}",
-                hub::MODEL_REPO
-            ))
-        }
+        Err(ureq::Error::Status(code @ (401 | 403), _)) => return Err(PullError::Refused { code }),
         Err(ureq::Error::Status(404, _)) => {
-            return Err(format!(
-                "{} has no revision {revision} (HTTP 404) — or it is gated: {ACCESS_HINT}",
-                hub::MODEL_REPO
-            ))
+            return Err(PullError::NoRevision {
+                revision: revision.to_string(),
+            })
         }
         Err(e) => {
-            return Err(format!(
-                "cannot list {} at {revision}: {e}",
-                hub::MODEL_REPO
-            ))
+            return Err(PullError::List {
+                revision: revision.to_string(),
+                source: Box::new(e),
+            })
         }
     };
-    let text = response
-        .into_string()
-        .map_err(|e| format!("reading the hub's answer: {e}"))?;
+    let text = response.into_string().map_err(PullError::ReadAnswer)?;
     parse_listing(&text, revision)
 }
 
 /// Runs `gr00t pull`; returns the process exit code.
-pub fn run(opts: PullOptions) -> Result<i32, Box<dyn Error>> {
+pub fn run(opts: PullOptions) -> Result<i32, PullError> {
     let endpoint = std::env::var("HF_ENDPOINT").unwrap_or_else(|_| "https://huggingface.co".into());
     let probe = proxy_from_env().unwrap_or_else(|| endpoint.clone());
     if let Err(e) = check_reachable(&probe, CONNECT_TIMEOUT) {
@@ -371,7 +508,10 @@ pub fn run(opts: PullOptions) -> Result<i32, Box<dyn Error>> {
         let bar = bar(&file.path)?;
         let path = repo
             .download_with_progress(&file.path, Bar(bar.clone()))
-            .map_err(|e| format!("downloading {}: {e} ({ACCESS_HINT})", file.path))?;
+            .map_err(|source| PullError::Download {
+                file: file.path.clone(),
+                source,
+            })?;
         bar.finish();
         if let Err(e) = verify_file(&path, file) {
             // A corrupt blob must not be picked up by the next run: remove it and its link.
@@ -380,7 +520,7 @@ pub fn run(opts: PullOptions) -> Result<i32, Box<dyn Error>> {
             if let Some(blob) = blob {
                 let _ = std::fs::remove_file(blob);
             }
-            return Err(format!("verification failed, file removed: {e}").into());
+            return Err(PullError::Verify(Box::new(e)));
         }
     }
     // `find_snapshot` resolves the requested revision name through refs/.
@@ -447,7 +587,9 @@ mod tests {
         let one = |sha: &str, file: &str, lfs: &str| {
             format!(r#"{{"sha":"{sha}","siblings":[{{"rfilename":"{file}"{lfs}}}]}}"#)
         };
-        let err = parse_listing(&one(COMMIT, "a", ""), "deadbeef").unwrap_err();
+        let err = parse_listing(&one(COMMIT, "a", ""), "deadbeef")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("deadbeef"), "{err}");
         assert!(parse_listing(&one("xyz", "a", ""), "main").is_err());
         for bad in ["../evil", "/etc/passwd", "a/../../b", ""] {
@@ -478,10 +620,12 @@ mod tests {
         assert!(verify_file(&path, &file(None, None)).is_ok());
         assert!(verify_file(&path, &file(Some(4), Some(abc)))
             .unwrap_err()
+            .to_string()
             .contains("4"));
         let wrong = "0".repeat(64);
         assert!(verify_file(&path, &file(Some(3), Some(&wrong)))
             .unwrap_err()
+            .to_string()
             .contains("sha256"));
         assert!(verify_file(&dir.join("missing"), &file(None, None)).is_err());
         std::fs::remove_dir_all(&dir).unwrap();

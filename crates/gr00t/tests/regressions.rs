@@ -4,7 +4,7 @@
 //! added here with the fix.
 
 // The protocol decoders, from the `gr00t` library as the fuzz crate links them.
-use gr00t::doors::wire::{msgpack_numpy, npy, observation};
+use gr00t::doors::wire::{msgpack_numpy, npy, observation, schema};
 use gr00t::doors::ws::droid_obs;
 use gr00t_embodiment::image::{decode_base64_frame, decode_frame_bytes, ImageError};
 use gr00t_fixtures::crc32;
@@ -138,8 +138,7 @@ fn gr00t_observations_with_hostile_shapes_are_refused() {
     let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
     let tag = gr00t_embodiment::EMBODIMENT_TAG;
     let spec = gr00t_embodiment::embodiment::EmbodimentSpec::new(&ckpt, tag).unwrap();
-    let schema =
-        observation::Schema::new(&spec, &ckpt.processor.modality_configs[tag], 40, 132, false);
+    let schema = schema::Schema::new(&spec, &ckpt.processor.modality_configs[tag], 40, 132, false);
     let npy_arr = |h: &str, data: &[u8]| {
         str_map(vec![
             ("__ndarray_class__", Value::Boolean(true)),

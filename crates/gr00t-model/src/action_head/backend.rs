@@ -1,6 +1,8 @@
 //! Which implementation of the flow-matching loop serves: the straightforward upstream-shaped
 //! one, or the one that hoists per-request and per-step work out of the Euler loop.
 
+use crate::error::SettingError;
+
 /// Implementation of the Euler loop; both use the same weights and compute the same function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DenoiseBackend {
@@ -24,17 +26,15 @@ impl DenoiseBackend {
 }
 
 impl std::str::FromStr for DenoiseBackend {
-    type Err = String;
+    type Err = SettingError;
 
     /// `reference` or `fused`; empty selects the default (fused).
-    fn from_str(value: &str) -> Result<DenoiseBackend, String> {
+    fn from_str(value: &str) -> Result<DenoiseBackend, SettingError> {
         match value.trim() {
             "" => Ok(DenoiseBackend::default()),
             "reference" => Ok(DenoiseBackend::Reference),
             "fused" => Ok(DenoiseBackend::Fused),
-            other => Err(format!(
-                "{other:?} is not a denoise backend; use reference or fused"
-            )),
+            other => Err(SettingError::DenoiseBackend(other.to_string())),
         }
     }
 }
@@ -61,7 +61,7 @@ mod tests {
             "fused".parse::<DenoiseBackend>().unwrap(),
             DenoiseBackend::Fused
         );
-        let e = "fast".parse::<DenoiseBackend>().unwrap_err();
+        let e = "fast".parse::<DenoiseBackend>().unwrap_err().to_string();
         assert!(
             e.contains("fast") && e.contains("reference or fused"),
             "{e}"

@@ -15,7 +15,7 @@ pub mod wire;
 pub mod ws;
 pub mod zmq;
 
-use wire::observation;
+use wire::schema;
 use ws as websocket;
 
 use crate::engine::EngineInfo;
@@ -62,27 +62,51 @@ pub struct ProtocolOptions {
     pub use_sim_policy_wrapper: bool,
 }
 
+/// Why the API token cannot be read, or the ZMQ or websocket door did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DoorError {
+    /// `--api-token-file` cannot be read.
+    #[error("--api-token-file {}: {source}", path.display())]
+    TokenFile {
+        /// The file named.
+        path: PathBuf,
+        /// Why it cannot be read.
+        source: std::io::Error,
+    },
+    /// `--api-token-file`'s first line is empty.
+    #[error("--api-token-file {}: the file holds no token", .0.display())]
+    EmptyTokenFile(PathBuf),
+    /// `--api-token` is empty.
+    #[error("--api-token: the token is empty")]
+    EmptyToken,
+    /// A bound port did not start listening.
+    #[error(transparent)]
+    Listen(#[from] std::io::Error),
+    /// The engine serves no embodiment.
+    #[error("no embodiment is served")]
+    NoEmbodiment,
+}
+
 /// Environment variable holding the API token (clap's `env` for `--api-token`).
 pub const TOKEN_ENV: &str = "GR00T_API_TOKEN";
 
 impl ProtocolOptions {
     /// The API token from `--api-token-file`, `$GR00T_API_TOKEN` or `--api-token`, and
     /// whether it came from the command line itself (then the server warns).
-    pub fn token(&self) -> Result<(Option<Arc<str>>, bool), String> {
+    pub fn token(&self) -> Result<(Option<Arc<str>>, bool), DoorError> {
         if let Some(path) = &self.api_token_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("--api-token-file {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(path).map_err(|source| DoorError::TokenFile {
+                path: path.clone(),
+                source,
+            })?;
             let token = text.lines().next().unwrap_or("").trim();
             if token.is_empty() {
-                return Err(format!(
-                    "--api-token-file {}: the file holds no token",
-                    path.display()
-                ));
+                return Err(DoorError::EmptyTokenFile(path.clone()));
             }
             return Ok((Some(token.into()), false));
         }
         match self.api_token.as_deref().map(str::trim) {
-            Some("") => Err("--api-token: the token is empty".into()),
+            Some("") => Err(DoorError::EmptyToken),
             Some(t) => Ok((Some(t.into()), self.api_token_on_command_line)),
             None => Ok((None, false)),
         }
@@ -172,7 +196,7 @@ pub async fn start(
     limits: &DoorLimits,
     shared: Shared<'_>,
     stop: &Stop,
-) -> Result<Listeners, Box<dyn std::error::Error>> {
+) -> Result<Listeners, DoorError> {
     let Shared {
         worker,
         info,
@@ -186,24 +210,18 @@ pub async fn start(
     }
     // One schema per served embodiment, the default first, from the engine's layouts (the
     // checkpoint is not opened again).
-    let schemas = |flat: bool| -> Result<Vec<observation::Schema>, String> {
-        Ok(layouts
+    let schemas = |flat: bool| -> Vec<schema::Schema> {
+        layouts
             .specs
             .iter()
             .zip(&layouts.modalities)
             .map(|(spec, modalities)| {
-                observation::Schema::new(
-                    spec,
-                    modalities,
-                    layouts.horizon,
-                    layouts.action_dim,
-                    flat,
-                )
+                schema::Schema::new(spec, modalities, layouts.horizon, layouts.action_dim, flat)
             })
-            .collect())
+            .collect()
     };
     if let Some(listener) = zmq_port {
-        let schemas = schemas(opts.use_sim_policy_wrapper)?;
+        let schemas = schemas(opts.use_sim_policy_wrapper);
         let listener = listener.listen()?;
         let addr = listener.local_addr()?;
         tracing::info!(
@@ -238,8 +256,8 @@ pub async fn start(
         // Websocket clients send the nested GR00T observation whatever
         // --use-sim-policy-wrapper says. vLLM-Omni serves one embodiment per endpoint: the
         // default one; the openpi path any served one.
-        let nested = schemas(false)?;
-        let schema = nested.first().cloned().ok_or("no embodiment is served")?;
+        let nested = schemas(false);
+        let schema = nested.first().cloned().ok_or(DoorError::NoEmbodiment)?;
         let ctx = Arc::new(websocket::WsContext {
             worker: worker.clone(),
             metadata: websocket::metadata(info),

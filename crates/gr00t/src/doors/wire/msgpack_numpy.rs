@@ -16,6 +16,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+use super::error::WireError;
 use super::ndarray::{DType, NdArray};
 use super::npy;
 use rmpv::Value;
@@ -38,15 +39,12 @@ pub const MAX_MSGPACK_DEPTH: usize = 32;
 
 /// Decodes one msgpack value that must span the whole buffer, after [`check_size`] has
 /// bounded what decoding it can build.
-pub fn unpack(bytes: &[u8]) -> Result<Value, String> {
+pub fn unpack(bytes: &[u8]) -> Result<Value, WireError> {
     check_size(bytes)?;
     let mut rd = bytes;
     let v = rmpv::decode::read_value(&mut rd).map_err(|e| format!("invalid msgpack: {e}"))?;
     if !rd.is_empty() {
-        return Err(format!(
-            "invalid msgpack: {} bytes after the first value",
-            rd.len()
-        ));
+        return Err(format!("invalid msgpack: {} bytes after the first value", rd.len()).into());
     }
     Ok(v)
 }
@@ -55,7 +53,7 @@ pub fn unpack(bytes: &[u8]) -> Result<Value, String> {
 /// when it declares more than [`MAX_MSGPACK_ELEMENTS`] values, nests deeper than
 /// [`MAX_MSGPACK_DEPTH`], or is cut short. `rmpv` builds a `Value` (~40 bytes) per element, so
 /// 16 MiB of `nil`s would otherwise cost ~670 MB before any field is read.
-pub fn check_size(bytes: &[u8]) -> Result<(), String> {
+pub fn check_size(bytes: &[u8]) -> Result<(), WireError> {
     // Values still to read in each open array or map.
     let mut pending = [0u64; MAX_MSGPACK_DEPTH];
     let mut depth = 0;
@@ -75,13 +73,15 @@ pub fn check_size(bytes: &[u8]) -> Result<(), String> {
                 return Err(format!(
                     "msgpack message refused: it declares more than {MAX_MSGPACK_ELEMENTS} \
                      elements (a valid observation holds under 6,000)"
-                ));
+                )
+                .into());
             }
             if depth == MAX_MSGPACK_DEPTH {
                 return Err(format!(
                     "msgpack message refused: arrays and maps nested deeper than \
                      {MAX_MSGPACK_DEPTH} levels"
-                ));
+                )
+                .into());
             }
             pending[depth] = children;
             depth += 1;
@@ -103,11 +103,11 @@ pub fn check_size(bytes: &[u8]) -> Result<(), String> {
 
 /// The value starting at `pos`: its header length, how many values it contains (arrays and
 /// maps) and its payload length (everything else).
-fn value_header(bytes: &[u8], pos: usize) -> Result<(usize, u64, usize), String> {
+fn value_header(bytes: &[u8], pos: usize) -> Result<(usize, u64, usize), WireError> {
     let truncated = || "invalid msgpack: the message ends inside a value".to_string();
     let marker = *bytes.get(pos).ok_or_else(truncated)?;
     // The big-endian length of `n` bytes after the marker.
-    let len = |n: usize| -> Result<u64, String> {
+    let len = |n: usize| -> Result<u64, WireError> {
         let field = bytes.get(pos + 1..pos + 1 + n).ok_or_else(truncated)?;
         Ok(field.iter().fold(0u64, |acc, &b| acc << 8 | b as u64))
     };
@@ -215,7 +215,7 @@ fn is_gr00t_array(m: &[(Value, Value)]) -> bool {
 }
 
 /// Decodes an openpi array map; `None` when the value is not one.
-pub fn from_openpi_array(v: &Value) -> Option<Result<NdArray, String>> {
+pub fn from_openpi_array(v: &Value) -> Option<Result<NdArray, WireError>> {
     let Value::Map(m) = v else { return None };
     if !is_openpi_array(m) {
         return None;
@@ -223,12 +223,12 @@ pub fn from_openpi_array(v: &Value) -> Option<Result<NdArray, String>> {
     Some((|| {
         let data = match get(m, "data") {
             Some(Value::Binary(b)) => b.clone(),
-            _ => return Err("ndarray without bytes under 'data'".to_string()),
+            _ => return Err("ndarray without bytes under 'data'".into()),
         };
         let dtype = match get(m, "dtype") {
             Some(Value::String(s)) => DType::parse(s.as_str().unwrap_or(""))?,
             Some(Value::Binary(b)) => DType::parse(&String::from_utf8_lossy(b))?,
-            _ => return Err("ndarray without a 'dtype' string".to_string()),
+            _ => return Err("ndarray without a 'dtype' string".into()),
         };
         let shape = match get(m, "shape") {
             Some(Value::Array(dims)) => dims
@@ -236,7 +236,7 @@ pub fn from_openpi_array(v: &Value) -> Option<Result<NdArray, String>> {
                 .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
                 .collect::<Option<Vec<usize>>>()
                 .ok_or("ndarray 'shape' must hold non-negative integers")?,
-            _ => return Err("ndarray without a 'shape' list".to_string()),
+            _ => return Err("ndarray without a 'shape' list".into()),
         };
         NdArray::new(dtype, shape, data)
     })())
@@ -251,14 +251,14 @@ pub fn gr00t_array(a: &NdArray) -> Value {
 }
 
 /// Decodes a GR00T array map; `None` when the value is not one.
-pub fn from_gr00t_array(v: &Value) -> Option<Result<NdArray, String>> {
+pub fn from_gr00t_array(v: &Value) -> Option<Result<NdArray, WireError>> {
     let Value::Map(m) = v else { return None };
     if !is_gr00t_array(m) {
         return None;
     }
     Some(match get(m, "as_npy") {
         Some(Value::Binary(b)) => npy::decode(b),
-        _ => Err("ndarray without .npy bytes under 'as_npy'".to_string()),
+        _ => Err("ndarray without .npy bytes under 'as_npy'".into()),
     })
 }
 
@@ -340,7 +340,7 @@ fn is_nd_array(m: &[(Value, Value)]) -> bool {
 
 /// Decodes an array in any of the three forms, with the form it used; `None` when `v` is not
 /// an array map.
-pub fn decode_array(v: &Value) -> Option<(ArrayForm, Result<NdArray, String>)> {
+pub fn decode_array(v: &Value) -> Option<(ArrayForm, Result<NdArray, WireError>)> {
     let Value::Map(m) = v else { return None };
     if is_gr00t_array(m) {
         return from_gr00t_array(v).map(|r| (ArrayForm::Npy, r));
@@ -387,7 +387,7 @@ fn text(v: &Value) -> Option<String> {
 
 /// Decodes a msgpack-numpy map (`nd` true: array, false: scalar, shape `()`). Object and
 /// structured payloads are refused before anything else is read.
-fn from_nd_array(m: &[(Value, Value)]) -> Result<NdArray, String> {
+fn from_nd_array(m: &[(Value, Value)]) -> Result<NdArray, WireError> {
     let kind = get(m, "kind").and_then(text).unwrap_or_default();
     match kind.as_str() {
         "O" => {
@@ -437,7 +437,10 @@ pub fn find_refused_payload(v: &Value, path: &str) -> Option<(String, String)> {
             if is_nd_array(m) {
                 let kind = get(m, "kind").and_then(text).unwrap_or_default();
                 if kind == "O" || kind == "V" {
-                    let err = from_nd_array(m).err().unwrap_or_default();
+                    let err = from_nd_array(m)
+                        .err()
+                        .map(|e| e.to_string())
+                        .unwrap_or_default();
                     return Some((path.to_string(), err));
                 }
                 return None;

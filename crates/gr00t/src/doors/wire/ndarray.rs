@@ -4,6 +4,8 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+use super::error::WireError;
+
 /// What kind of number an element is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -43,7 +45,7 @@ impl DType {
     };
 
     /// Parses a numpy type string such as `<f4`; only plain numbers are accepted.
-    pub fn parse(descr: &str) -> Result<DType, String> {
+    pub fn parse(descr: &str) -> Result<DType, WireError> {
         let bad = || {
             format!("unsupported dtype {descr:?} (expected a number type such as '<f4' or '|u1')")
         };
@@ -54,14 +56,14 @@ impl DType {
         let big_endian = match order {
             '<' | '|' => false,
             '>' => true,
-            _ => return Err(bad()),
+            _ => return Err(bad().into()),
         };
         let kind = match (kind, size) {
             ('b', 1) => Kind::Bool,
             ('i', 1 | 2 | 4 | 8) => Kind::Int,
             ('u', 1 | 2 | 4 | 8) => Kind::UInt,
             ('f', 4 | 8) => Kind::Float,
-            _ => return Err(bad()),
+            _ => return Err(bad().into()),
         };
         Ok(DType {
             kind,
@@ -112,14 +114,15 @@ pub struct NdArray {
 
 impl NdArray {
     /// An array over `data`; refuses a byte count that does not match the shape.
-    pub fn new(dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> Result<NdArray, String> {
+    pub fn new(dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> Result<NdArray, WireError> {
         let want = byte_len(dtype, &shape)?;
         if data.len() != want {
             return Err(format!(
                 "array of shape {shape:?} and dtype {} needs {want} bytes, got {}",
                 dtype.descr(),
                 data.len()
-            ));
+            )
+            .into());
         }
         Ok(NdArray { dtype, shape, data })
     }
@@ -208,11 +211,11 @@ impl NdArray {
 }
 
 /// `product(shape) · size`, refusing overflow.
-pub fn byte_len(dtype: DType, shape: &[usize]) -> Result<usize, String> {
+pub fn byte_len(dtype: DType, shape: &[usize]) -> Result<usize, WireError> {
     shape
         .iter()
         .try_fold(dtype.size, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| format!("array shape {shape:?} is too large"))
+        .ok_or_else(|| WireError::bytes(format!("array shape {shape:?} is too large")))
 }
 
 /// A shape as numpy prints it: `()`, `(7,)`, `(1, 40, 9)`.

@@ -7,6 +7,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+use super::error::WireError;
 use super::ndarray::{byte_len, shape_text, DType, NdArray};
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
@@ -41,7 +42,7 @@ pub fn encode(a: &NdArray) -> Vec<u8> {
 }
 
 /// Reads an `.npy` file (format versions 1–3); Fortran-order data is returned in C order.
-pub fn decode(bytes: &[u8]) -> Result<NdArray, String> {
+pub fn decode(bytes: &[u8]) -> Result<NdArray, WireError> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("not an .npy file (bad magic)".into());
     }
@@ -51,14 +52,14 @@ pub fn decode(bytes: &[u8]) -> Result<NdArray, String> {
             u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
             12,
         ),
-        v => return Err(format!("unsupported .npy format version {v}")),
+        v => return Err(format!("unsupported .npy format version {v}").into()),
     };
     let end = start
         .checked_add(header_len)
         .filter(|&e| e <= bytes.len())
         .ok_or("truncated .npy header")?;
     let header = std::str::from_utf8(&bytes[start..end])
-        .map_err(|_| "the .npy header is not text".to_string())?;
+        .map_err(|_| WireError::bytes("the .npy header is not text"))?;
     let h = parse_header(header)?;
     let dtype = DType::parse(&h.descr)?;
     let want = byte_len(dtype, &h.shape)?;
@@ -69,7 +70,8 @@ pub fn decode(bytes: &[u8]) -> Result<NdArray, String> {
             shape_text(&h.shape),
             h.descr,
             data.len()
-        ));
+        )
+        .into());
     }
     let data = if h.fortran_order {
         fortran_to_c(data, &h.shape, dtype.size)
@@ -93,7 +95,7 @@ enum Tok {
     Punct(char),
 }
 
-fn tokens(text: &str) -> Result<Vec<Tok>, String> {
+fn tokens(text: &str) -> Result<Vec<Tok>, WireError> {
     let mut out = Vec::new();
     let mut chars = text.chars().peekable();
     while let Some(&c) = chars.peek() {
@@ -125,23 +127,23 @@ fn tokens(text: &str) -> Result<Vec<Tok>, String> {
             out.push(Tok::Punct(c));
             chars.next();
         } else {
-            return Err(format!("unexpected {c:?} in the .npy header"));
+            return Err(format!("unexpected {c:?} in the .npy header").into());
         }
     }
     Ok(out)
 }
 
 /// Parses `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`.
-fn parse_header(text: &str) -> Result<Header, String> {
+fn parse_header(text: &str) -> Result<Header, WireError> {
     let toks = tokens(text)?;
     let bad = |what: &str| format!("malformed .npy header ({what}): {}", text.trim_end());
     let mut i = 0;
-    let expect = |i: &mut usize, p: char| -> Result<(), String> {
+    let expect = |i: &mut usize, p: char| -> Result<(), WireError> {
         if toks.get(*i) == Some(&Tok::Punct(p)) {
             *i += 1;
             Ok(())
         } else {
-            Err(bad(&format!("expected '{p}'")))
+            Err(WireError::bytes(bad(&format!("expected '{p}'"))))
         }
     };
     expect(&mut i, '{')?;
@@ -149,7 +151,7 @@ fn parse_header(text: &str) -> Result<Header, String> {
     while toks.get(i) != Some(&Tok::Punct('}')) {
         let key = match toks.get(i) {
             Some(Tok::Str(k)) => k.clone(),
-            _ => return Err(bad("expected a key")),
+            _ => return Err(WireError::bytes(bad("expected a key"))),
         };
         i += 1;
         expect(&mut i, ':')?;
@@ -165,7 +167,7 @@ fn parse_header(text: &str) -> Result<Header, String> {
                 fortran = match toks.get(i) {
                     Some(Tok::Word(w)) if w == "True" => Some(true),
                     Some(Tok::Word(w)) if w == "False" => Some(false),
-                    _ => return Err(bad("fortran_order")),
+                    _ => return Err(WireError::bytes(bad("fortran_order"))),
                 };
                 i += 1;
             }
@@ -184,7 +186,7 @@ fn parse_header(text: &str) -> Result<Header, String> {
                 expect(&mut i, ')')?;
                 shape = Some(dims);
             }
-            _ => return Err(bad(&format!("unknown key {key:?}"))),
+            _ => return Err(WireError::bytes(bad(&format!("unknown key {key:?}")))),
         }
         if toks.get(i) == Some(&Tok::Punct(',')) {
             i += 1;
@@ -196,7 +198,9 @@ fn parse_header(text: &str) -> Result<Header, String> {
             fortran_order,
             shape,
         }),
-        _ => Err(bad("descr, fortran_order and shape are required")),
+        _ => Err(WireError::bytes(bad(
+            "descr, fortran_order and shape are required",
+        ))),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Isaac-GR00T's policy observation and action formats (`Gr00tPolicy.check_observation` /
+//! Decoding Isaac-GR00T's policy observation (`Gr00tPolicy.check_observation` /
 //! `_get_action` and `Gr00tSimPolicyWrapper`) for every served embodiment:
 //!
 //! - nested: `{"video": {cam: uint8 [B,T,H,W,3]}, "state": {key: float32 [B,T,D]},
@@ -9,163 +9,26 @@
 //! The openpi websocket door takes the nested form too (`parse_openpi`), for any embodiment.
 //!
 //! Arrays may come in any of the peers' forms (`msgpack_numpy::decode_array`); the parse says
-//! which one the message used, so that the reply can use it too. Refusals reuse upstream's
-//! assertion texts so clients see the messages they know.
+//! which one the message used, so that the reply (`super::reply`) can use it too. Refusals
+//! reuse upstream's assertion texts so clients see the messages they know.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use super::msgpack_numpy::{decode_array, encode_array, get, scalar, str_map, type_name, uint};
+use super::error::WireError;
+use super::msgpack_numpy::{decode_array, get, scalar, type_name, uint};
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{DType, Kind, NdArray};
+use super::schema::Schema;
 use super::session::{session_id, session_token};
 use gr00t_core::request::Request;
-use gr00t_core::response::PredictResponse;
-use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions, RtcPlan};
-use gr00t_embodiment::embodiment::{EmbodimentSpec, Observation};
-use gr00t_embodiment::embodiment_tags;
+use gr00t_core::rtc::{Chunk, RtcOptions, RtcPlan};
+use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::frame_policy::{frame_policy, FramePolicy};
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::observation::{NoiseSource, DEFAULT_SEED};
-use gr00t_model::checkpoint::ModalityConfigs;
 use rmpv::Value;
-
-/// The observation layout the server expects, from the checkpoint's modality config.
-#[derive(Debug, Clone)]
-pub struct Schema {
-    /// The embodiment tag.
-    pub tag: String,
-    /// Video keys in config order.
-    pub views: Vec<String>,
-    /// State keys in config order with their widths.
-    pub state_keys: Vec<(String, usize)>,
-    /// Video frames per camera (`len(video.delta_indices)`, 2 for DROID).
-    pub video_t: usize,
-    /// State steps (`len(state.delta_indices)`, 1 for DROID).
-    pub state_t: usize,
-    /// The language key (`annotation.language.language_instruction`).
-    pub language_key: String,
-    /// Action keys in reply order.
-    pub action_keys: Vec<String>,
-    /// Action chunk length.
-    pub horizon: usize,
-    /// Width of one noise row (`max_action_dim`).
-    pub action_dim: usize,
-    /// Action values per row the embodiment decodes (an RTC `previous_chunk` row).
-    pub action_width: usize,
-    /// `--use-sim-policy-wrapper`: flat keys.
-    pub flat: bool,
-    /// `get_modality_config`'s reply.
-    pub modality_config: Value,
-}
-
-impl Schema {
-    /// The schema of one embodiment (its layout and modality config).
-    pub fn new(
-        spec: &EmbodimentSpec,
-        m: &ModalityConfigs,
-        horizon: usize,
-        action_dim: usize,
-        flat: bool,
-    ) -> Schema {
-        Schema {
-            tag: spec.tag.clone(),
-            views: spec.views.clone(),
-            state_keys: spec.state.keys().map(|(k, d)| (k.to_string(), d)).collect(),
-            video_t: m.video.delta_indices.len(),
-            state_t: m.state.delta_indices.len(),
-            language_key: m
-                .language
-                .modality_keys
-                .first()
-                .cloned()
-                .unwrap_or_else(|| "annotation.language.language_instruction".into()),
-            action_keys: m.action.modality_keys.clone(),
-            horizon,
-            action_dim,
-            action_width: valid_action_width(spec),
-            flat,
-            modality_config: modality_config_value(m),
-        }
-    }
-}
-
-/// The schema of the embodiment a message names (a tag or upstream's enum name), or the
-/// default one (the first) when it names none.
-pub fn pick_schema<'a>(schemas: &'a [Schema], named: Option<&Value>) -> Result<&'a Schema, String> {
-    let name = match named {
-        None | Some(Value::Nil) => return schemas.first().ok_or("no embodiment".into()),
-        Some(Value::String(s)) => s.as_str().unwrap_or(""),
-        Some(v) => return Err(format!("embodiment must be a str. Got {}", type_name(v))),
-    };
-    let tag = embodiment_tags::resolve(name, schemas.iter().map(|s| s.tag.as_str())).ok_or_else(
-        || {
-            format!(
-                "embodiment {name:?} is not served here; served: {:?}",
-                schemas.iter().map(|s| s.tag.as_str()).collect::<Vec<_>>()
-            )
-        },
-    )?;
-    schemas
-        .iter()
-        .find(|s| s.tag == tag)
-        .ok_or_else(|| "internal: schema".into())
-}
-
-/// `{modality: {"__ModalityConfig_class__": True, "__ModalityConfig__": True, "as_json":
-/// {...}}}` with the dataclass fields in declaration order: the old `MsgSerializer` marker and
-/// N1.7's, so that either client decodes it.
-fn modality_config_value(m: &ModalityConfigs) -> Value {
-    let one = |c: &gr00t_model::checkpoint::ModalityConfig| {
-        let ints = Value::Array(c.delta_indices.iter().map(|&d| Value::from(d)).collect());
-        let keys = Value::Array(
-            c.modality_keys
-                .iter()
-                .map(|k| Value::from(k.as_str()))
-                .collect(),
-        );
-        let actions = match &c.action_configs {
-            None => Value::Nil,
-            Some(list) => Value::Array(
-                list.iter()
-                    .map(|a| {
-                        str_map([
-                            ("rep", Value::from(a.rep.as_str())),
-                            ("type", Value::from(a.kind.as_str())),
-                            ("format", Value::from(a.format.as_str())),
-                            (
-                                "state_key",
-                                a.state_key
-                                    .as_deref()
-                                    .map(Value::from)
-                                    .unwrap_or(Value::Nil),
-                            ),
-                        ])
-                    })
-                    .collect(),
-            ),
-        };
-        let json = str_map([
-            ("delta_indices", ints),
-            ("modality_keys", keys),
-            ("sin_cos_embedding_keys", Value::Nil),
-            ("mean_std_embedding_keys", Value::Nil),
-            ("action_configs", actions),
-        ]);
-        str_map([
-            ("__ModalityConfig_class__", Value::Boolean(true)),
-            ("__ModalityConfig__", Value::Boolean(true)),
-            ("as_json", json),
-        ])
-    };
-    str_map([
-        ("video", one(&m.video)),
-        ("state", one(&m.state)),
-        ("action", one(&m.action)),
-        ("language", one(&m.language)),
-    ])
-}
 
 /// A decoded array under `key` (its form noted in `forms`), or the upstream-style refusal.
 fn array(
@@ -173,16 +36,21 @@ fn array(
     what: &str,
     key: &str,
     forms: &mut FormsSeen,
-) -> Result<NdArray, String> {
-    let v = v.ok_or_else(|| format!("{what} key '{key}' must be in observation"))?;
+) -> Result<NdArray, WireError> {
+    let v = v.ok_or_else(|| {
+        WireError::field(key, format!("{what} key '{key}' must be in observation"))
+    })?;
     match decode_array(v) {
         Some((form, a)) => {
             forms.note(form);
-            a.map_err(|e| format!("{what} key '{key}': {e}"))
+            a.map_err(|e| WireError::field(key, format!("{what} key '{key}': {e}")))
         }
-        None => Err(format!(
-            "{what} key '{key}' must be a numpy array. Got {}",
-            type_name(v)
+        None => Err(WireError::field(
+            key,
+            format!(
+                "{what} key '{key}' must be a numpy array. Got {}",
+                type_name(v)
+            ),
         )),
     }
 }
@@ -199,18 +67,24 @@ fn video(
     policy: Option<&FramePolicy>,
     door: Door,
     current_only: bool,
-) -> Result<CameraFrames, String> {
+) -> Result<CameraFrames, WireError> {
     if a.dtype != DType::U8 {
-        return Err(format!(
-            "Video key '{key}' must be a numpy array of type np.uint8. Got {}",
-            a.dtype.name()
+        return Err(WireError::field(
+            key,
+            format!(
+                "Video key '{key}' must be a numpy array of type np.uint8. Got {}",
+                a.dtype.name()
+            ),
         ));
     }
     let [b, tt, h, w, c] = a.shape[..] else {
-        return Err(format!(
-            "Video key '{key}' must be a numpy array of shape {}(B, T, H, W, C), got {}",
-            door.unbatched_text("(T, H, W, C)"),
-            a.shape_text()
+        return Err(WireError::field(
+            key,
+            format!(
+                "Video key '{key}' must be a numpy array of shape {}(B, T, H, W, C), got {}",
+                door.unbatched_text("(T, H, W, C)"),
+                a.shape_text()
+            ),
         ));
     };
     if tt != t && !(current_only && tt == 1) {
@@ -219,17 +93,21 @@ fn video(
         } else {
             ""
         };
-        return Err(format!(
-            "Video key '{key}'s horizon must be {t}{or_one}. Got {tt}"
+        return Err(WireError::field(
+            key,
+            format!("Video key '{key}'s horizon must be {t}{or_one}. Got {tt}"),
         ));
     }
     if c != 3 {
-        return Err(format!("Video key '{key}'s channel 'C' must be 3. Got {c}"));
+        return Err(WireError::field(
+            key,
+            format!("Video key '{key}'s channel 'C' must be 3. Got {c}"),
+        ));
     }
     if let Some(policy) = policy {
         policy
             .check_aspect(w, h)
-            .map_err(|e| format!("Video key '{key}': {e}"))?;
+            .map_err(|e| WireError::field(key, format!("Video key '{key}': {e}")))?;
     }
     let frame_len = h * w * 3;
     let mut chunks = a.data.chunks_exact(frame_len.max(1));
@@ -237,8 +115,14 @@ fn video(
     for _ in 0..b {
         let mut frames = Vec::with_capacity(tt);
         for _ in 0..tt {
-            let bytes = chunks.next().ok_or("video data is short")?.to_vec();
-            frames.push(Frame::new(w, h, bytes).map_err(|e| format!("Video key '{key}': {e}"))?);
+            let bytes = chunks
+                .next()
+                .ok_or_else(|| WireError::field(key, "video data is short"))?
+                .to_vec();
+            frames.push(
+                Frame::new(w, h, bytes)
+                    .map_err(|e| WireError::field(key, format!("Video key '{key}': {e}")))?,
+            );
         }
         out.push(frames);
     }
@@ -252,31 +136,44 @@ fn state(
     t: usize,
     dim: usize,
     door: Door,
-) -> Result<Vec<Vec<f32>>, String> {
+) -> Result<Vec<Vec<f32>>, WireError> {
     if a.dtype != DType::F32 {
-        return Err(format!(
-            "State key '{key}' must be a numpy array of type np.float32. Got {}",
-            a.dtype.name()
+        return Err(WireError::field(
+            key,
+            format!(
+                "State key '{key}' must be a numpy array of type np.float32. Got {}",
+                a.dtype.name()
+            ),
         ));
     }
     let [b, tt, d] = a.shape[..] else {
-        return Err(format!(
-            "State key '{key}' must be a numpy array of shape {}(B, T, D), got {}",
-            door.unbatched_text("(T, D)"),
-            a.shape_text()
+        return Err(WireError::field(
+            key,
+            format!(
+                "State key '{key}' must be a numpy array of shape {}(B, T, D), got {}",
+                door.unbatched_text("(T, D)"),
+                a.shape_text()
+            ),
         ));
     };
     if tt != t {
-        return Err(format!("State key '{key}'s horizon must be {t}. Got {tt}"));
+        return Err(WireError::field(
+            key,
+            format!("State key '{key}'s horizon must be {t}. Got {tt}"),
+        ));
     }
     if d != dim {
-        return Err(format!(
-            "State key '{key}' must have {dim} values (D). Got {d}"
+        return Err(WireError::field(
+            key,
+            format!("State key '{key}' must have {dim} values (D). Got {d}"),
         ));
     }
     let values = a.to_f32s();
     if values.iter().any(|v| !v.is_finite()) {
-        return Err(format!("State key '{key}' must be finite"));
+        return Err(WireError::field(
+            key,
+            format!("State key '{key}' must be finite"),
+        ));
     }
     // The state delta is [0]: the current step is the last one sent.
     Ok((0..b)
@@ -284,38 +181,50 @@ fn state(
         .collect())
 }
 
-fn check_batch(bs: &mut Option<usize>, n: usize, what: &str, key: &str) -> Result<(), String> {
+fn check_batch(bs: &mut Option<usize>, n: usize, what: &str, key: &str) -> Result<(), WireError> {
     match *bs {
-        None if n == 0 => Err(format!("{what} key '{key}' has batch size 0")),
+        None if n == 0 => Err(WireError::field(
+            key,
+            format!("{what} key '{key}' has batch size 0"),
+        )),
         None => {
             *bs = Some(n);
             Ok(())
         }
-        Some(b) if b != n => Err(format!(
-            "{what} key '{key}' must have batch size {b}. Got {n}"
+        Some(b) if b != n => Err(WireError::field(
+            key,
+            format!("{what} key '{key}' must have batch size {b}. Got {n}"),
         )),
         Some(_) => Ok(()),
     }
 }
 
-fn dict<'a>(obs: &'a [(Value, Value)], modality: &str) -> Result<&'a [(Value, Value)], String> {
+fn dict<'a>(obs: &'a [(Value, Value)], modality: &str) -> Result<&'a [(Value, Value)], WireError> {
     match get(obs, modality) {
-        None => Err(format!("Observation must contain a '{modality}' key")),
+        None => Err(WireError::field(
+            modality,
+            format!("Observation must contain a '{modality}' key"),
+        )),
         Some(Value::Map(m)) => Ok(m),
-        Some(v) => Err(format!(
-            "Observation '{modality}' must be a dictionary. Got {}",
-            type_name(v)
+        Some(v) => Err(WireError::field(
+            modality,
+            format!(
+                "Observation '{modality}' must be a dictionary. Got {}",
+                type_name(v)
+            ),
         )),
     }
 }
 
 /// The instructions of a language entry: `[[str]] * B` nested, `[str] * B` flat.
-fn language(v: Option<&Value>, key: &str, flat: bool) -> Result<Vec<String>, String> {
-    let v = v.ok_or_else(|| format!("Language key '{key}' must be in observation"))?;
+fn language(v: Option<&Value>, key: &str, flat: bool) -> Result<Vec<String>, WireError> {
+    let v = v.ok_or_else(|| {
+        WireError::field(key, format!("Language key '{key}' must be in observation"))
+    })?;
     let Value::Array(items) = v else {
-        return Err(format!(
-            "Language key '{key}' must be a list. Got {}",
-            type_name(v)
+        return Err(WireError::field(
+            key,
+            format!("Language key '{key}' must be a list. Got {}", type_name(v)),
         ));
     };
     items
@@ -327,15 +236,21 @@ fn language(v: Option<&Value>, key: &str, flat: bool) -> Result<Vec<String>, Str
                 match item {
                     Value::Array(inner) if inner.len() == 1 => &inner[0],
                     Value::Array(inner) => {
-                        return Err(format!(
-                            "Language batch item must have exactly one item. Got {}",
-                            inner.len()
+                        return Err(WireError::field(
+                            key,
+                            format!(
+                                "Language batch item must have exactly one item. Got {}",
+                                inner.len()
+                            ),
                         ))
                     }
                     other => {
-                        return Err(format!(
-                            "Language batch item must be a list. Got {}",
-                            type_name(other)
+                        return Err(WireError::field(
+                            key,
+                            format!(
+                                "Language batch item must be a list. Got {}",
+                                type_name(other)
+                            ),
                         ))
                     }
                 }
@@ -344,10 +259,13 @@ fn language(v: Option<&Value>, key: &str, flat: bool) -> Result<Vec<String>, Str
                 Value::String(s) => s
                     .as_str()
                     .map(str::to_string)
-                    .ok_or_else(|| "Language batch item is not valid UTF-8".to_string()),
-                other => Err(format!(
-                    "Language batch item must be a string. Got {}",
-                    type_name(other)
+                    .ok_or_else(|| WireError::field(key, "Language batch item is not valid UTF-8")),
+                other => Err(WireError::field(
+                    key,
+                    format!(
+                        "Language batch item must be a string. Got {}",
+                        type_name(other)
+                    ),
                 )),
             }
         })
@@ -362,41 +280,52 @@ fn noise(
     b: usize,
     forms: &mut FormsSeen,
     door: Door,
-) -> Result<Vec<NoiseSource>, String> {
+) -> Result<Vec<NoiseSource>, WireError> {
     let field = door.options_prefix();
+    let (seed_field, noise_field) = (format!("{field}seed"), format!("{field}noise"));
     let opts = match options {
         None | Some(Value::Nil) => return Ok(vec![NoiseSource::Seed(DEFAULT_SEED); b]),
         Some(Value::Map(m)) => m,
         Some(v) => {
-            return Err(format!(
-                "options must be a dict or None. Got {}",
-                type_name(v)
+            return Err(WireError::field(
+                "options",
+                format!("options must be a dict or None. Got {}", type_name(v)),
             ))
         }
     };
     let seed = get(opts, "seed").filter(|v| !v.is_nil());
     let noise = get(opts, "noise").filter(|v| !v.is_nil());
     match (seed, noise) {
-        (Some(_), Some(_)) => Err(format!(
-            "{}give either seed or noise, not both",
-            if field.is_empty() { "" } else { "options: " }
+        (Some(_), Some(_)) => Err(WireError::field(
+            &seed_field,
+            format!(
+                "{}give either seed or noise, not both",
+                if field.is_empty() { "" } else { "options: " }
+            ),
         )),
         (Some(s), None) => {
-            let s = uint(s)
-                .ok_or_else(|| format!("{field}seed must be a non-negative int. Got {s}"))?;
+            let s = uint(s).ok_or_else(|| {
+                WireError::field(
+                    &seed_field,
+                    format!("{field}seed must be a non-negative int. Got {s}"),
+                )
+            })?;
             Ok(vec![NoiseSource::Seed(s); b])
         }
         (None, Some(n)) => {
             let a = match decode_array(n) {
                 Some((form, a)) => {
                     forms.note(form);
-                    a.map_err(|e| format!("{field}noise: {e}"))?
+                    a.map_err(|e| WireError::field(&noise_field, format!("{field}noise: {e}")))?
                 }
                 // Plain msgpack clients send `noise.tolist()`.
                 None => nested_floats(n).ok_or_else(|| {
-                    format!(
-                        "{field}noise must be a numpy array or nested lists of numbers. Got {}",
-                        type_name(n)
+                    WireError::field(
+                        &noise_field,
+                        format!(
+                            "{field}noise must be a numpy array or nested lists of numbers. Got {}",
+                            type_name(n)
+                        ),
                     )
                 })?,
             };
@@ -405,21 +334,27 @@ fn noise(
                 [hh, dd] if hh == h && dd == d => false,
                 [bb, hh, dd] if (bb == b || bb == 1) && hh == h && dd == d => bb == b && b > 1,
                 _ => {
-                    return Err(format!(
-                        "{field}noise must have shape ({h}, {d}) or (B, {h}, {d}). Got {}",
-                        a.shape_text()
+                    return Err(WireError::field(
+                        &noise_field,
+                        format!(
+                            "{field}noise must have shape ({h}, {d}) or (B, {h}, {d}). Got {}",
+                            a.shape_text()
+                        ),
                     ))
                 }
             };
             if a.dtype.kind != Kind::Float {
-                return Err(format!(
-                    "{field}noise must be a float array. Got {}",
-                    a.dtype.name()
+                return Err(WireError::field(
+                    &noise_field,
+                    format!("{field}noise must be a float array. Got {}", a.dtype.name()),
                 ));
             }
             let values = a.to_f32s();
             if values.iter().any(|v| !v.is_finite()) {
-                return Err(format!("{field}noise must be finite (as float32)"));
+                return Err(WireError::field(
+                    &noise_field,
+                    format!("{field}noise must be finite (as float32)"),
+                ));
             }
             Ok((0..b)
                 .map(|i| {
@@ -529,14 +464,14 @@ pub fn parse(
     observation: Option<&Value>,
     options: Option<&Value>,
     schema: &Schema,
-) -> Result<Parsed, String> {
+) -> Result<Parsed, WireError> {
     parse_for(observation, options, schema, Door::Upstream)
 }
 
 /// Turns an openpi websocket message carrying the nested observation into one request per
 /// batch item: `seed` / `noise` sit beside `video` / `state` / `language`, and video
 /// `[T,H,W,3]` / state `[T,D]` count as a batch of one.
-pub fn parse_openpi(message: &Value, schema: &Schema) -> Result<Parsed, String> {
+pub fn parse_openpi(message: &Value, schema: &Schema) -> Result<Parsed, WireError> {
     parse_for(Some(message), Some(message), schema, Door::Openpi)
 }
 
@@ -545,20 +480,32 @@ fn parse_for(
     options: Option<&Value>,
     schema: &Schema,
     door: Door,
-) -> Result<Parsed, String> {
+) -> Result<Parsed, WireError> {
     let obs = match observation {
         Some(Value::Map(m)) => m.as_slice(),
-        Some(v) => return Err(format!("observation must be a dict. Got {}", type_name(v))),
-        None => return Err("get_action needs data {'observation': ..., 'options': ...}".into()),
+        Some(v) => {
+            return Err(WireError::field(
+                "observation",
+                format!("observation must be a dict. Got {}", type_name(v)),
+            ))
+        }
+        None => {
+            return Err(WireError::field(
+                "observation",
+                "get_action needs data {'observation': ..., 'options': ...}",
+            ))
+        }
     };
     // Upstream checks the three modalities in this order: video, state, language.
     let (videos, states, langs) = if schema.flat {
         (obs, obs, obs)
     } else {
         if get(obs, "video").is_none() && obs.iter().any(|(k, _)| is_flat_key(k)) {
-            return Err("Observation must contain a 'video' key (this is the flat \
-                        'video.<camera>' form: start the server with --use-sim-policy-wrapper)"
-                .into());
+            return Err(WireError::field(
+                "video",
+                "Observation must contain a 'video' key (this is the flat 'video.<camera>' \
+                 form: start the server with --use-sim-policy-wrapper)",
+            ));
         }
         (
             dict(obs, "video")?,
@@ -616,9 +563,12 @@ fn parse_for(
         Some(Value::Map(m)) => {
             let session = named_session;
             if session.is_some() && b != 1 {
-                return Err(format!(
-                    "{}session_id: a session is one robot, so the batch must be 1. Got {b}",
-                    door.options_prefix()
+                return Err(WireError::field(
+                    format!("{}session_id", door.options_prefix()),
+                    format!(
+                        "{}session_id: a session is one robot, so the batch must be 1. Got {b}",
+                        door.options_prefix()
+                    ),
                 ));
             }
             let token = session_token(m, door.options_prefix(), session.is_some())?;
@@ -673,12 +623,17 @@ pub fn rtc(
     schema: &Schema,
     prefix: &str,
     in_session: bool,
-) -> Result<Option<RtcPlan>, String> {
+) -> Result<Option<RtcPlan>, WireError> {
     let at = |k: &str| get(m, k).filter(|v| !v.is_nil());
-    let steps = |k: &str| -> Result<Option<u64>, String> {
+    let steps = |k: &str| -> Result<Option<u64>, WireError> {
         at(k)
             .map(|v| {
-                uint(v).ok_or_else(|| format!("{prefix}{k} must be a non-negative int. Got {v}"))
+                uint(v).ok_or_else(|| {
+                    WireError::field(
+                        format!("{prefix}{k}"),
+                        format!("{prefix}{k} must be a non-negative int. Got {v}"),
+                    )
+                })
             })
             .transpose()
     };
@@ -686,7 +641,12 @@ pub fn rtc(
         .map(|v| {
             scalar(v)
                 .filter(|_| !matches!(v, Value::Boolean(_)))
-                .ok_or_else(|| format!("{prefix}rtc_ramp_rate must be a number. Got {v}"))
+                .ok_or_else(|| {
+                    WireError::field(
+                        format!("{prefix}rtc_ramp_rate"),
+                        format!("{prefix}rtc_ramp_rate must be a number. Got {v}"),
+                    )
+                })
         })
         .transpose()?;
     let previous_chunk = at("previous_chunk").map(|v| chunk(v, prefix)).transpose()?;
@@ -704,33 +664,36 @@ pub fn rtc(
         schema.action_width,
         in_session,
     )
-    .map_err(|e| e.to_string())
+    .map_err(WireError::from)
 }
 
 /// `previous_chunk`: a float array `[rows, width]` or `[1, rows, width]`.
-fn chunk(v: &Value, prefix: &str) -> Result<Chunk, String> {
+fn chunk(v: &Value, prefix: &str) -> Result<Chunk, WireError> {
     let field = format!("{prefix}previous_chunk");
     let a = match decode_array(v) {
-        Some((_, a)) => a.map_err(|e| format!("{field}: {e}"))?,
+        Some((_, a)) => a.map_err(|e| WireError::field(&field, format!("{field}: {e}")))?,
         None => {
-            return Err(format!(
-                "{field} must be a numpy array. Got {}",
-                type_name(v)
+            return Err(WireError::field(
+                &field,
+                format!("{field} must be a numpy array. Got {}", type_name(v)),
             ))
         }
     };
     if a.dtype.kind != Kind::Float {
-        return Err(format!(
-            "{field} must be a float array. Got {}",
-            a.dtype.name()
+        return Err(WireError::field(
+            &field,
+            format!("{field} must be a float array. Got {}", a.dtype.name()),
         ));
     }
     let (rows, width) = match a.shape[..] {
         [r, w] | [1, r, w] => (r, w),
         _ => {
-            return Err(format!(
-                "{field} must have shape (rows, width) or (1, rows, width). Got {}",
-                a.shape_text()
+            return Err(WireError::field(
+                &field,
+                format!(
+                    "{field} must have shape (rows, width) or (1, rows, width). Got {}",
+                    a.shape_text()
+                ),
             ))
         }
     };
@@ -743,69 +706,4 @@ fn chunk(v: &Value, prefix: &str) -> Result<Chunk, String> {
 
 fn is_flat_key(k: &Value) -> bool {
     super::msgpack_numpy::key_bytes(k).is_some_and(|b| b.starts_with(b"video."))
-}
-
-/// `[action_dict, info]`: float32 `[B, horizon, D]` per action key (flat: `action.<key>`),
-/// arrays in `form`.
-pub fn action_reply(
-    responses: &[PredictResponse],
-    schema: &Schema,
-    form: ArrayForm,
-) -> Result<Value, String> {
-    let actions = action_dict(responses, schema, form)?;
-    Ok(Value::Array(vec![
-        actions,
-        Value::Map(reply_info(responses)),
-    ]))
-}
-
-/// The reply's info entries: the longest wait and the oldest observation's age over the batch,
-/// in ms, and the session's step and token after it (in a session).
-pub fn reply_info(responses: &[PredictResponse]) -> Vec<(Value, Value)> {
-    let max = |f: fn(&PredictResponse) -> f64| responses.iter().map(f).fold(0.0, f64::max);
-    let mut info = vec![
-        (Value::from("queue_ms"), Value::F64(max(|r| r.queue_ms))),
-        (
-            Value::from("observation_age_ms"),
-            Value::F64(max(|r| r.observation_age_ms)),
-        ),
-    ];
-    if let Some(s) = responses.last().and_then(|r| r.session.as_ref()) {
-        info.push((Value::from("session_step"), Value::from(s.step)));
-    }
-    if let Some(t) = responses.last().and_then(|r| r.session_token.as_deref()) {
-        info.push((Value::from("session_token"), Value::from(t)));
-    }
-    info
-}
-
-/// `{key: float32 [B, horizon, D]}` per action key (flat: `action.<key>`), arrays in `form`.
-pub fn action_dict(
-    responses: &[PredictResponse],
-    schema: &Schema,
-    form: ArrayForm,
-) -> Result<Value, String> {
-    let mut actions = Vec::new();
-    for key in &schema.action_keys {
-        let (mut values, mut horizon, mut dim) = (Vec::new(), 0, 0);
-        for r in responses {
-            let rows = r
-                .actions
-                .get(key)
-                .ok_or_else(|| format!("no actions for key {key:?}"))?;
-            (horizon, dim) = (rows.len(), rows.first().map_or(0, Vec::len));
-            values.extend(rows.iter().flatten().copied());
-        }
-        if values.len() != responses.len() * horizon * dim {
-            return Err(format!("ragged {key} actions"));
-        }
-        let a = NdArray::from_f32(vec![responses.len(), horizon, dim], &values);
-        let name = if schema.flat {
-            format!("action.{key}")
-        } else {
-            key.clone()
-        };
-        actions.push((Value::from(name), encode_array(&a, form)));
-    }
-    Ok(Value::Map(actions))
 }

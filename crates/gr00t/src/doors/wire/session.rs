@@ -5,6 +5,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+use super::error::WireError;
 use super::msgpack_numpy::{decode_array, get, type_name};
 use gr00t_core::session::check_session_id;
 use rmpv::Value;
@@ -12,7 +13,7 @@ use rmpv::Value;
 /// `session_id` among a message's keys: a str, an int, a numpy integer scalar or an integer
 /// array of one element (RoboArena's `np.zeros(1, np.int32)`), the last three as their decimal
 /// text; absent or nil is `None`. Errors name `prefix` + `session_id`.
-pub fn session_id(m: &[(Value, Value)], prefix: &str) -> Result<Option<String>, String> {
+pub fn session_id(m: &[(Value, Value)], prefix: &str) -> Result<Option<String>, WireError> {
     let field = format!("{prefix}session_id");
     let bad = |got: String| {
         format!("{field} must be a str, an int or an int array of one element. Got {got}")
@@ -21,29 +22,32 @@ pub fn session_id(m: &[(Value, Value)], prefix: &str) -> Result<Option<String>, 
         None | Some(Value::Nil) => return Ok(None),
         Some(Value::String(s)) => s
             .as_str()
-            .ok_or_else(|| format!("{field} is not valid UTF-8"))?
+            .ok_or_else(|| WireError::field(&field, format!("{field} is not valid UTF-8")))?
             .to_string(),
         Some(Value::Integer(i)) => i.to_string(),
         Some(v @ Value::Map(n)) if get(n, "__npgeneric__").is_some() => match get(n, "data") {
             Some(Value::Integer(i)) => i.to_string(),
-            _ => return Err(bad(type_name(v).into())),
+            _ => return Err(WireError::field(&field, bad(type_name(v).into()))),
         },
         Some(v) => match decode_array(v) {
             Some((_, Ok(a))) => match a.int_values().as_deref() {
                 Some([one]) => one.to_string(),
                 _ => {
-                    return Err(bad(format!(
-                        "a {} array of shape {}",
-                        a.dtype.name(),
-                        a.shape_text()
-                    )))
+                    return Err(WireError::field(
+                        &field,
+                        bad(format!(
+                            "a {} array of shape {}",
+                            a.dtype.name(),
+                            a.shape_text()
+                        )),
+                    ))
                 }
             },
-            Some((_, Err(e))) => return Err(format!("{field}: {e}")),
-            None => return Err(bad(type_name(v).into())),
+            Some((_, Err(e))) => return Err(WireError::field(&field, format!("{field}: {e}"))),
+            None => return Err(WireError::field(&field, bad(type_name(v).into()))),
         },
     };
-    check_session_id(&id).map_err(|e| format!("{field}: {e}"))?;
+    check_session_id(&id).map_err(|e| WireError::field(&field, format!("{field}: {e}")))?;
     Ok(Some(id))
 }
 
@@ -53,21 +57,25 @@ pub fn session_token(
     m: &[(Value, Value)],
     prefix: &str,
     in_session: bool,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, WireError> {
     let field = format!("{prefix}session_token");
     match get(m, "session_token") {
         None | Some(Value::Nil) => Ok(None),
-        Some(Value::String(_)) if !in_session => Err(format!(
-            "{field} names a session's incarnation: send it with {prefix}session_id"
+        Some(Value::String(_)) if !in_session => Err(WireError::field(
+            &field,
+            format!("{field} names a session's incarnation: send it with {prefix}session_id"),
         )),
         Some(Value::String(s)) => {
             let s = s
                 .as_str()
-                .ok_or_else(|| format!("{field} is not valid UTF-8"))?;
-            check_session_id(s).map_err(|e| format!("{field}: {e}"))?;
+                .ok_or_else(|| WireError::field(&field, format!("{field} is not valid UTF-8")))?;
+            check_session_id(s).map_err(|e| WireError::field(&field, format!("{field}: {e}")))?;
             Ok(Some(s.to_string()))
         }
-        Some(v) => Err(format!("{field} must be a str. Got {}", type_name(v))),
+        Some(v) => Err(WireError::field(
+            &field,
+            format!("{field} must be a str. Got {}", type_name(v)),
+        )),
     }
 }
 
@@ -82,7 +90,7 @@ mod tests {
         NdArray::new(DType::parse("<i4").unwrap(), vec![v.len()], data).unwrap()
     }
 
-    fn parse(v: Value, prefix: &str) -> Result<Option<String>, String> {
+    fn parse(v: Value, prefix: &str) -> Result<Option<String>, WireError> {
         session_id(&[(Value::from("session_id"), v)], prefix)
     }
 
@@ -113,9 +121,13 @@ mod tests {
         assert_eq!(t, Ok(Some("ab12".into())));
         assert_eq!(session_token(&m(Value::Nil), "", true), Ok(None));
         assert_eq!(session_token(&[], "", false), Ok(None));
-        let e = session_token(&m(Value::from("ab12")), "options.", false).unwrap_err();
+        let e = session_token(&m(Value::from("ab12")), "options.", false)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("options.session_token names"), "{e}");
-        let e = session_token(&m(Value::from(7)), "", true).unwrap_err();
+        let e = session_token(&m(Value::from(7)), "", true)
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "session_token must be a str. Got int");
         assert!(session_token(&m(Value::from("a b")), "", true).is_err());
     }
@@ -135,15 +147,22 @@ mod tests {
         for v in bad {
             for prefix in ["", "options."] {
                 let e = parse(v.clone(), prefix).unwrap_err();
-                assert!(e.starts_with(&format!("{prefix}session_id")), "{e}");
+                let field = format!("{prefix}session_id");
+                assert!(
+                    matches!(&e, WireError::Invalid { field: f, .. } if *f == field),
+                    "{e:?}"
+                );
+                assert!(e.to_string().starts_with(&field), "{e}");
             }
         }
-        let e = parse(Value::F64(1.0), "options.").unwrap_err();
+        let e = parse(Value::F64(1.0), "options.").unwrap_err().to_string();
         assert_eq!(
             e,
             "options.session_id must be a str, an int or an int array of one element. Got float"
         );
-        let e = parse(openpi_array(&i32s(&[1, 2])), "").unwrap_err();
+        let e = parse(openpi_array(&i32s(&[1, 2])), "")
+            .unwrap_err()
+            .to_string();
         assert!(e.ends_with("Got a int32 array of shape (2,)"), "{e}");
     }
 }

@@ -4,7 +4,8 @@
 use super::msgpack_numpy::{self as mp, pack, str_map, unpack};
 use super::ndarray::{DType, Kind, NdArray};
 use super::npy;
-use super::observation::{self, Schema};
+use super::observation;
+use super::schema::Schema;
 use gr00t_embodiment::observation::NoiseSource;
 use rmpv::Value;
 
@@ -65,7 +66,7 @@ fn npy_reads_fortran_order_and_refuses_bad_files() {
     assert!(npy::decode(b"not npy at all").is_err());
     let mut obj = npy_header("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }");
     obj.extend([0u8; 8]);
-    assert!(npy::decode(&obj).unwrap_err().contains("dtype"));
+    assert!(npy::decode(&obj).unwrap_err().to_string().contains("dtype"));
     let mut structured =
         npy_header("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }");
     structured.extend([0u8; 4]);
@@ -158,9 +159,9 @@ fn array32(n: u32) -> Vec<u8> {
 #[test]
 fn unpack_refuses_element_bombs_deep_nesting_and_lying_headers_before_decoding() {
     let refused = |bytes: &[u8], want: &str| {
-        let e = unpack(bytes).unwrap_err();
+        let e = unpack(bytes).unwrap_err().to_string();
         assert!(e.contains(want), "{e}");
-        assert_eq!(mp::check_size(bytes).unwrap_err(), e);
+        assert_eq!(mp::check_size(bytes).unwrap_err().to_string(), e);
     };
     let too_many = "declares more than 65536 elements";
     // 16 MiB of nils in one array.
@@ -318,9 +319,13 @@ fn gr00t_observation_nested_and_flat() {
         assert_eq!(items[0].observation.noise, NoiseSource::Seed(42));
     }
     // The nested server names the flag a flat client needs.
-    let e = observation::parse(Some(&gr00t_obs(1, 2, true)), None, &schema(false)).unwrap_err();
+    let e = observation::parse(Some(&gr00t_obs(1, 2, true)), None, &schema(false))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("--use-sim-policy-wrapper"), "{e}");
-    let e = observation::parse(Some(&gr00t_obs(1, 1, false)), None, &schema(false)).unwrap_err();
+    let e = observation::parse(Some(&gr00t_obs(1, 1, false)), None, &schema(false))
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         e,
         "Video key 'exterior_image_1_left's horizon must be 2. Got 1"
@@ -369,7 +374,8 @@ fn gr00t_options_seed_and_noise() {
         Some(&opts(vec![("noise", noise(vec![40, 8]))])),
         &s,
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("(40, 132)"), "{e}");
     let both = opts(vec![
         ("seed", Value::from(1)),
@@ -432,7 +438,11 @@ fn nd_object_structured_and_malformed_payloads_are_refused() {
         object_type.clone(),
         pickle.clone(),
     );
-    let e = mp::decode_array(&object).unwrap().1.unwrap_err();
+    let e = mp::decode_array(&object)
+        .unwrap()
+        .1
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("object arrays") && e.contains("pickle"), "{e}");
     // A truthy int instead of True, or a str kind, is refused the same way.
     for (nd, kind) in [
@@ -444,6 +454,7 @@ fn nd_object_structured_and_malformed_payloads_are_refused() {
             .unwrap()
             .1
             .unwrap_err()
+            .to_string()
             .contains("object"));
     }
     let structured_type = Value::Array(vec![Value::Array(vec![
@@ -460,6 +471,7 @@ fn nd_object_structured_and_malformed_payloads_are_refused() {
         .unwrap()
         .1
         .unwrap_err()
+        .to_string()
         .contains("structured"));
     let cases = [
         (Value::from("<U2"), vec![0u8; 8], "unsupported dtype"),
@@ -467,7 +479,7 @@ fn nd_object_structured_and_malformed_payloads_are_refused() {
     ];
     for (ty, data, want) in cases {
         let m = nd_map(Value::Boolean(true), Value::Binary(vec![]), ty, data);
-        let e = mp::decode_array(&m).unwrap().1.unwrap_err();
+        let e = mp::decode_array(&m).unwrap().1.unwrap_err().to_string();
         assert!(e.contains(want), "{e}");
     }
     // The refusal names where the payload sits, however deep.
@@ -575,7 +587,9 @@ fn gr00t_observation_from_the_openpi_door() {
     let batched = gr00t_obs(1, 2, false);
     let unbatched = unbatch(&batched);
     // Upstream's door keeps upstream's batched shapes; the openpi door takes both alike.
-    let e = observation::parse(Some(&unbatched), None, &s).unwrap_err();
+    let e = observation::parse(Some(&unbatched), None, &s)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("shape (B, T, H, W, C), got (2, 180, 320, 3)"),
         "{e}"
@@ -593,7 +607,9 @@ fn gr00t_observation_from_the_openpi_door() {
     let seeded = observation::parse_openpi(&Value::Map(m.clone()), &s).unwrap();
     assert_eq!(seeded.items[0].observation.noise, NoiseSource::Seed(7));
     m.push((Value::from("noise"), Value::from(1)));
-    let e = observation::parse_openpi(&Value::Map(m), &s).unwrap_err();
+    let e = observation::parse_openpi(&Value::Map(m), &s)
+        .unwrap_err()
+        .to_string();
     assert_eq!(e, "give either seed or noise, not both");
     // A state of the wrong rank says which shapes this door takes.
     let Value::Map(mut m) = batched else {
@@ -607,9 +623,25 @@ fn gr00t_observation_from_the_openpi_door() {
         unreachable!()
     };
     st[0].1 = mp::gr00t_array(&NdArray::from_f32(vec![1, 1, 1, 9], &[0.0; 9]));
-    let e = observation::parse_openpi(&Value::Map(m), &s).unwrap_err();
+    let e = observation::parse_openpi(&Value::Map(m), &s)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("shape (T, D) or (B, T, D), got (1, 1, 1, 9)"),
         "{e}"
+    );
+}
+
+#[test]
+fn refusals_carry_the_field_at_fault() {
+    let s = schema(false);
+    let mut obs = gr00t_obs(1, 1, false);
+    if let Value::Map(m) = &mut obs {
+        m.retain(|(k, _)| k.as_str() != Some("state"));
+    }
+    let e = observation::parse(Some(&obs), None, &s).unwrap_err();
+    assert_eq!(
+        e,
+        super::error::WireError::field("state", "Observation must contain a 'state' key")
     );
 }

@@ -28,7 +28,8 @@ use super::answers::{Answered, Answers, Door, Outcome};
 use super::browser::{BrowserRules, Verdict};
 use super::connections::{ConnInfo, ConnState};
 use super::request_line::{request_span, RequestId};
-use super::wire::observation::Schema;
+use super::wire::error::WireError;
+use super::wire::schema::Schema;
 use super::Stop;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
@@ -95,6 +96,13 @@ impl From<String> for Refusal {
             message,
             outcome: Outcome::refused(),
         }
+    }
+}
+
+impl From<WireError> for Refusal {
+    /// A message the wire layer could not read.
+    fn from(e: WireError) -> Refusal {
+        Refusal::from(e.to_string())
     }
 }
 

@@ -14,10 +14,13 @@ use super::droid_obs::{parse, HISTORY_STEPS};
 use super::roboarena::{self, Endpoint};
 use super::{recorded, Answer, Refusal, Step, WsContext};
 
+use crate::doors::wire::error::WireError;
 use crate::doors::wire::msgpack_numpy::ArrayForm;
 use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
 use crate::doors::wire::ndarray::NdArray;
-use crate::doors::wire::observation::{action_dict, parse_openpi, pick_schema, reply_info, rtc};
+use crate::doors::wire::observation::{parse_openpi, rtc};
+use crate::doors::wire::reply::{action_dict, reply_info};
+use crate::doors::wire::schema::pick_schema;
 use crate::doors::wire::session::{session_id, session_token};
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
@@ -147,10 +150,12 @@ impl Connection {
         };
         let nested = is_nested(m);
         // openpi's DROID keys: the RTC keys sit beside them, checked here before queueing.
-        let droid_rtc = |m: &[(Value, Value)]| -> Result<Option<RtcPlan>, String> {
+        let droid_rtc = |m: &[(Value, Value)]| -> Result<Option<RtcPlan>, WireError> {
             match ctx.schemas.iter().find(|s| s.tag == EMBODIMENT_TAG) {
                 Some(schema) => rtc(m, schema, "", true),
-                None => Err(format!("{EMBODIMENT_TAG} is not served here")),
+                None => Err(WireError::bytes(format!(
+                    "{EMBODIMENT_TAG} is not served here"
+                ))),
             }
         };
         let (item, rtc, session) = match get(m, "endpoint") {

@@ -12,6 +12,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+use crate::doors::wire::error::WireError;
 use crate::doors::wire::msgpack_numpy::type_name;
 use gr00t_core::session::SessionKey;
 use rmpv::Value;
@@ -46,7 +47,7 @@ pub enum Endpoint {
 }
 
 /// Reads `endpoint`.
-pub fn endpoint(v: &Value) -> Result<Endpoint, String> {
+pub fn endpoint(v: &Value) -> Result<Endpoint, WireError> {
     let name = match v {
         Value::String(s) => s.as_str(),
         Value::Binary(b) => std::str::from_utf8(b).ok(),
@@ -55,12 +56,13 @@ pub fn endpoint(v: &Value) -> Result<Endpoint, String> {
     match name {
         Some("infer") => Ok(Endpoint::Infer),
         Some("reset") => Ok(Endpoint::Reset),
-        Some(other) => Err(format!(
-            "endpoint must be 'infer' or 'reset'. Got '{other}'"
+        Some(other) => Err(WireError::field(
+            "endpoint",
+            format!("endpoint must be 'infer' or 'reset'. Got '{other}'"),
         )),
-        None => Err(format!(
-            "endpoint must be 'infer' or 'reset'. Got {}",
-            type_name(v)
+        None => Err(WireError::field(
+            "endpoint",
+            format!("endpoint must be 'infer' or 'reset'. Got {}", type_name(v)),
         )),
     }
 }

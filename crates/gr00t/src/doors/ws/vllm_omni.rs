@@ -15,7 +15,9 @@
 
 use super::{recorded, Answer, Refusal, Step, WsContext};
 use crate::doors::wire::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
-use crate::doors::wire::observation::{action_dict, parse, Schema};
+use crate::doors::wire::observation::parse;
+use crate::doors::wire::reply::action_dict;
+use crate::doors::wire::schema::Schema;
 use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
 use gr00t_core::response::PredictResponse;

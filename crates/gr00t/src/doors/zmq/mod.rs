@@ -20,8 +20,11 @@ pub mod zmtp;
 use super::answers::{Answered, Answers, Door, Outcome};
 use super::connections::{within, GuardedStream, LimitedListener};
 use super::request_line::{request_span, RequestId};
+use super::wire::error::WireError;
 use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
-use super::wire::observation::{action_reply, parse, pick_schema, Schema};
+use super::wire::observation::parse;
+use super::wire::reply::action_reply;
+use super::wire::schema::{pick_schema, Schema};
 use super::wire::session::session_id;
 use super::{DoorLimits, Stop};
 use gr00t_core::auth::token_matches;
@@ -54,7 +57,7 @@ pub struct ZmqContext {
 impl ZmqContext {
     /// The schema of the embodiment a request names (`options.embodiment`; a tag or
     /// upstream's enum name), or the default one.
-    fn schema(&self, named: Option<&Value>) -> Result<&Schema, String> {
+    fn schema(&self, named: Option<&Value>) -> Result<&Schema, WireError> {
         pick_schema(&self.schemas, named)
     }
 }
@@ -93,6 +96,20 @@ pub async fn serve(
     while connections.join_next().await.is_some() {}
 }
 
+/// Why a connection closed early (logged, never sent: the peer is gone or speaks no ZMTP).
+#[derive(Debug, thiserror::Error)]
+enum ConnectionError {
+    /// Reading or writing the socket failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The peer broke the framing (or a message is over the size limit).
+    #[error("{0}")]
+    Zmtp(#[from] zmtp::Error),
+    /// A message began but did not end within the body timeout (seconds).
+    #[error("a message did not arrive whole within {0:.1} s (--body-timeout-s)")]
+    BodyTimeout(f64),
+}
+
 /// One peer's connection: the handshake, then its messages, each answered in turn.
 async fn connection(
     mut stream: GuardedStream,
@@ -100,12 +117,9 @@ async fn connection(
     max_message: usize,
     body_timeout: Duration,
     stop: &Stop,
-) -> Result<(), String> {
+) -> Result<(), ConnectionError> {
     let state = stream.state().clone();
-    stream
-        .write_all(&zmtp::greeting())
-        .await
-        .map_err(|e| e.to_string())?;
+    stream.write_all(&zmtp::greeting()).await?;
     let mut decoder = zmtp::Decoder::new(zmtp::Limits::new(max_message));
     let mut buf = vec![0u8; 64 * 1024];
     let mut events = Vec::new();
@@ -114,12 +128,9 @@ async fn connection(
     loop {
         let read = if let Some(began) = message_began {
             let left = body_timeout.saturating_sub(began.elapsed());
-            within(left, stream.read(&mut buf)).await.map_err(|()| {
-                format!(
-                    "a message did not arrive whole within {:.1} s (--body-timeout-s)",
-                    body_timeout.as_secs_f64()
-                )
-            })?
+            within(left, stream.read(&mut buf))
+                .await
+                .map_err(|()| ConnectionError::BodyTimeout(body_timeout.as_secs_f64()))?
         } else {
             tokio::select! {
                 biased;
@@ -127,28 +138,20 @@ async fn connection(
                 r = stream.read(&mut buf) => r,
             }
         };
-        let n = read.map_err(|e| e.to_string())?;
+        let n = read?;
         if n == 0 {
             return Ok(());
         }
-        decoder
-            .feed(&buf[..n], &mut events)
-            .map_err(|e| e.to_string())?;
+        decoder.feed(&buf[..n], &mut events)?;
         for event in events.drain(..) {
             match event {
-                zmtp::Event::Greeting { .. } => stream
-                    .write_all(&zmtp::ready())
-                    .await
-                    .map_err(|e| e.to_string())?,
+                zmtp::Event::Greeting { .. } => stream.write_all(&zmtp::ready()).await?,
                 zmtp::Event::Ready { .. } => state.mark_greeted(),
-                zmtp::Event::Ping(context) => stream
-                    .write_all(&zmtp::pong(&context))
-                    .await
-                    .map_err(|e| e.to_string())?,
+                zmtp::Event::Ping(context) => stream.write_all(&zmtp::pong(&context)).await?,
                 zmtp::Event::Message(frames) => {
                     let busy = state.busy();
                     let (reply, kill) = answer(ctx, frames).await;
-                    stream.write_all(&reply).await.map_err(|e| e.to_string())?;
+                    stream.write_all(&reply).await?;
                     drop(busy);
                     if kill {
                         tracing::info!("zmq: kill requested: shutting the server down");
@@ -190,8 +193,9 @@ async fn answer(ctx: &ZmqContext, mut frames: Vec<Vec<u8>>) -> (Vec<u8>, bool) {
     (zmtp::message(&parts), kill)
 }
 
-fn error(message: impl Into<String>) -> Value {
-    str_map([("error", Value::from(message.into()))])
+/// The `{"error": ...}` reply: the refusal's text, as the client sees it.
+fn error(message: impl ToString) -> Value {
+    str_map([("error", Value::from(message.to_string()))])
 }
 
 /// One request → its reply, and whether the server should stop afterwards (`kill`).
@@ -330,7 +334,7 @@ async fn answer_action(
         Some(Value::Map(m)) => get(m, "embodiment"),
         _ => None,
     };
-    let refused = |e: String| (Outcome::refused(), e);
+    let refused = |e: WireError| (Outcome::refused(), e.to_string());
     let schema = ctx.schema(named).map_err(refused)?;
     let p = tracing::info_span!("parse")
         .in_scope(|| parse(obs, options, schema))
