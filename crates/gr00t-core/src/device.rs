@@ -1,12 +1,12 @@
 //! `--device`, `--dtype` and the compute knobs (`--cpu-kernel`, `--dit-backend`,
 //! `--vision-cache`): where the network runs, in which precision, and how.
 
-use crate::error::DeviceError;
 use candle_core::{DType, Device};
 use clap::ValueEnum;
 use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::cpu_kernel::CpuKernel;
 use gr00t_model::vision_cache::DEFAULT_VISION_CACHE_IMAGES;
+use gr00t_model::SettingError;
 use std::fmt;
 use std::str::FromStr;
 
@@ -200,4 +200,30 @@ mod tests {
             "{e}"
         );
     }
+}
+
+/// Why `--device` (or `--cpu-kernel`) cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// The name is no device.
+    #[error("{0:?} is not a device; use cpu, cuda or cuda:N")]
+    Unknown(String),
+    /// A GPU was asked of a build without CUDA.
+    #[error(
+        "--device {0}: this gr00t was built without CUDA support; build it with \
+         scripts/build-cuda.sh (cargo build --release -p gr00t --features cuda)"
+    )]
+    NoCuda(DeviceSpec),
+    /// The GPU did not open (no such GPU, no driver); the cause without candle's backtrace.
+    #[error("--device {spec}: cannot open the GPU: {cause}")]
+    Gpu {
+        /// The device asked for.
+        spec: DeviceSpec,
+        /// candle's reason.
+        #[source]
+        cause: candle_core::Error,
+    },
+    /// `--cpu-kernel` names no kernel.
+    #[error(transparent)]
+    Kernel(#[from] SettingError),
 }

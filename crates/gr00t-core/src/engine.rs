@@ -4,7 +4,7 @@
 //! observation here. Synchronous; the queue's thread runs it off the async runtime.
 
 use crate::device::DeviceOptions;
-use crate::error::InferError;
+use crate::error::{InferError, LoadError};
 use crate::request::Request;
 use crate::response::{ActionGroups, PredictResponse, TimingMs};
 use crate::rtc::RtcPlan;
@@ -220,7 +220,7 @@ impl EmbodimentInfo {
 
 /// The tags to serve: the requested ones (resolved, in order), or every tag whose layout the
 /// server can serve, DROID first; unservable tags are logged when not asked for.
-fn served_tags(ckpt: &Checkpoint, requested: &[String]) -> Result<Vec<String>, String> {
+fn served_tags(ckpt: &Checkpoint, requested: &[String]) -> Result<Vec<String>, LoadError> {
     let all: Vec<&str> = ckpt
         .processor
         .modality_configs
@@ -231,11 +231,11 @@ fn served_tags(ckpt: &Checkpoint, requested: &[String]) -> Result<Vec<String>, S
         let mut tags: Vec<String> = Vec::new();
         for name in requested {
             let tag = embodiment_tags::resolve(name, all.iter().copied()).ok_or_else(|| {
-                format!(
+                LoadError::Embodiments(format!(
                     "--embodiment {name:?}: the checkpoint has no such embodiment (it has {all:?})"
-                )
+                ))
             })?;
-            EmbodimentSpec::new(ckpt, tag).map_err(|e| e.to_string())?;
+            EmbodimentSpec::new(ckpt, tag)?;
             if !tags.iter().any(|t| t == tag) {
                 tags.push(tag.to_string());
             }
@@ -252,7 +252,9 @@ fn served_tags(ckpt: &Checkpoint, requested: &[String]) -> Result<Vec<String>, S
     // DROID first: the contract's default layout.
     tags.sort_by_key(|t| t != EMBODIMENT_TAG);
     if tags.is_empty() {
-        return Err("the checkpoint has no embodiment this server can serve".into());
+        return Err(LoadError::Embodiments(
+            "the checkpoint has no embodiment this server can serve".into(),
+        ));
     }
     Ok(tags)
 }
@@ -277,7 +279,7 @@ pub struct Engine {
 
 impl Engine {
     /// Loads the checkpoint and the tokenizer.
-    pub fn load(opts: &EngineOptions) -> Result<Engine, Box<dyn std::error::Error + Send + Sync>> {
+    pub fn load(opts: &EngineOptions) -> Result<Engine, LoadError> {
         let ckpt = Checkpoint::open(&opts.checkpoint)?;
         let prompt = match &opts.tokenizer {
             Some(path) => PromptEncoder::load(path)?,

@@ -1,11 +1,8 @@
 //! Why a request got no actions: one type for every door, each door mapping it once to its
 //! wire (HTTP status and JSON, ZMQ `{"error"}`, websocket text frame).
 
-use crate::device::DeviceSpec;
-use crate::session::MAX_SESSION_ID_BYTES;
 use gr00t_embodiment::error::EmbodimentError;
 use gr00t_embodiment::observation::RequestError;
-use gr00t_model::SettingError;
 
 /// The client's field at fault and what is wrong with it.
 pub type FieldError = RequestError;
@@ -51,46 +48,26 @@ impl From<EmbodimentError> for InferError {
     }
 }
 
-/// Why `--device` (or `--cpu-kernel`) cannot be used.
+/// Why the engine could not be loaded: the checkpoint, the tokenizer, the served layouts, the
+/// device or the weights, each with its cause.
 #[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
-    /// The name is no device.
-    #[error("{0:?} is not a device; use cpu, cuda or cuda:N")]
-    Unknown(String),
-    /// A GPU was asked of a build without CUDA.
-    #[error(
-        "--device {0}: this gr00t was built without CUDA support; build it with \
-         scripts/build-cuda.sh (cargo build --release -p gr00t --features cuda)"
-    )]
-    NoCuda(DeviceSpec),
-    /// The GPU did not open (no such GPU, no driver); the cause without candle's backtrace.
-    #[error("--device {spec}: cannot open the GPU: {cause}")]
-    Gpu {
-        /// The device asked for.
-        spec: DeviceSpec,
-        /// candle's reason.
-        #[source]
-        cause: candle_core::Error,
-    },
-    /// `--cpu-kernel` names no kernel.
+pub enum LoadError {
+    /// `--embodiment` names no tag of the checkpoint, or it has none this server can serve.
+    #[error("{0}")]
+    Embodiments(String),
+    /// A served layout does not load from the checkpoint's files.
     #[error(transparent)]
-    Kernel(#[from] SettingError),
-}
-
-/// Why a client's session id (or session token) is refused; the door names the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SessionIdError {
-    /// Empty or longer than [`MAX_SESSION_ID_BYTES`].
-    #[error("expected 1 to {max} bytes, got {0}", max = MAX_SESSION_ID_BYTES)]
-    Length(usize),
-    /// A byte outside printable ASCII (or a space).
-    #[error("expected printable ASCII without spaces")]
-    NotPrintable,
-}
-
-impl From<SessionIdError> for String {
-    /// The text, for the doors that put it in a field's message.
-    fn from(e: SessionIdError) -> String {
-        e.to_string()
-    }
+    Embodiment(#[from] EmbodimentError),
+    /// The tokenizer does not load.
+    #[error(transparent)]
+    Tokenizer(#[from] gr00t_embodiment::prompt::PromptError),
+    /// The checkpoint's image transform is unusable.
+    #[error(transparent)]
+    Images(#[from] gr00t_embodiment::image::ImageError),
+    /// `--device` cannot be opened.
+    #[error(transparent)]
+    Device(#[from] crate::device::DeviceError),
+    /// The checkpoint or its weights do not load.
+    #[error(transparent)]
+    Model(#[from] gr00t_model::Error),
 }

@@ -14,8 +14,10 @@ pub mod response;
 pub mod rtc;
 pub mod session;
 
+pub use device::DeviceError;
 pub use engine::{Engine, EngineInfo, EngineOptions};
-pub use error::{DeviceError, InferError, SessionIdError};
+pub use error::{InferError, LoadError};
 pub use queue::Queue;
 pub use request::Request;
 pub use response::{PredictResponse, TimingMs};
+pub use session::SessionIdError;

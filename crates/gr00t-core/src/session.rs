@@ -9,7 +9,6 @@
 //! session it was in ([`Restarted`]). Only the inference thread changes a session's
 //! contents; the doors reset and count them.
 
-pub use crate::error::SessionIdError;
 use gr00t_embodiment::frame_history::FrameHistory;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -44,6 +43,24 @@ impl Default for SessionLimits {
 }
 
 /// Checks a client's session id (or session token): 1 to [`MAX_SESSION_ID_BYTES`] bytes of
+/// Why a client's session id (or session token) is refused; the door names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionIdError {
+    /// Empty or longer than [`MAX_SESSION_ID_BYTES`].
+    #[error("expected 1 to {max} bytes, got {0}", max = MAX_SESSION_ID_BYTES)]
+    Length(usize),
+    /// A byte outside printable ASCII (or a space).
+    #[error("expected printable ASCII without spaces")]
+    NotPrintable,
+}
+
+impl From<SessionIdError> for String {
+    /// The text, for the doors that put it in a field's message.
+    fn from(e: SessionIdError) -> String {
+        e.to_string()
+    }
+}
+
 /// printable ASCII.
 pub fn check_session_id(id: &str) -> Result<(), SessionIdError> {
     if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {

@@ -32,7 +32,7 @@ impl ViewDecoder {
         match &self.policy {
             Some(policy) => policy
                 .check_size(&self.images, width, height)
-                .map_err(|m| RequestError::new(field, m)),
+                .map_err(|e| RequestError::new(field, e.to_string())),
             None => Ok(()),
         }
     }

@@ -68,6 +68,26 @@ impl FramePolicy {
     }
 }
 
+/// Why a frame's size is refused by its layout's policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameSizeError {
+    /// Outside the aspect bounds, or no grid under the eval transform.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// On another patch grid than the policy's frame.
+    #[error("a {width}x{height} frame lands on patch grid {grid:?}, not {expected:?}")]
+    Grid {
+        /// The frame's width.
+        width: usize,
+        /// The frame's height.
+        height: usize,
+        /// Its grid under the eval transform.
+        grid: [usize; 3],
+        /// The policy's grid.
+        expected: [usize; 3],
+    },
+}
+
 /// A [`FramePolicy`] with its patch grid under one checkpoint's eval transform.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BoundFramePolicy {
@@ -82,16 +102,16 @@ impl BoundFramePolicy {
         images: &ImagePipeline,
         width: usize,
         height: usize,
-    ) -> Result<(), String> {
-        self.policy
-            .check_aspect(width, height)
-            .map_err(|e| e.to_string())?;
-        let grid = images.grid_for(width, height).map_err(|e| e.to_string())?;
+    ) -> Result<(), FrameSizeError> {
+        self.policy.check_aspect(width, height)?;
+        let grid = images.grid_for(width, height)?;
         if grid != self.grid {
-            return Err(format!(
-                "a {width}x{height} frame lands on patch grid {grid:?}, not {:?}",
-                self.grid
-            ));
+            return Err(FrameSizeError::Grid {
+                width,
+                height,
+                grid,
+                expected: self.grid,
+            });
         }
         Ok(())
     }

@@ -11,6 +11,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+use crate::doors::wire::error::WireError;
 use crate::doors::wire::msgpack_numpy::{from_openpi_array, get, scalar, type_name};
 use crate::doors::wire::ndarray::{DType, Kind};
 use gr00t_core::request::Request;
@@ -83,41 +84,44 @@ pub fn camera_key(cam: &str) -> String {
     format!("observation/{cam}")
 }
 
-fn camera(m: &[(Value, Value)], cam: &str) -> Result<CameraInput, String> {
+fn camera(m: &[(Value, Value)], cam: &str) -> Result<CameraInput, WireError> {
     let key = camera_key(cam);
-    let v = get(m, &key).ok_or_else(|| format!("{key} is missing"))?;
+    let bad = |message: String| WireError::field(&key, message);
+    let v = get(m, &key).ok_or_else(|| bad(format!("{key} is missing")))?;
     let a = match from_openpi_array(v) {
-        Some(a) => a.map_err(|e| format!("{key}: {e}"))?,
+        Some(a) => a.map_err(|e| bad(format!("{key}: {e}")))?,
         None => {
-            return Err(format!(
+            return Err(bad(format!(
                 "{key} must be a uint8 numpy array [H, W, 3]. Got {}",
                 type_name(v)
-            ))
+            )))
         }
     };
     if a.dtype != DType::U8 {
-        return Err(format!(
+        return Err(bad(format!(
             "{key} must be a uint8 numpy array [H, W, 3]. Got dtype {}",
             a.dtype.name()
-        ));
+        )));
     }
     let (t, h, w) = match a.shape[..] {
         [h, w, 3] => (1, h, w),
         [2, h, w, 3] => (2, h, w),
         _ => {
-            return Err(format!(
+            return Err(bad(format!(
                 "{key} must have shape (H, W, 3) or (2, H, W, 3) [t-15, t]. Got {}",
                 a.shape_text()
-            ))
+            )))
         }
     };
     check_frame_geometry(w, h).map_err(|e| {
-        format!("{key}: {e}; send 16:9 frames, e.g. image_tools.resize_with_pad(img, 180, 320)")
+        bad(format!(
+            "{key}: {e}; send 16:9 frames, e.g. image_tools.resize_with_pad(img, 180, 320)"
+        ))
     })?;
     let mut frames = a
         .data
         .chunks_exact(h * w * 3)
-        .map(|c| Frame::new(w, h, c.to_vec()).map_err(|e| format!("{key}: {e}")));
+        .map(|c| Frame::new(w, h, c.to_vec()).map_err(|e| bad(format!("{key}: {e}"))));
     Ok(if t == 1 {
         CameraInput::Current(frames.next().ok_or("empty frame")??)
     } else {
@@ -128,14 +132,15 @@ fn camera(m: &[(Value, Value)], cam: &str) -> Result<CameraInput, String> {
 }
 
 /// `n` values from a numeric array, a numpy scalar, a number or a list; `None` when absent.
-fn numbers(m: &[(Value, Value)], key: &str, n: usize) -> Result<Option<Vec<f64>>, String> {
+fn numbers(m: &[(Value, Value)], key: &str, n: usize) -> Result<Option<Vec<f64>>, WireError> {
+    let bad = |message: String| WireError::field(key, message);
     let Some(v) = get(m, key) else {
         return Ok(None);
     };
     let values: Vec<f64> = if let Some(a) = from_openpi_array(v) {
-        let a = a.map_err(|e| format!("{key}: {e}"))?;
+        let a = a.map_err(|e| bad(format!("{key}: {e}")))?;
         if a.dtype.kind == Kind::Bool {
-            return Err(format!("{key} must be numeric. Got dtype bool"));
+            return Err(bad(format!("{key} must be numeric. Got dtype bool")));
         }
         a.to_f64s()
     } else if let Some(x) = scalar(v) {
@@ -143,19 +148,22 @@ fn numbers(m: &[(Value, Value)], key: &str, n: usize) -> Result<Option<Vec<f64>>
     } else if let Value::Array(items) = v {
         items
             .iter()
-            .map(|x| scalar(x).ok_or_else(|| format!("{key} must hold numbers")))
+            .map(|x| scalar(x).ok_or_else(|| bad(format!("{key} must hold numbers"))))
             .collect::<Result<_, _>>()?
     } else {
-        return Err(format!(
+        return Err(bad(format!(
             "{key} must be a numeric array of {n}. Got {}",
             type_name(v)
-        ));
+        )));
     };
     if values.len() != n {
-        return Err(format!("{key} must hold {n} values. Got {}", values.len()));
+        return Err(bad(format!(
+            "{key} must hold {n} values. Got {}",
+            values.len()
+        )));
     }
     if values.iter().any(|x| !(*x as f32).is_finite()) {
-        return Err(format!("{key} must be finite (as float32)"));
+        return Err(bad(format!("{key} must be finite (as float32)")));
     }
     Ok(Some(values))
 }
@@ -183,10 +191,11 @@ pub fn eef_9d_from_cartesian(c: &[f64; 6]) -> [f32; 9] {
 }
 
 /// Validates one openpi DROID observation map.
-pub fn parse(m: &[(Value, Value)]) -> Result<DroidObservation, String> {
+pub fn parse(m: &[(Value, Value)]) -> Result<DroidObservation, WireError> {
     let cameras = [camera(m, CAMERAS[0])?, camera(m, CAMERAS[1])?];
-    let need = |key: &str, n: usize| -> Result<Vec<f32>, String> {
-        let v = numbers(m, key, n)?.ok_or_else(|| format!("{key} is missing"))?;
+    let need = |key: &str, n: usize| -> Result<Vec<f32>, WireError> {
+        let missing = || WireError::field(key, format!("{key} is missing"));
+        let v = numbers(m, key, n)?.ok_or_else(missing)?;
         Ok(f32s(&v))
     };
     let joint = need("observation/joint_position", 7)?;
@@ -200,23 +209,26 @@ pub fn parse(m: &[(Value, Value)]) -> Result<DroidObservation, String> {
                 eef_9d_from_cartesian(&arr).to_vec()
             }
             None => {
-                return Err(
+                return Err(WireError::field(
+                    "observation/eef_9d",
                     "observation/eef_9d (xyz + rot6d) or observation/cartesian_position \
-                     (xyz + intrinsic XYZ Euler, as DROID records it) is required"
-                        .into(),
-                )
+                     (xyz + intrinsic XYZ Euler, as DROID records it) is required",
+                ))
             }
         },
     };
     let instruction = match get(m, "prompt") {
         Some(Value::String(s)) => s.as_str().map(str::to_string),
         Some(Value::Binary(b)) => String::from_utf8(b.clone()).ok(),
-        None => return Err("prompt is missing".into()),
-        Some(v) => return Err(format!("prompt must be a str. Got {}", type_name(v))),
+        None => return Err(WireError::field("prompt", "prompt is missing")),
+        Some(v) => {
+            let got = format!("prompt must be a str. Got {}", type_name(v));
+            return Err(WireError::field("prompt", got));
+        }
     }
-    .ok_or("prompt is not valid UTF-8")?;
+    .ok_or_else(|| WireError::field("prompt", "prompt is not valid UTF-8"))?;
     if instruction.trim().is_empty() {
-        return Err("prompt must not be empty".into());
+        return Err(WireError::field("prompt", "prompt must not be empty"));
     }
     let noise = match get(m, "__noise_seed__") {
         None | Some(Value::Nil) => NoiseSource::Seed(DEFAULT_SEED),
@@ -229,9 +241,12 @@ pub fn parse(m: &[(Value, Value)]) -> Result<DroidObservation, String> {
                 _ => None,
             };
             NoiseSource::Seed(seed.ok_or_else(|| {
-                format!(
-                    "__noise_seed__ must be a non-negative int. Got {}",
-                    type_name(v)
+                WireError::field(
+                    "__noise_seed__",
+                    format!(
+                        "__noise_seed__ must be a non-negative int. Got {}",
+                        type_name(v)
+                    ),
                 )
             })?)
         }

@@ -185,7 +185,7 @@ fn droid_observation_parses_and_names_what_is_wrong() {
         if let Some(v) = v {
             m.push((Value::from(key), v));
         }
-        droid_obs::parse(&m).unwrap_err()
+        droid_obs::parse(&m).unwrap_err().to_string()
     };
     let cases = [
         (
