@@ -253,7 +253,8 @@ pub fn run(cli: Cli) -> i32 {
                     chunks,
                 }),
                 device,
-            }),
+            })
+            .map_err(Into::into),
         },
         Command::SynthCheckpoint { out, size } => synth_checkpoint(out, size).map_err(Into::into),
     };
