@@ -176,7 +176,7 @@ pub fn parse() -> Cli {
 /// Runs the parsed command line's subcommand, returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     crate::doors::http::init_logging(cli.log_format);
-    let result = match cli.command {
+    let result: Result<i32, CliError> = match cli.command {
         Command::Serve {
             checkpoint,
             tokenizer,
@@ -217,7 +217,8 @@ pub fn run(cli: Cli) -> i32 {
                     .ok()
                     .filter(|v| !v.is_empty())
             }),
-        }),
+        })
+        .map_err(Into::into),
         Command::Pull { revision } => {
             crate::pull::run(crate::pull::PullOptions { revision }).map_err(Into::into)
         }
@@ -226,7 +227,7 @@ pub fn run(cli: Cli) -> i32 {
             request,
             tokenizer,
             device,
-        } => predict(checkpoint, request, tokenizer, device).map_err(Into::into),
+        } => predict(checkpoint, request, tokenizer, device),
         Command::Bench {
             checkpoint,
             runs,
@@ -239,7 +240,7 @@ pub fn run(cli: Cli) -> i32 {
             chunks,
             device,
         } => match resolve_checkpoint(checkpoint) {
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
             Ok(checkpoint) => crate::bench::run(&crate::bench::BenchOptions {
                 checkpoint,
                 runs,
@@ -256,7 +257,7 @@ pub fn run(cli: Cli) -> i32 {
             })
             .map_err(Into::into),
         },
-        Command::SynthCheckpoint { out, size } => synth_checkpoint(out, size).map_err(Into::into),
+        Command::SynthCheckpoint { out, size } => synth_checkpoint(out, size),
     };
     match result {
         Ok(code) => code,
@@ -267,9 +268,19 @@ pub fn run(cli: Cli) -> i32 {
     }
 }
 
-/// Why `predict`, `synth-checkpoint` or finding the checkpoint failed (exit code 1).
+/// Why a command failed (exit code 1): its own error, or `predict`'s, `synth-checkpoint`'s
+/// or finding the checkpoint's.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
+    /// `gr00t serve`.
+    #[error(transparent)]
+    Serve(#[from] crate::serve::ServeError),
+    /// `gr00t pull`.
+    #[error(transparent)]
+    Pull(#[from] crate::pull::PullError),
+    /// `gr00t bench`.
+    #[error(transparent)]
+    Bench(#[from] crate::bench::BenchError),
     /// The checkpoint cannot be found, or the synthetic one written.
     #[error(transparent)]
     Model(#[from] gr00t_model::Error),
