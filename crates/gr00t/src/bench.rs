@@ -21,7 +21,6 @@ use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::flops::{denoise_step_weights, request_flops, RequestShape, StageFlops};
 use gr00t_model::Checkpoint;
 use serde_json::{json, Value};
-use std::error::Error;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -81,10 +80,65 @@ struct Summary {
     seq_len: usize,
 }
 
+/// Why `gr00t bench` failed (exit code 1).
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// `--runs 0`.
+    #[error("--runs must be at least 1")]
+    NoRuns,
+    /// The checkpoint cannot be opened.
+    #[error(transparent)]
+    Model(#[from] gr00t_model::Error),
+    /// The engine did not load (its text: the engine's error type is its own).
+    #[error("cannot load the {what}: {cause}")]
+    Load {
+        /// Which model (`model`, `f32 model`).
+        what: &'static str,
+        /// The engine's reason.
+        cause: String,
+    },
+    /// The real-time control loop failed (its own error type, still a box).
+    #[error("{0}")]
+    Loop(Box<dyn std::error::Error>),
+    /// The engine names a backend this build does not know.
+    #[error(transparent)]
+    Backend(#[from] gr00t_model::SettingError),
+    /// The built-in demo request lacks a camera's t frame.
+    #[error("demo request lacks images.{0}[1]")]
+    DemoFrame(String),
+    /// The demo frame does not decode.
+    #[error(transparent)]
+    Frame(#[from] gr00t_embodiment::image::ImageError),
+    /// A shifted frame's bytes do not fit its size.
+    #[error("frame size mismatch")]
+    FrameSize,
+    /// A shifted frame does not encode as PNG.
+    #[error(transparent)]
+    Png(#[from] image::ImageError),
+    /// The demo request is not the JSON expected.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// The engine refused the bench's own request.
+    #[error("the bench request was refused: {0}")]
+    Refused(gr00t_core::error::FieldError),
+    /// The engine failed on the request.
+    #[error("{0}")]
+    Internal(String),
+    /// The request was not answered otherwise.
+    #[error(transparent)]
+    Infer(InferError),
+    /// /proc does not say what the bench reads from it.
+    #[error("{0}")]
+    Proc(&'static str),
+    /// /proc cannot be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// Runs the benchmark; returns the process exit code.
-pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
+pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
     if opts.runs == 0 {
-        return Err("--runs must be at least 1".into());
+        return Err(BenchError::NoRuns);
     }
     let ckpt = Checkpoint::open(&opts.checkpoint)?;
     let engine = Engine::load(&EngineOptions {
@@ -93,7 +147,10 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
         device: opts.device,
         embodiments: Vec::new(),
     })
-    .map_err(|e| format!("cannot load the model: {e}"))?;
+    .map_err(|e| BenchError::Load {
+        what: "model",
+        cause: e.to_string(),
+    })?;
     let info = engine.info().clone();
     if info.synthetic_weights {
         tracing::warn!("SYNTHETIC checkpoint: pseudo-random weights (fine for timing)");
@@ -102,7 +159,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
         return interleaved(&engine, opts);
     }
     if let Some(lo) = &opts.realtime {
-        return control_loop::run(Arc::new(engine), opts, lo);
+        return control_loop::run(Arc::new(engine), opts, lo).map_err(BenchError::Loop);
     }
     let summary = if opts.control_loop {
         control_loop(&engine, opts)?
@@ -225,7 +282,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
 /// see the same load, so their ratio holds on a shared machine where two separate processes
 /// minutes apart do not. Prints per-stage medians of both, the ratio of medians and the median
 /// of the per-pair ratios of the whole request.
-fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, Box<dyn Error>> {
+fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, BenchError> {
     let mut f32_device = opts.device;
     f32_device.dtype = crate::device::DtypeArg::F32;
     let base = Engine::load(&EngineOptions {
@@ -234,7 +291,10 @@ fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, Box<dyn Erro
         device: f32_device,
         embodiments: Vec::new(),
     })
-    .map_err(|e| format!("cannot load the f32 model: {e}"))?;
+    .map_err(|e| BenchError::Load {
+        what: "f32 model",
+        cause: e.to_string(),
+    })?;
     let body = DEMO_REQUEST.as_bytes();
     let run = |e: &Engine| {
         e.clear_vision_cache();
@@ -312,7 +372,7 @@ fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, Box<dyn Erro
 }
 
 /// Cold requests: every run encodes all four frames.
-fn cold(engine: &Engine, opts: &BenchOptions) -> Result<Summary, Box<dyn Error>> {
+fn cold(engine: &Engine, opts: &BenchOptions) -> Result<Summary, BenchError> {
     let body = DEMO_REQUEST.as_bytes();
     for _ in 0..opts.warmup {
         engine.clear_vision_cache();
@@ -327,7 +387,7 @@ fn cold(engine: &Engine, opts: &BenchOptions) -> Result<Summary, Box<dyn Error>>
 }
 
 /// A control loop over distinct frames: request k shows frames k and k+1 of each camera.
-fn control_loop(engine: &Engine, opts: &BenchOptions) -> Result<Summary, Box<dyn Error>> {
+fn control_loop(engine: &Engine, opts: &BenchOptions) -> Result<Summary, BenchError> {
     let requests = opts.warmup.max(1) + opts.runs;
     let bodies = loop_requests(requests)?;
     engine.clear_vision_cache();
@@ -351,13 +411,13 @@ fn control_loop(engine: &Engine, opts: &BenchOptions) -> Result<Summary, Box<dyn
 /// `count` demo bodies whose frames walk through a sequence: camera c's frame j is the demo's
 /// t frame of c shifted right by j pixels (wrapping), so every frame is new pixels, and request
 /// k sends frames k (as t−15) and k+1 (as t).
-fn loop_requests(count: usize) -> Result<Vec<Vec<u8>>, Box<dyn Error>> {
+fn loop_requests(count: usize) -> Result<Vec<Vec<u8>>, BenchError> {
     let demo: Value = serde_json::from_str(DEMO_REQUEST)?;
     let mut sequences = Vec::with_capacity(CAMERAS.len());
     for cam in CAMERAS {
         let t_frame = demo["images"][cam][1]
             .as_str()
-            .ok_or_else(|| format!("demo request lacks images.{cam}[1]"))?;
+            .ok_or_else(|| BenchError::DemoFrame(cam.to_string()))?;
         let frame = decode_base64_frame(t_frame)?;
         let frames = (0..=count)
             .map(|j| {
@@ -391,24 +451,24 @@ fn shift_right(data: &[u8], width: usize, by: usize) -> Vec<u8> {
 }
 
 /// A base64 PNG of an RGB8 frame.
-fn encode_png(width: usize, height: usize, rgb: &[u8]) -> Result<String, Box<dyn Error>> {
+fn encode_png(width: usize, height: usize, rgb: &[u8]) -> Result<String, BenchError> {
     let img = image::RgbImage::from_raw(width as u32, height as u32, rgb.to_vec())
-        .ok_or("frame size mismatch")?;
+        .ok_or(BenchError::FrameSize)?;
     let mut png = std::io::Cursor::new(Vec::new());
     img.write_to(&mut png, image::ImageFormat::Png)?;
     Ok(STANDARD.encode(png.into_inner()))
 }
 
 /// Stage timings, sequence length and CPU ms of one request.
-fn predict(engine: &Engine, body: &[u8]) -> Result<(TimingMs, usize, f64), Box<dyn Error>> {
+fn predict(engine: &Engine, body: &[u8]) -> Result<(TimingMs, usize, f64), BenchError> {
     let cpu0 = process_cpu_ms()?;
     let resp = crate::predict_body(engine, body);
     let cpu = process_cpu_ms()? - cpu0;
     match resp {
         Ok(resp) => Ok((resp.timing_ms, resp.seq_len, cpu)),
-        Err(InferError::Invalid(e)) => Err(format!("the bench request was refused: {e}").into()),
-        Err(InferError::Internal(m)) => Err(m.into()),
-        Err(e) => Err(e.to_string().into()),
+        Err(InferError::Invalid(e)) => Err(BenchError::Refused(e)),
+        Err(InferError::Internal(m)) => Err(BenchError::Internal(m)),
+        Err(e) => Err(BenchError::Infer(e)),
     }
 }
 
@@ -483,7 +543,7 @@ fn round3(x: f64) -> f64 {
 
 /// CPU time all threads of this process have run so far, in ms (the first field of each
 /// `/proc/self/task/*/schedstat`, in ns).
-fn process_cpu_ms() -> Result<f64, Box<dyn Error>> {
+fn process_cpu_ms() -> Result<f64, BenchError> {
     let mut ns = 0u64;
     for task in std::fs::read_dir("/proc/self/task")? {
         // A thread may exit between the listing and the read.
@@ -494,19 +554,19 @@ fn process_cpu_ms() -> Result<f64, Box<dyn Error>> {
             .split_whitespace()
             .next()
             .and_then(|v| v.parse::<u64>().ok())
-            .ok_or("unreadable /proc/self/task/*/schedstat")?;
+            .ok_or(BenchError::Proc("unreadable /proc/self/task/*/schedstat"))?;
     }
     Ok(ns as f64 / 1e6)
 }
 
 /// Peak resident set size of this process in MB (`VmHWM` of /proc/self/status).
-fn peak_rss_mb() -> Result<f64, Box<dyn Error>> {
+fn peak_rss_mb() -> Result<f64, BenchError> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     let kb: f64 = status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or("no VmHWM line in /proc/self/status")?;
+        .ok_or(BenchError::Proc("no VmHWM line in /proc/self/status"))?;
     Ok(kb / 1024.0)
 }
 

@@ -185,7 +185,7 @@ pub fn run(cli: Cli) -> i32 {
         _ => None,
     };
     crate::doors::http::init_logging(cli.log_format, otlp);
-    let result = match cli.command {
+    let result: Result<i32, CliError> = match cli.command {
         Command::Serve {
             checkpoint,
             tokenizer,
@@ -227,7 +227,8 @@ pub fn run(cli: Cli) -> i32 {
                     .ok()
                     .filter(|v| !v.is_empty())
             }),
-        }),
+        })
+        .map_err(Into::into),
         Command::Pull { revision } => {
             crate::pull::run(crate::pull::PullOptions { revision }).map_err(Into::into)
         }
@@ -248,8 +249,9 @@ pub fn run(cli: Cli) -> i32 {
             execute,
             chunks,
             device,
-        } => resolve_checkpoint(checkpoint).and_then(|checkpoint| {
-            crate::bench::run(&crate::bench::BenchOptions {
+        } => match resolve_checkpoint(checkpoint) {
+            Err(e) => Err(e),
+            Ok(checkpoint) => crate::bench::run(&crate::bench::BenchOptions {
                 checkpoint,
                 runs,
                 warmup,
@@ -263,7 +265,8 @@ pub fn run(cli: Cli) -> i32 {
                 }),
                 device,
             })
-        }),
+            .map_err(Into::into),
+        },
         Command::SynthCheckpoint { out, size } => synth_checkpoint(out, size),
     };
     match result {
@@ -275,8 +278,52 @@ pub fn run(cli: Cli) -> i32 {
     }
 }
 
+/// Why a command failed (exit code 1): its own error, or `predict`'s, `synth-checkpoint`'s
+/// or finding the checkpoint's.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// `gr00t serve`.
+    #[error(transparent)]
+    Serve(#[from] crate::serve::ServeError),
+    /// `gr00t pull`.
+    #[error(transparent)]
+    Pull(#[from] crate::pull::PullError),
+    /// `gr00t bench`.
+    #[error(transparent)]
+    Bench(#[from] crate::bench::BenchError),
+    /// The checkpoint cannot be found, or the synthetic one written.
+    #[error(transparent)]
+    Model(#[from] gr00t_model::Error),
+    /// The request file cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file named.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// Standard input cannot be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The engine did not load (its text: the engine's error type is its own).
+    #[error("{0}")]
+    Load(String),
+    /// The engine failed on the request.
+    #[error("{0}")]
+    Internal(String),
+    /// The request was not answered otherwise (the queue's refusal).
+    #[error(transparent)]
+    Infer(InferError),
+    /// The response does not serialize.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// The progress bar's template is invalid.
+    #[error(transparent)]
+    Template(#[from] indicatif::style::TemplateError),
+}
+
 /// The checkpoint given, or the pinned snapshot in the HF cache.
-fn resolve_checkpoint(given: Option<PathBuf>) -> Result<PathBuf, Box<dyn std::error::Error>> {
+fn resolve_checkpoint(given: Option<PathBuf>) -> Result<PathBuf, CliError> {
     match given {
         Some(dir) => Ok(dir),
         None => Ok(gr00t_model::hub::default_checkpoint_dir()?),
@@ -288,13 +335,16 @@ fn predict(
     request: PathBuf,
     tokenizer: Option<PathBuf>,
     device: DeviceOptions,
-) -> Result<i32, Box<dyn std::error::Error>> {
+) -> Result<i32, CliError> {
     let body = if request.as_os_str() == "-" {
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)?;
         buf
     } else {
-        std::fs::read(&request).map_err(|e| format!("{}: {e}", request.display()))?
+        std::fs::read(&request).map_err(|source| CliError::Read {
+            path: request.clone(),
+            source,
+        })?
     };
     let opts = EngineOptions {
         checkpoint: resolve_checkpoint(checkpoint)?,
@@ -303,7 +353,7 @@ fn predict(
         // A request names its embodiment; every servable one is loaded.
         embodiments: Vec::new(),
     };
-    let engine = Engine::load(&opts).map_err(|e| e.to_string())?;
+    let engine = Engine::load(&opts).map_err(|e| CliError::Load(e.to_string()))?;
     if engine.info().synthetic_weights {
         tracing::warn!("SYNTHETIC checkpoint: pseudo-random weights, the actions mean nothing");
     }
@@ -316,12 +366,12 @@ fn predict(
             println!("{}", serde_json::json!({ "error": e.to_string() }));
             Ok(2)
         }
-        Err(InferError::Internal(m)) => Err(m.into()),
-        Err(e) => Err(e.to_string().into()),
+        Err(InferError::Internal(m)) => Err(CliError::Internal(m)),
+        Err(e) => Err(CliError::Infer(e)),
     }
 }
 
-fn synth_checkpoint(out: PathBuf, size: Size) -> Result<i32, Box<dyn std::error::Error>> {
+fn synth_checkpoint(out: PathBuf, size: Size) -> Result<i32, CliError> {
     let size = match size {
         Size::Full => SynthSize::Full,
         Size::Tiny => SynthSize::Tiny,

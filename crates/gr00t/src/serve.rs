@@ -8,14 +8,14 @@ use crate::doors::connections::{self, ConnectionOptions, Timers};
 use crate::doors::http::state::{AppState, Limits};
 use crate::doors::http::{body, demo, metrics, observe, routes};
 use crate::doors::ports::{self, BoundPorts};
-use crate::doors::{DoorLimits, ProtocolOptions, Stop};
+use crate::doors::{DoorError, DoorLimits, ProtocolOptions, Stop};
 use crate::shutdown;
 use gr00t_core::engine::{Engine, EngineInfo, EngineOptions, Layouts};
 use gr00t_core::queue::{self, Queue};
 use gr00t_core::session::{SessionLimits, Sessions};
+use gr00t_core::InferError;
 use gr00t_model::hub;
 use observe::{ObserveOptions, Observer};
-use std::error::Error;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -58,14 +58,38 @@ pub struct ServeOptions {
     pub replica_id: Option<String>,
 }
 
+/// Why `gr00t serve` did not start, or stopped with an error (exit code 1).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// `--replica-id` is not a header value (the HTTP door's text).
+    #[error("{0}")]
+    Replica(String),
+    /// The API token cannot be read, or a ZMQ or websocket door did not start.
+    #[error(transparent)]
+    Door(#[from] DoorError),
+    /// The engine did not load (its text: the engine's error type is its own).
+    #[error("cannot load the model: {0}")]
+    Load(String),
+    /// The warm-up request failed.
+    #[error("warm-up request failed: {0}")]
+    WarmUp(#[source] InferError),
+    /// The bundled demo reference does not parse.
+    #[error(transparent)]
+    Reference(#[from] serde_json::Error),
+    /// A port, the runtime, the signal handler, the worker thread or a listener failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// Runs the server; returns the process exit code.
-pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
+pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
     // Checked before the (long) model load.
     let replica = opts
         .replica_id
         .as_deref()
         .map(routes::replica_id)
-        .transpose()?;
+        .transpose()
+        .map_err(|e| ServeError::Replica(e.to_string()))?;
     let doors = door_limits(&opts)?;
     let checkpoint = match opts.checkpoint.clone() {
         Some(dir) => dir,
@@ -92,7 +116,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, Box<dyn Error>> {
         device: opts.device,
         embodiments: opts.embodiments.clone(),
     })
-    .map_err(|e| format!("cannot load the model: {e}"))?;
+    .map_err(|e| ServeError::Load(e.to_string()))?;
     let info = engine.info().clone();
     let model_load_s = t0.elapsed().as_secs_f64();
     tracing::info!(
@@ -159,7 +183,7 @@ fn observer(
     info: &EngineInfo,
     model_load_s: f64,
     vision_cache: observe::CacheProbe,
-) -> Result<Observer, Box<dyn Error>> {
+) -> Result<Observer, ServeError> {
     // The engine's pipeline: the checkpoint is not opened again.
     let pipeline = (opts.history > 0).then(|| engine.image_pipeline().clone());
     Ok(Observer::new(ObserveOptions {
@@ -180,7 +204,7 @@ fn observer(
 /// What every door enforces, from the flags: the token, the caps within the process's file
 /// limit (raised to its hard limit first), the timers and the browser rules; warns about a
 /// token on the command line and about a server open to the network without one.
-fn door_limits(opts: &ServeOptions) -> Result<DoorLimits, Box<dyn Error>> {
+fn door_limits(opts: &ServeOptions) -> Result<DoorLimits, ServeError> {
     let (api_token, on_command_line) = opts.protocols.token()?;
     if on_command_line {
         tracing::warn!(
@@ -250,7 +274,7 @@ async fn serve(
     limits: &DoorLimits,
     state: AppState,
     protocols: (Queue, EngineInfo, Layouts, Arc<Answers>),
-) -> Result<(), Box<dyn Error>> {
+) -> Result<(), ServeError> {
     let listener = bound.http.listen()?;
     let addr = listener.local_addr()?;
     if opts.port != 0 && addr.port() != opts.port {
@@ -345,13 +369,11 @@ fn warn_synthetic(info: &EngineInfo) {
 
 /// Runs the demo request once (first-call costs happen here, not on a client) and, when the
 /// loaded checkpoint is the one the demo reference was computed for, checks the answer.
-fn warm_up(engine: &Engine, info: &EngineInfo) -> Result<(), Box<dyn Error>> {
+fn warm_up(engine: &Engine, info: &EngineInfo) -> Result<(), ServeError> {
     let t0 = Instant::now();
     if !engine.serves_droid() {
         // The demo is a DROID request: warm up on a blank observation of the default instead.
-        engine
-            .warm_up_blank()
-            .map_err(|e| format!("warm-up request failed: {e}"))?;
+        engine.warm_up_blank().map_err(ServeError::WarmUp)?;
         tracing::info!(
             "warm-up request ({}, blank frames) done in {:.2} s",
             info.embodiment,
@@ -359,8 +381,8 @@ fn warm_up(engine: &Engine, info: &EngineInfo) -> Result<(), Box<dyn Error>> {
         );
         return Ok(());
     }
-    let response = body::predict_body(engine, demo::DEMO_REQUEST.as_bytes())
-        .map_err(|e| format!("warm-up request failed: {e}"))?;
+    let response =
+        body::predict_body(engine, demo::DEMO_REQUEST.as_bytes()).map_err(ServeError::WarmUp)?;
     tracing::info!(
         "warm-up request done in {:.2} s",
         t0.elapsed().as_secs_f64()
