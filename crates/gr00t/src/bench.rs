@@ -89,17 +89,18 @@ pub enum BenchError {
     /// The checkpoint cannot be opened.
     #[error(transparent)]
     Model(#[from] gr00t_model::Error),
-    /// The engine did not load (its text: the engine's error type is its own).
+    /// The engine did not load.
     #[error("cannot load the {what}: {cause}")]
     Load {
         /// Which model (`model`, `f32 model`).
         what: &'static str,
         /// The engine's reason.
-        cause: String,
+        #[source]
+        cause: gr00t_core::LoadError,
     },
-    /// The real-time control loop failed (its own error type, still a box).
-    #[error("{0}")]
-    Loop(Box<dyn std::error::Error>),
+    /// The real-time control loop failed.
+    #[error(transparent)]
+    Loop(#[from] control_loop::LoopError),
     /// The engine names a backend this build does not know.
     #[error(transparent)]
     Backend(#[from] gr00t_model::SettingError),
@@ -147,9 +148,9 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
         device: opts.device,
         embodiments: Vec::new(),
     })
-    .map_err(|e| BenchError::Load {
+    .map_err(|cause| BenchError::Load {
         what: "model",
-        cause: e.to_string(),
+        cause,
     })?;
     let info = engine.info().clone();
     if info.synthetic_weights {
@@ -159,7 +160,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
         return interleaved(&engine, opts);
     }
     if let Some(lo) = &opts.realtime {
-        return control_loop::run(Arc::new(engine), opts, lo).map_err(BenchError::Loop);
+        return Ok(control_loop::run(Arc::new(engine), opts, lo)?);
     }
     let summary = if opts.control_loop {
         control_loop(&engine, opts)?
@@ -291,9 +292,9 @@ fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, BenchError> 
         device: f32_device,
         embodiments: Vec::new(),
     })
-    .map_err(|e| BenchError::Load {
+    .map_err(|cause| BenchError::Load {
         what: "f32 model",
-        cause: e.to_string(),
+        cause,
     })?;
     let body = DEMO_REQUEST.as_bytes();
     let run = |e: &Engine| {

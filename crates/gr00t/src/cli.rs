@@ -305,9 +305,9 @@ pub enum CliError {
     /// Standard input cannot be read.
     #[error(transparent)]
     Io(#[from] std::io::Error),
-    /// The engine did not load (its text: the engine's error type is its own).
-    #[error("{0}")]
-    Load(String),
+    /// The engine did not load.
+    #[error(transparent)]
+    Load(#[from] gr00t_core::LoadError),
     /// The engine failed on the request.
     #[error("{0}")]
     Internal(String),
@@ -353,7 +353,7 @@ fn predict(
         // A request names its embodiment; every servable one is loaded.
         embodiments: Vec::new(),
     };
-    let engine = Engine::load(&opts).map_err(|e| CliError::Load(e.to_string()))?;
+    let engine = Engine::load(&opts)?;
     if engine.info().synthetic_weights {
         tracing::warn!("SYNTHETIC checkpoint: pseudo-random weights, the actions mean nothing");
     }

@@ -61,15 +61,15 @@ pub struct ServeOptions {
 /// Why `gr00t serve` did not start, or stopped with an error (exit code 1).
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// `--replica-id` is not a header value (the HTTP door's text).
-    #[error("{0}")]
-    Replica(String),
+    /// `--replica-id` is not a header value.
+    #[error(transparent)]
+    Replica(#[from] crate::doors::http::HttpError),
     /// The API token cannot be read, or a ZMQ or websocket door did not start.
     #[error(transparent)]
     Door(#[from] DoorError),
-    /// The engine did not load (its text: the engine's error type is its own).
+    /// The engine did not load.
     #[error("cannot load the model: {0}")]
-    Load(String),
+    Load(#[source] gr00t_core::LoadError),
     /// The warm-up request failed.
     #[error("warm-up request failed: {0}")]
     WarmUp(#[source] InferError),
@@ -88,8 +88,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
         .replica_id
         .as_deref()
         .map(routes::replica_id)
-        .transpose()
-        .map_err(|e| ServeError::Replica(e.to_string()))?;
+        .transpose()?;
     let doors = door_limits(&opts)?;
     let checkpoint = match opts.checkpoint.clone() {
         Some(dir) => dir,
@@ -116,7 +115,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
         device: opts.device,
         embodiments: opts.embodiments.clone(),
     })
-    .map_err(|e| ServeError::Load(e.to_string()))?;
+    .map_err(ServeError::Load)?;
     let info = engine.info().clone();
     let model_load_s = t0.elapsed().as_secs_f64();
     tracing::info!(

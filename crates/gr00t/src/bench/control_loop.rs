@@ -51,10 +51,38 @@ use gr00t_core::rtc::valid_action_width;
 use gr00t_model::rtc::DEFAULT_RAMP_RATE;
 use gr00t_model::Rtc;
 use serde_json::{json, Value};
-use std::error::Error;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Why the real-time loop could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    /// A loop option is out of range.
+    #[error("{0}")]
+    Option(String),
+    /// The loop's observations could not be prepared from the demo request.
+    #[error("{0}")]
+    Prepare(String),
+    /// A response does not have the model's chunk shape.
+    #[error("{0}")]
+    Chunk(String),
+    /// The queue or the engine refused or failed a loop request.
+    #[error("{context}: {cause}")]
+    Request {
+        /// Which request, in the bench's words.
+        context: &'static str,
+        /// The core's reason.
+        #[source]
+        cause: gr00t_core::InferError,
+    },
+    /// The queue's thread, or a reply thread, did not start.
+    #[error(transparent)]
+    Thread(#[from] std::io::Error),
+    /// The reply channel closed before a warm-up answer came.
+    #[error(transparent)]
+    Reply(#[from] mpsc::RecvError),
+}
 
 /// What the realistic loop runs.
 #[derive(Debug, Clone)]
@@ -130,13 +158,13 @@ impl Chunk {
         resp: &PredictResponse,
         action_dim: usize,
         valid: usize,
-    ) -> Result<Chunk, String> {
+    ) -> Result<Chunk, LoopError> {
         let rows = resp.action_horizon;
         if valid > action_dim || resp.chunk.len() < rows * action_dim {
-            return Err(format!(
+            return Err(LoopError::Chunk(format!(
                 "the response's chunk has {} values, expected {rows} rows of {action_dim}",
                 resp.chunk.len()
-            ));
+            )));
         }
         let normalized = resp
             .chunk
@@ -147,10 +175,10 @@ impl Chunk {
         let mut physical = vec![Vec::new(); rows];
         for (key, key_rows) in resp.actions.iter() {
             if key_rows.len() != rows {
-                return Err(format!(
+                return Err(LoopError::Chunk(format!(
                     "action key {key} has {} rows, expected {rows}",
                     key_rows.len()
-                ));
+                )));
             }
             for (row, values) in physical.iter_mut().zip(key_rows) {
                 row.extend_from_slice(values);
@@ -342,9 +370,9 @@ struct Answer {
 /// Where the robot's observations go.
 trait Server {
     /// Sends a request at tick `tick`.
-    fn send(&mut self, tick: u64, request: Request) -> Result<(), Box<dyn Error>>;
+    fn send(&mut self, tick: u64, request: Request) -> Result<(), LoopError>;
     /// The answer, if one arrived before tick `tick`.
-    fn poll(&mut self, tick: u64) -> Result<Option<Answer>, Box<dyn Error>>;
+    fn poll(&mut self, tick: u64) -> Result<Option<Answer>, LoopError>;
 }
 
 /// When ticks happen.
@@ -398,7 +426,7 @@ fn run_mode(
     first: (&PredictResponse, f64),
     requests: Vec<Request>,
     mode: &Mode,
-) -> Result<ModeReport, Box<dyn Error>> {
+) -> Result<ModeReport, LoopError> {
     let chunk = |r: &PredictResponse| Chunk::from_response(r, mode.action_dim, mode.valid);
     let mut robot = Robot::new(chunk(first.0)?, mode.execute);
     let mut delay = expected_delay(first.1);
@@ -421,9 +449,9 @@ fn run_mode(
             break;
         }
         if let Some(row) = send {
-            let mut request = requests
-                .next()
-                .ok_or("the loop ran out of prepared observations")?;
+            let mut request = requests.next().ok_or_else(|| {
+                LoopError::Prepare("the loop ran out of prepared observations".into())
+            })?;
             let mut frozen_steps = 0;
             if mode.rtc {
                 let c = robot.chunk();
@@ -448,18 +476,23 @@ fn run_mode(
 }
 
 /// `count` typed requests of walking frames (as `--loop`), request k with noise seed k.
-fn requests(engine: &Engine, count: usize) -> Result<Vec<Request>, Box<dyn Error>> {
+fn requests(engine: &Engine, count: usize) -> Result<Vec<Request>, LoopError> {
     let layouts = engine.layouts();
-    loop_requests(count)?
+    let prepare = |e: String| LoopError::Prepare(e);
+    loop_requests(count)
+        .map_err(|e| prepare(e.to_string()))?
         .into_iter()
         .enumerate()
         .map(|(k, body)| {
-            let mut v: Value = serde_json::from_slice(&body)?;
-            let obj = v.as_object_mut().ok_or("the demo body is not an object")?;
+            let mut v: Value = serde_json::from_slice(&body).map_err(|e| prepare(e.to_string()))?;
+            let obj = v
+                .as_object_mut()
+                .ok_or_else(|| prepare("the demo body is not an object".into()))?;
             obj.remove("noise");
             obj.insert("seed".into(), json!(k));
-            let mut r = request_from_body(&serde_json::to_vec(&v)?, &layouts, None)
-                .map_err(|e| format!("the loop request was refused: {e}"))?;
+            let body = serde_json::to_vec(&v).map_err(|e| prepare(e.to_string()))?;
+            let mut r = request_from_body(&body, &layouts, None)
+                .map_err(|e| prepare(format!("the loop request was refused: {e}")))?;
             // Parsed ahead of the loop: none of it belongs to the request's latency.
             r.decode_ms = 0.0;
             Ok(r)
@@ -468,20 +501,21 @@ fn requests(engine: &Engine, count: usize) -> Result<Vec<Request>, Box<dyn Error
 }
 
 /// The engine's action width and DROID's valid width.
-fn widths(engine: &Engine) -> Result<(usize, usize), Box<dyn Error>> {
+fn widths(engine: &Engine) -> Result<(usize, usize), LoopError> {
     let layouts = engine.layouts();
     let spec = layouts
         .specs
         .iter()
         .find(|s| s.tag == gr00t_embodiment::EMBODIMENT_TAG)
-        .ok_or("the checkpoint does not serve DROID")?;
+        .ok_or_else(|| LoopError::Prepare("the checkpoint does not serve DROID".into()))?;
     Ok((layouts.action_dim, valid_action_width(spec)))
 }
 
-fn run_engine(engine: &Engine, request: Request) -> Result<PredictResponse, Box<dyn Error>> {
-    engine
-        .run(request)
-        .map_err(|e| format!("the loop request failed: {e}").into())
+fn run_engine(engine: &Engine, request: Request) -> Result<PredictResponse, LoopError> {
+    engine.run(request).map_err(|cause| LoopError::Request {
+        context: "the loop request failed",
+        cause,
+    })
 }
 
 /// The engine called at send time, its answer held back so that the robot adopts it at row
@@ -493,13 +527,13 @@ struct FixedDelay<'a> {
 }
 
 impl Server for FixedDelay<'_> {
-    fn send(&mut self, tick: u64, request: Request) -> Result<(), Box<dyn Error>> {
+    fn send(&mut self, tick: u64, request: Request) -> Result<(), LoopError> {
         let resp = run_engine(self.engine, request)?;
         self.pending = Some((tick + self.delay + 1, resp));
         Ok(())
     }
 
-    fn poll(&mut self, tick: u64) -> Result<Option<Answer>, Box<dyn Error>> {
+    fn poll(&mut self, tick: u64) -> Result<Option<Answer>, LoopError> {
         match self.pending.take() {
             Some((due, response)) if due <= tick => Ok(Some(Answer {
                 latency_ms: response.timing_ms.total,
@@ -541,7 +575,7 @@ pub struct SimOptions {
 
 /// The loop without a clock: every request computed at once and delivered `delay` ticks
 /// later, so the expected delay is `delay + 1` ticks (tests).
-pub fn simulate(engine: &Engine, opts: &SimOptions) -> Result<ModeReport, Box<dyn Error>> {
+pub fn simulate(engine: &Engine, opts: &SimOptions) -> Result<ModeReport, LoopError> {
     let (action_dim, valid) = widths(engine)?;
     let mut reqs = requests(engine, opts.chunks + 1)?;
     let first = run_engine(engine, reqs.remove(0))?;
@@ -571,12 +605,15 @@ struct Live {
 }
 
 impl Server for Live {
-    fn send(&mut self, _tick: u64, request: Request) -> Result<(), Box<dyn Error>> {
+    fn send(&mut self, _tick: u64, request: Request) -> Result<(), LoopError> {
         self.sent_at = Instant::now();
         let reply = self
             .queue
             .submit(request)
-            .map_err(|e| format!("the queue refused the loop request: {e}"))?;
+            .map_err(|cause| LoopError::Request {
+                context: "the queue refused the loop request",
+                cause,
+            })?;
         let tx = self.tx.clone();
         // A thread waits for the answer, so its arrival time is not rounded to a tick.
         std::thread::Builder::new()
@@ -592,11 +629,14 @@ impl Server for Live {
         Ok(())
     }
 
-    fn poll(&mut self, _tick: u64) -> Result<Option<Answer>, Box<dyn Error>> {
+    fn poll(&mut self, _tick: u64) -> Result<Option<Answer>, LoopError> {
         let Ok((outcome, at)) = self.rx.try_recv() else {
             return Ok(None);
         };
-        let response = outcome.map_err(|e| format!("the loop request failed: {e}"))?;
+        let response = outcome.map_err(|cause| LoopError::Request {
+            context: "the loop request failed",
+            cause,
+        })?;
         let latency = at.duration_since(self.sent_at).as_secs_f64();
         Ok(Some(Answer {
             latency_ms: latency * 1e3,
@@ -641,7 +681,7 @@ fn live_mode(
     lo: &LoopOptions,
     warmup: usize,
     rtc: bool,
-) -> Result<ModeReport, Box<dyn Error>> {
+) -> Result<ModeReport, LoopError> {
     let (action_dim, valid) = widths(engine)?;
     let warm = warmup.max(1);
     let mut reqs = requests(engine, warm + 1 + lo.chunks)?;
@@ -663,11 +703,14 @@ fn live_mode(
         let (outcome, at) = live.rx.recv()?;
         let latency = at.duration_since(live.sent_at).as_secs_f64();
         first = Some((
-            outcome.map_err(|e| format!("warm-up failed: {e}"))?,
+            outcome.map_err(|cause| LoopError::Request {
+                context: "warm-up failed",
+                cause,
+            })?,
             latency,
         ));
     }
-    let (first, latency) = first.ok_or("no warm-up answer")?;
+    let (first, latency) = first.ok_or_else(|| LoopError::Prepare("no warm-up answer".into()))?;
     let mode = Mode {
         rtc,
         execute: lo.execute,
@@ -700,16 +743,20 @@ pub fn run(
     engine: Arc<Engine>,
     opts: &super::BenchOptions,
     lo: &LoopOptions,
-) -> Result<i32, Box<dyn Error>> {
+) -> Result<i32, LoopError> {
     if !(lo.control_hz.is_finite() && lo.control_hz > 0.0 && lo.control_hz <= 1000.0) {
-        return Err("--control-hz must be a rate in (0, 1000] Hz".into());
+        return Err(LoopError::Option(
+            "--control-hz must be a rate in (0, 1000] Hz".into(),
+        ));
     }
     let horizon = engine.info().action_horizon;
     if lo.execute == 0 || lo.execute > horizon {
-        return Err(format!("--execute must be in 1..={horizon} (the action horizon)").into());
+        return Err(LoopError::Option(format!(
+            "--execute must be in 1..={horizon} (the action horizon)"
+        )));
     }
     if lo.chunks == 0 {
-        return Err("--chunks must be at least 1".into());
+        return Err(LoopError::Option("--chunks must be at least 1".into()));
     }
     let modes = [
         live_mode(&engine, lo, opts.warmup, false)?,

@@ -15,6 +15,7 @@ pub(crate) mod routes;
 pub(crate) mod state;
 mod ui;
 
+pub use errors::HttpError;
 pub use observe::DEFAULT_HISTORY;
 pub use request_log::{init_logging, LogFormat};
 
