@@ -56,44 +56,43 @@ BIG_INPUTS = [
     ("land_odd_333x241", 333, 241),
 ]
 
+
+def alb(edge, fraction, target=None, crop=None, letterbox=False):
+    """The albumentations processor kwargs."""
+    return dict(use_albumentations=True, shortest_image_edge=edge, crop_fraction=fraction,
+                image_target_size=target, image_crop_size=crop, letter_box_transform=letterbox)
+
+
+def tv(target, crop, letterbox=False):
+    """The torchvision processor kwargs (no edge or fraction: that path reads neither)."""
+    return dict(use_albumentations=False, image_target_size=target, image_crop_size=crop,
+                letter_box_transform=letterbox)
+
+
 # name -> processor kwargs that pick the transform (what processor_config.json holds).
 CONFIGS = {
     # albumentations: SmallestMaxSize(edge) -> FractionalCenterCrop(f) -> SmallestMaxSize(edge)
-    "alb_e40": dict(use_albumentations=True, shortest_image_edge=40, crop_fraction=0.95,
-                    image_target_size=None, image_crop_size=None, letter_box_transform=False),
-    "alb_e40_lb": dict(use_albumentations=True, shortest_image_edge=40, crop_fraction=0.95,
-                       image_target_size=None, image_crop_size=None, letter_box_transform=True),
+    "alb_e40": alb(40, 0.95),
+    "alb_e40_lb": alb(40, 0.95, letterbox=True),
     # shortest_image_edge / crop_fraction null: image_target_size[0] and crop/target fallbacks.
-    "alb_fallback_lb": dict(use_albumentations=True, shortest_image_edge=None, crop_fraction=None,
-                            image_target_size=[36, 36], image_crop_size=[31, 31],
-                            letter_box_transform=True),
+    "alb_fallback_lb": alb(None, None, [36, 36], [31, 31], letterbox=True),
     # torchvision: Resize(target) -> CenterCrop(crop) -> Resize(target), bilinear antialias.
-    "tv_40_36": dict(use_albumentations=False, image_target_size=[40, 40],
-                     image_crop_size=[36, 36], letter_box_transform=False),
-    "tv_40_36_lb": dict(use_albumentations=False, image_target_size=[40, 40],
-                        image_crop_size=[36, 36], letter_box_transform=True),
+    "tv_40_36": tv([40, 40], [36, 36]),
+    "tv_40_36_lb": tv([40, 40], [36, 36], letterbox=True),
     # non-square (h, w) target; crop offsets (35-31)/2 = 2, (56-47)/2 = 4.5 -> round half even 4.
-    "tv_hw_35x56": dict(use_albumentations=False, image_target_size=[35, 56],
-                        image_crop_size=[31, 47], letter_box_transform=False),
+    "tv_hw_35x56": tv([35, 56], [31, 47]),
     # one-element sizes: Resize([s]) keeps the aspect ratio (shorter side s), square crop.
-    "tv_short_33": dict(use_albumentations=False, image_target_size=[33],
-                        image_crop_size=[29], letter_box_transform=False),
+    "tv_short_33": tv([33], [29]),
     # crop larger than the resized image: CenterCrop pads with zeros first.
-    "tv_pad_30": dict(use_albumentations=False, image_target_size=[30, 30],
-                      image_crop_size=[33, 35], letter_box_transform=True),
+    "tv_pad_30": tv([30, 30], [33, 35], letterbox=True),
 }
 
 # The released recipe's values (hashes only).
 BIG_CONFIGS = {
-    "alb_256_lb": dict(use_albumentations=True, shortest_image_edge=256, crop_fraction=0.95,
-                       image_target_size=[256, 256], image_crop_size=[230, 230],
-                       letter_box_transform=True),
-    "tv_256_230": dict(use_albumentations=False, image_target_size=[256, 256],
-                       image_crop_size=[230, 230], letter_box_transform=False),
-    "tv_256_230_lb": dict(use_albumentations=False, image_target_size=[256, 256],
-                          image_crop_size=[230, 230], letter_box_transform=True),
+    "alb_256_lb": alb(256, 0.95, [256, 256], [230, 230], letterbox=True),
+    "tv_256_230": tv([256, 256], [230, 230]),
+    "tv_256_230_lb": tv([256, 256], [230, 230], letterbox=True),
 }
-
 
 def synthetic_frame(width: int, height: int, seed: int, noise: float) -> np.ndarray:
     """Smooth gradients, a disc, a checker and (small frames) mild noise: every resizer has edges

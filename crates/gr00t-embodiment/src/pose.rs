@@ -33,25 +33,22 @@ pub trait Real:
     fn is_finite(self) -> bool;
 }
 
-impl Real for f32 {
-    const ZERO: f32 = 0.0;
-    fn sqrt(self) -> f32 {
-        f32::sqrt(self)
-    }
-    fn is_finite(self) -> bool {
-        f32::is_finite(self)
-    }
+/// [`Real`] for a primitive float, by its inherent methods.
+macro_rules! impl_real {
+    ($($t:ty),*) => {$(
+        impl Real for $t {
+            const ZERO: $t = 0.0;
+            fn sqrt(self) -> $t {
+                <$t>::sqrt(self)
+            }
+            fn is_finite(self) -> bool {
+                <$t>::is_finite(self)
+            }
+        }
+    )*};
 }
 
-impl Real for f64 {
-    const ZERO: f64 = 0.0;
-    fn sqrt(self) -> f64 {
-        f64::sqrt(self)
-    }
-    fn is_finite(self) -> bool {
-        f64::is_finite(self)
-    }
-}
+impl_real!(f32, f64);
 
 /// The rotation whose first two rows are the Gram–Schmidt of `r6`'s two triples, computed in
 /// `T`; `None` when a triple is zero, parallel to the other, or not finite.

@@ -4,13 +4,25 @@ use gr00t_embodiment::actions::{
     decode_actions, ActionDecoder, ActionError, RelativeFormat, Representation,
 };
 use gr00t_fixtures::{max_abs_diff, tiny_checkpoint, Taps, CASES};
+use gr00t_model::checkpoint::{KeyStats, Statistics};
 use gr00t_model::Checkpoint;
+use support::droid_state;
+
+mod support;
 
 const TAG: &str = "oxe_droid_relative_eef_relative_joint";
 const KEYS: [&str; 3] = ["eef_9d", "gripper_position", "joint_position"];
 
 fn checkpoint() -> Checkpoint {
     Checkpoint::open(tiny_checkpoint()).expect("tiny checkpoint")
+}
+
+/// How many values of `ours` equal upstream's bit for bit.
+fn bit_exact(ours: &[f32], want: &[f32]) -> usize {
+    ours.iter()
+        .zip(want)
+        .filter(|(a, b)| a.to_bits() == b.to_bits())
+        .count()
 }
 
 fn raw_state(taps: &Taps) -> Vec<(&'static str, Vec<f32>)> {
@@ -45,18 +57,10 @@ fn fixture_decode_matches_within_1e5() {
             assert_eq!(g.unnormalized.len(), want_u.len(), "{case} {}", g.key);
             let du = max_abs_diff(&g.unnormalized, &want_u);
             let dout = max_abs_diff(&g.actions, &want_o);
-            let exact_u = g
-                .unnormalized
-                .iter()
-                .zip(&want_u)
-                .filter(|(a, b)| a.to_bits() == b.to_bits())
-                .count();
-            let exact_o = g
-                .actions
-                .iter()
-                .zip(&want_o)
-                .filter(|(a, b)| a.to_bits() == b.to_bits())
-                .count();
+            let (exact_u, exact_o) = (
+                bit_exact(&g.unnormalized, &want_u),
+                bit_exact(&g.actions, &want_o),
+            );
             eprintln!(
                 "{case} {:<16} unnormalized max|Δ| {du:.3e} ({exact_u}/{} exact), output max|Δ| {dout:.3e} ({exact_o}/{} exact)",
                 g.key,
@@ -146,15 +150,20 @@ fn representations_come_from_the_processor_config() {
     );
 }
 
-/// Statistics whose relative eef_9d bounds are both `rel`, so every step decodes to exactly `rel`.
-fn pinned_eef_stats(ckpt: &Checkpoint, rel: [f64; 9]) -> gr00t_model::checkpoint::Statistics {
-    let mut stats = ckpt.statistics.clone();
-    let ks = stats
+/// The relative-action statistics of `key` in `stats`, to edit.
+fn relative_stats<'a>(stats: &'a mut Statistics, key: &str) -> &'a mut KeyStats {
+    stats
         .by_tag
         .get_mut(TAG)
         .and_then(|g| g.get_mut("relative_action"))
-        .and_then(|k| k.get_mut("eef_9d"))
-        .unwrap();
+        .and_then(|k| k.get_mut(key))
+        .unwrap()
+}
+
+/// Statistics whose relative eef_9d bounds are both `rel`, so every step decodes to exactly `rel`.
+fn pinned_eef_stats(ckpt: &Checkpoint, rel: [f64; 9]) -> Statistics {
+    let mut stats = ckpt.statistics.clone();
+    let ks = relative_stats(&mut stats, "eef_9d");
     ks.min = vec![rel.to_vec()];
     ks.max = vec![rel.to_vec()];
     stats
@@ -170,11 +179,7 @@ fn pose_composition_is_t_ref_times_t_rel_with_row_rot6d() {
     // Identity relative pose: the absolute pose is the state's (with its rot6d orthonormalised).
     let stats = pinned_eef_stats(&ckpt, [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
     let eef = [0.4f32, -0.1, 0.3, 0.0, 2.0, 0.0, -3.0, 0.0, 0.0]; // rows scaled by 2 and 3
-    let raw = [
-        ("eef_9d", &eef[..]),
-        ("gripper_position", &grip[..]),
-        ("joint_position", &joint[..]),
-    ];
+    let raw = droid_state(&eef, &grip, &joint);
     let out = decode_actions(&pred, &raw, &stats, &ckpt.processor, TAG).unwrap();
     for row in out.get("eef_9d").unwrap().rows() {
         assert_eq!(row, [0.4, -0.1, 0.3, 0.0, 1.0, 0.0, -1.0, 0.0, 0.0]);
@@ -185,11 +190,7 @@ fn pose_composition_is_t_ref_times_t_rel_with_row_rot6d() {
     // T_ref·T_rel = Rz(180°) at Rz(90°)·(1, 0, 0) + (0.5, 0, 0) = (0.5, 1, 0).
     let stats = pinned_eef_stats(&ckpt, [1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 1.0, 0.0, 0.0]);
     let eef = [0.5f32, 0.0, 0.0, 0.0, -1.0, 0.0, 1.0, 0.0, 0.0];
-    let raw = [
-        ("eef_9d", &eef[..]),
-        ("gripper_position", &grip[..]),
-        ("joint_position", &joint[..]),
-    ];
+    let raw = droid_state(&eef, &grip, &joint);
     let out = decode_actions(&pred, &raw, &stats, &ckpt.processor, TAG).unwrap();
     let want = [0.5f32, 1.0, 0.0, -1.0, 0.0, 0.0, 0.0, -1.0, 0.0];
     for row in out.get("eef_9d").unwrap().rows() {
@@ -202,12 +203,7 @@ fn pose_composition_is_t_ref_times_t_rel_with_row_rot6d() {
 fn per_step_relative_statistics_are_used_row_by_row() {
     let ckpt = checkpoint();
     let mut stats = ckpt.statistics.clone();
-    let ks = stats
-        .by_tag
-        .get_mut(TAG)
-        .and_then(|g| g.get_mut("relative_action"))
-        .and_then(|k| k.get_mut("joint_position"))
-        .unwrap();
+    let ks = relative_stats(&mut stats, "joint_position");
     // Step k: [k, k + 2], so a normalised 0 decodes to k + 1.
     ks.min = (0..40).map(|k| vec![k as f64; 7]).collect();
     ks.max = (0..40).map(|k| vec![k as f64 + 2.0; 7]).collect();
@@ -215,11 +211,7 @@ fn per_step_relative_statistics_are_used_row_by_row() {
     let eef = [0.5f32, 0.0, 0.3, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0];
     let grip = [0.5f32];
     let joint = [0.25f32; 7];
-    let raw = [
-        ("eef_9d", &eef[..]),
-        ("gripper_position", &grip[..]),
-        ("joint_position", &joint[..]),
-    ];
+    let raw = droid_state(&eef, &grip, &joint);
     let out = decode_actions(&pred, &raw, &stats, &ckpt.processor, TAG).unwrap();
     let j = out.get("joint_position").unwrap();
     for (k, row) in j.unnormalized.chunks_exact(7).enumerate() {
@@ -229,14 +221,7 @@ fn per_step_relative_statistics_are_used_row_by_row() {
         assert!(row.iter().all(|&x| x == k as f32 + 1.25));
     }
     // Too few rows is a configuration error.
-    let ks = stats
-        .by_tag
-        .get_mut(TAG)
-        .unwrap()
-        .get_mut("relative_action")
-        .unwrap()
-        .get_mut("joint_position")
-        .unwrap();
+    let ks = relative_stats(&mut stats, "joint_position");
     ks.min.truncate(3);
     ks.max.truncate(3);
     assert!(matches!(
@@ -275,11 +260,7 @@ fn bad_inputs_are_reported() {
     let eef = [0.5f32, 0.0, 0.3, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0];
     let grip = [0.5f32];
     let joint = [0.0f32; 7];
-    let ok = [
-        ("eef_9d", &eef[..]),
-        ("gripper_position", &grip[..]),
-        ("joint_position", &joint[..]),
-    ];
+    let ok = droid_state(&eef, &grip, &joint);
     assert!(dec.decode(&pred, &ok).is_ok());
     assert!(matches!(
         dec.decode(&pred[..132 * 39], &ok),

@@ -57,6 +57,11 @@ impl Pipeline {
     }
 }
 
+/// Whether the two runs' values agree bit for bit.
+fn bit_identical(a: &[f32], b: &[f32]) -> bool {
+    a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 fn flat(rows: &[Vec<f32>]) -> Vec<f32> {
     rows.iter().flatten().copied().collect()
 }
@@ -156,10 +161,7 @@ fn bf16_repeats_are_bit_identical() {
     let first_a = p.run(a.as_bytes()).2;
     let _ = p.run(b.as_bytes());
     let again_a = p.run(a.as_bytes()).2;
-    assert!(first_a
-        .iter()
-        .zip(&again_a)
-        .all(|(x, y)| x.to_bits() == y.to_bits()));
+    assert!(bit_identical(&first_a, &again_a));
 }
 
 #[test]
@@ -173,14 +175,8 @@ fn interleaved_requests_are_bit_identical() {
     for _ in 0..2 {
         let again_a = p.run(a.as_bytes()).2;
         let again_b = p.run(b.as_bytes()).2;
-        assert!(first_a
-            .iter()
-            .zip(&again_a)
-            .all(|(x, y)| x.to_bits() == y.to_bits()));
-        assert!(first_b
-            .iter()
-            .zip(&again_b)
-            .all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(bit_identical(&first_a, &again_a));
+        assert!(bit_identical(&first_b, &again_b));
     }
 }
 

@@ -1,52 +1,22 @@
 //! Every multi-embodiment case end to end on the tiny model: frames + state + instruction →
-//! [`EmbodimentProcessor`] → network → physical actions, against what NVIDIA's
-//! `Gr00tPolicy.get_action` returned (`tests/fixtures/gr00t_n17_tiny_multi`).
+//! [`EmbodimentProcessor`](gr00t_embodiment::embodiment::EmbodimentProcessor) → network →
+//! physical actions, against what NVIDIA's `Gr00tPolicy.get_action` returned
+//! (`tests/fixtures/gr00t_n17_tiny_multi`).
 
-use gr00t_embodiment::embodiment::{EmbodimentProcessor, Observation};
+use gr00t_embodiment::actions::{ActionGroup, DecodedActions};
+use gr00t_embodiment::embodiment::{EncodedRequest, Observation};
 use gr00t_embodiment::error::EmbodimentError;
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::observation::{NoiseSource, RequestError};
 use gr00t_embodiment::pose;
-use gr00t_embodiment::prompt::PromptEncoder;
 use gr00t_fixtures::{
     max_abs_diff, multi_checkpoint, pearson, MultiCase, EXTRA_CASES, MULTI_CASES,
 };
 use gr00t_model::taps::Recorder;
 use gr00t_model::{Checkpoint, Gr00tModel};
+use support::{assert_inputs_match, case_observation as observation, case_processor};
 
-fn png(path: &std::path::Path) -> Frame {
-    let img = image::open(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .to_rgb8();
-    Frame::new(img.width() as usize, img.height() as usize, img.into_raw()).unwrap()
-}
-
-/// The case's observation with its frames read from the PNGs named in `observation.json`.
-fn observation(case: &MultiCase) -> Observation {
-    let dir = &case.dir;
-    let obs: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("observation.json")).unwrap()).unwrap();
-    let images = obs["video"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(view, files)| {
-            let frames = files
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|f| png(&dir.join(f.as_str().unwrap())))
-                .collect();
-            (view.clone(), frames)
-        })
-        .collect();
-    Observation {
-        images,
-        state: case.state.clone(),
-        instruction: case.instruction.clone(),
-        noise: NoiseSource::Client(case.noise.clone()),
-    }
-}
+mod support;
 
 #[test]
 fn every_embodiment_matches_nvidia_end_to_end() {
@@ -79,73 +49,81 @@ fn head_pose_deltas(a: &[f32], b: &[f32]) -> (f64, f32) {
     (dr, max_abs_diff(&a[..3], &b[..3]))
 }
 
-fn end_to_end(checkpoint: &std::path::Path, cases: &[MultiCase]) {
+/// Every case of `cases` through its processor and the network loaded in `dtype`:
+/// `check(case, encoded, action_pred, decoded)`.
+fn run_cases(
+    checkpoint: &std::path::Path,
+    cases: &[MultiCase],
+    dtype: candle_core::DType,
+    mut check: impl FnMut(&MultiCase, &EncodedRequest, &[f32], &DecodedActions),
+) {
     let ckpt = Checkpoint::open(checkpoint).unwrap();
     let ids: Vec<usize> = ckpt.embodiment_ids.values().copied().collect();
-    let model = Gr00tModel::load_with(
-        &ckpt,
-        &gr00t_fixtures::test_device(),
-        candle_core::DType::F32,
-        Some(&ids),
-    )
-    .unwrap();
-    let mut worst_r = 1.0f64;
-    let mut worst_rel = 0.0f32;
+    let model =
+        Gr00tModel::load_with(&ckpt, &gr00t_fixtures::test_device(), dtype, Some(&ids)).unwrap();
     for case in cases {
-        let name = &case.name;
-        let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
-        let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+        let proc = case_processor(&ckpt, case);
         let obs = observation(case);
         let enc = proc.encode(&obs).unwrap();
-        let out = &case.outputs;
-        // Inputs: exact.
-        let ids: Vec<i64> = enc.inputs.input_ids.iter().map(|&i| i as i64).collect();
-        assert_eq!(ids, out.i64s("proc.input_ids"), "{name} input_ids");
-        let grids: Vec<i64> = enc
-            .inputs
-            .image_grid_thw
-            .iter()
-            .flatten()
-            .map(|&g| g as i64)
-            .collect();
-        assert_eq!(grids, out.i64s("proc.image_grid_thw"), "{name} grids");
-        assert_eq!(enc.inputs.state, out.f32s("proc.state"), "{name} state");
-        assert_eq!(
-            enc.inputs.embodiment_id as i64,
-            out.i64s("proc.embodiment_id")[0],
-            "{name} embodiment_id"
-        );
-        // Network and decode: within the DROID gates.
         let fwd = model.forward(&enc.inputs, &Recorder::disabled()).unwrap();
-        let want_pred = out.f32s("head.action_pred");
-        let r = pearson(&fwd.action_pred, &want_pred);
-        let d = max_abs_diff(&fwd.action_pred, &want_pred);
-        eprintln!("{name}: action_pred r {r:.9}, max|Δ| {d:.2e}");
-        assert!(r >= 0.99999, "{name}: action_pred r {r}");
         let decoded = proc.decode(&fwd.action_pred, &obs).unwrap();
-        for g in &decoded.groups {
-            let want = out.f32s(&format!("action.{}", g.key));
-            assert_eq!(g.actions.len(), want.len(), "{name} {}", g.key);
-            if g.key == "head_pose" {
-                for (a, b) in g.rows().zip(want.chunks_exact(6)) {
-                    let (dr, dp) = head_pose_deltas(a, b);
-                    assert!(dr <= 1e-4, "{name} head_pose rotation max|Δ| {dr}");
-                    assert!(dp <= 1e-5);
-                }
-                continue;
-            }
-            let r = pearson(&g.actions, &want);
-            let d = max_abs_diff(&g.actions, &want);
-            let scale = want.iter().fold(0.0f32, |m, x| m.max(x.abs())).max(1e-6);
-            eprintln!("  {:<18} r {r:.9}, max|Δ| {d:.2e}", g.key);
-            assert!(d <= 1e-5 * scale.max(1.0), "{name} {}: max|Δ| {d}", g.key);
-            if want.iter().any(|&x| x != want[0]) {
-                assert!(r >= 0.9999, "{name} {}: r {r}", g.key);
-                worst_r = worst_r.min(r);
-            }
-            worst_rel = worst_rel.max(d / scale);
-        }
+        check(case, &enc, &fwd.action_pred, &decoded);
     }
+}
+
+/// Upstream's `action.{key}` of group `g`, checked to be as long as ours.
+fn reference_group(case: &MultiCase, g: &ActionGroup) -> Vec<f32> {
+    let want = case.outputs.f32s(&format!("action.{}", g.key));
+    assert_eq!(g.actions.len(), want.len(), "{} {}", case.name, g.key);
+    want
+}
+
+/// Each head pose of `g` within `rotation` (as matrices) and `position` of upstream's `want`.
+fn assert_head_poses(name: &str, g: &ActionGroup, want: &[f32], rotation: f64, position: f32) {
+    for (a, b) in g.rows().zip(want.chunks_exact(6)) {
+        let (dr, dp) = head_pose_deltas(a, b);
+        assert!(dr <= rotation, "{name} head_pose rotation max|Δ| {dr}");
+        assert!(dp <= position, "{name} head_pose position max|Δ| {dp}");
+    }
+}
+
+fn end_to_end(checkpoint: &std::path::Path, cases: &[MultiCase]) {
+    let mut worst_r = 1.0f64;
+    let mut worst_rel = 0.0f32;
+    run_cases(
+        checkpoint,
+        cases,
+        candle_core::DType::F32,
+        |case, enc, action_pred, decoded| {
+            let name = &case.name;
+            let out = &case.outputs;
+            // Inputs: exact.
+            assert_inputs_match(name, &enc.inputs, out);
+            // Network and decode: within the DROID gates.
+            let want_pred = out.f32s("head.action_pred");
+            let r = pearson(action_pred, &want_pred);
+            let d = max_abs_diff(action_pred, &want_pred);
+            eprintln!("{name}: action_pred r {r:.9}, max|Δ| {d:.2e}");
+            assert!(r >= 0.99999, "{name}: action_pred r {r}");
+            for g in &decoded.groups {
+                let want = reference_group(case, g);
+                if g.key == "head_pose" {
+                    assert_head_poses(name, g, &want, 1e-4, 1e-5);
+                    continue;
+                }
+                let r = pearson(&g.actions, &want);
+                let d = max_abs_diff(&g.actions, &want);
+                let scale = want.iter().fold(0.0f32, |m, x| m.max(x.abs())).max(1e-6);
+                eprintln!("  {:<18} r {r:.9}, max|Δ| {d:.2e}", g.key);
+                assert!(d <= 1e-5 * scale.max(1.0), "{name} {}: max|Δ| {d}", g.key);
+                if want.iter().any(|&x| x != want[0]) {
+                    assert!(r >= 0.9999, "{name} {}: r {r}", g.key);
+                    worst_r = worst_r.min(r);
+                }
+                worst_rel = worst_rel.max(d / scale);
+            }
+        },
+    );
     eprintln!("worst action r {worst_r:.9}, worst max|Δ|/max|ref| {worst_rel:.2e}");
 }
 
@@ -165,59 +143,47 @@ fn bf16_keeps_every_embodiment_group_within_the_bf16_gate() {
 }
 
 fn bf16_end_to_end(checkpoint: &std::path::Path, cases: &[MultiCase]) {
-    let ckpt = Checkpoint::open(checkpoint).unwrap();
-    let ids: Vec<usize> = ckpt.embodiment_ids.values().copied().collect();
     let device = gr00t_fixtures::test_device();
-    let model =
-        Gr00tModel::load_with(&ckpt, &device, candle_core::DType::BF16, Some(&ids)).unwrap();
-    for case in cases {
-        let name = &case.name;
-        let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
-        let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
-        let obs = observation(case);
-        let enc = proc.encode(&obs).unwrap();
-        let out = &case.outputs;
-        let fwd = model.forward(&enc.inputs, &Recorder::disabled()).unwrap();
-        let decoded = proc.decode(&fwd.action_pred, &obs).unwrap();
-        // (1 − r, max|Δ|/max|ref|) of the worst group.
-        let (mut worst_1r, mut worst_rel) = (0f64, 0f32);
-        for g in &decoded.groups {
-            let want = out.f32s(&format!("action.{}", g.key));
-            assert_eq!(g.actions.len(), want.len(), "{name} {}", g.key);
-            let scale = want.iter().fold(0.0f32, |m, x| m.max(x.abs())).max(1e-6);
-            if g.key == "head_pose" {
-                for (a, b) in g.rows().zip(want.chunks_exact(6)) {
-                    let (dr, d) = head_pose_deltas(a, b);
-                    assert!(dr <= 1e-2, "{name} head_pose rotation max|Δ| {dr}");
-                    assert!(d <= 1e-2 * scale, "{name} head_pose position max|Δ| {d}");
+    run_cases(
+        checkpoint,
+        cases,
+        candle_core::DType::BF16,
+        |case, _, _, decoded| {
+            let name = &case.name;
+            // (1 − r, max|Δ|/max|ref|) of the worst group.
+            let (mut worst_1r, mut worst_rel) = (0f64, 0f32);
+            for g in &decoded.groups {
+                let want = reference_group(case, g);
+                let scale = want.iter().fold(0.0f32, |m, x| m.max(x.abs())).max(1e-6);
+                if g.key == "head_pose" {
+                    assert_head_poses(name, g, &want, 1e-2, 1e-2 * scale);
+                    continue;
                 }
-                continue;
+                let d = max_abs_diff(&g.actions, &want);
+                assert!(
+                    d <= 1e-2 * scale,
+                    "{name} {}: max|Δ| {d:e}, max|ref| {scale}",
+                    g.key
+                );
+                worst_rel = worst_rel.max(d / scale);
+                if want.iter().any(|&x| x != want[0]) {
+                    let r = pearson(&g.actions, &want);
+                    assert!(r >= 0.99999, "{name} {}: r {r}", g.key);
+                    worst_1r = worst_1r.max(1.0 - r);
+                }
             }
-            let d = max_abs_diff(&g.actions, &want);
-            assert!(
-                d <= 1e-2 * scale,
-                "{name} {}: max|Δ| {d:e}, max|ref| {scale}",
-                g.key
+            eprintln!(
+                "bf16 on {device:?} {name}: worst group 1 - r = {worst_1r:.2e}, max|Δ| = {worst_rel:.2e} of max|ref|"
             );
-            worst_rel = worst_rel.max(d / scale);
-            if want.iter().any(|&x| x != want[0]) {
-                let r = pearson(&g.actions, &want);
-                assert!(r >= 0.99999, "{name} {}: r {r}", g.key);
-                worst_1r = worst_1r.max(1.0 - r);
-            }
-        }
-        eprintln!(
-            "bf16 on {device:?} {name}: worst group 1 - r = {worst_1r:.2e}, max|Δ| = {worst_rel:.2e} of max|ref|"
-        );
-    }
+        },
+    );
 }
 
 #[test]
 fn refusals_name_the_field() {
     let ckpt = Checkpoint::open(multi_checkpoint()).unwrap();
-    let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
     let case = MultiCase::load("case_real_r1_pro_sharpa_relative_eef_1");
-    let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+    let proc = case_processor(&ckpt, &case);
     let good = observation(&case);
     let field = |obs: &Observation| refused(proc.encode(obs)).field;
 
@@ -262,9 +228,8 @@ fn refusals_name_the_field() {
 fn letterbox_serves_mixed_aspect_views() {
     let mut ckpt = Checkpoint::open(multi_checkpoint()).unwrap();
     ckpt.processor.letter_box_transform = true;
-    let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
     let case = MultiCase::load("case_real_r1_pro_sharpa_relative_eef_1");
-    let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+    let proc = case_processor(&ckpt, &case);
     let mut o = observation(&case);
     let f = &o.images[1].1[1];
     let (w, h) = (f.height, f.width);
@@ -285,9 +250,8 @@ fn torchvision_path_lands_every_frame_on_the_target_size() {
     ckpt.processor.use_albumentations = false;
     ckpt.processor.image_target_size = Some(vec![240, 320]);
     ckpt.processor.image_crop_size = Some(vec![216, 288]);
-    let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
     let case = MultiCase::load("case_real_r1_pro_sharpa_relative_eef_1");
-    let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+    let proc = case_processor(&ckpt, &case);
     let mut o = observation(&case);
     o.images[1].1[1] = Frame::new(90, 160, vec![7; 90 * 160 * 3]).unwrap();
     let enc = proc.encode(&o).unwrap();
@@ -301,9 +265,8 @@ fn torchvision_path_lands_every_frame_on_the_target_size() {
 #[test]
 fn reflected_4x4_state_is_refused_naming_the_key() {
     let ckpt = Checkpoint::open(gr00t_fixtures::extra_checkpoint("checkpoint")).unwrap();
-    let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
     let case = MultiCase::load_extra("case_new_embodiment_eef4x4_2");
-    let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+    let proc = case_processor(&ckpt, &case);
     let mut obs = observation(&case);
     proc.encode(&obs).unwrap();
     let pose = &mut obs

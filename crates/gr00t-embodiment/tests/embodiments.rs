@@ -19,23 +19,28 @@ fn checkpoint() -> Checkpoint {
 fn state_encoding_matches_proc_state() {
     let ckpt = checkpoint();
     for name in MULTI_CASES {
-        let case = MultiCase::load(name);
-        let norm = StateNormalizer::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
-        let ours = norm.normalize(&case.raw_state()).unwrap();
-        let want = case.outputs.f32s("proc.state");
-        assert_eq!(ours.len(), want.len(), "{name}");
-        let differ: Vec<(usize, f32, f32)> = ours
-            .iter()
-            .zip(&want)
-            .enumerate()
-            .filter(|(_, (a, b))| a.to_bits() != b.to_bits())
-            .map(|(i, (a, b))| (i, *a, *b))
-            .collect();
-        assert!(
-            differ.is_empty(),
-            "{name}: (index, ours, reference) {differ:?}"
-        );
+        assert_state_bit_exact(&ckpt, &MultiCase::load(name));
     }
+}
+
+/// The case's raw state normalised bit for bit as upstream's `proc.state`.
+fn assert_state_bit_exact(ckpt: &Checkpoint, case: &MultiCase) {
+    let name = &case.name;
+    let norm = StateNormalizer::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
+    let ours = norm.normalize(&case.raw_state()).unwrap();
+    let want = case.outputs.f32s("proc.state");
+    assert_eq!(ours.len(), want.len(), "{name}");
+    let differ: Vec<(usize, f32, f32)> = ours
+        .iter()
+        .zip(&want)
+        .enumerate()
+        .filter(|(_, (a, b))| a.to_bits() != b.to_bits())
+        .map(|(i, (a, b))| (i, *a, *b))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{name}: (index, ours, reference) {differ:?}"
+    );
 }
 
 #[test]
@@ -189,21 +194,7 @@ fn extra_cases_encode_and_decode_like_upstream() {
     let ckpt = Checkpoint::open(gr00t_fixtures::extra_checkpoint("checkpoint")).unwrap();
     for name in gr00t_fixtures::EXTRA_CASES {
         let case = MultiCase::load_extra(name);
-        let norm = StateNormalizer::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
-        let ours = norm.normalize(&case.raw_state()).unwrap();
-        let want = case.outputs.f32s("proc.state");
-        let differ: Vec<(usize, f32, f32)> = ours
-            .iter()
-            .zip(&want)
-            .enumerate()
-            .filter(|(_, (a, b))| a.to_bits() != b.to_bits())
-            .map(|(i, (a, b))| (i, *a, *b))
-            .collect();
-        assert_eq!(ours.len(), want.len(), "{name}");
-        assert!(
-            differ.is_empty(),
-            "{name}: (index, ours, reference) {differ:?}"
-        );
+        assert_state_bit_exact(&ckpt, &case);
 
         let dec = ActionDecoder::new(&ckpt.statistics, &ckpt.processor, &case.tag).unwrap();
         assert_eq!(dec.horizon(), 16, "{name}");

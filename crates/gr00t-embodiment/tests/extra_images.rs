@@ -4,46 +4,13 @@
 //! checkpoint variant. Frames after the eval transform and every processor input exact, the
 //! network and the decoded actions within the DROID gates.
 
-use gr00t_embodiment::embodiment::{EmbodimentProcessor, Observation};
-use gr00t_embodiment::image::{Frame, ImagePipeline};
-use gr00t_embodiment::observation::NoiseSource;
-use gr00t_embodiment::prompt::PromptEncoder;
+use gr00t_embodiment::image::ImagePipeline;
 use gr00t_fixtures::{extra_case_checkpoint, max_abs_diff, pearson, MultiCase, EXTRA_IMAGE_CASES};
 use gr00t_model::taps::Recorder;
 use gr00t_model::{Checkpoint, Gr00tModel};
+use support::{assert_inputs_match, case_observation as observation, case_processor};
 
-fn png(path: &std::path::Path) -> Frame {
-    let img = image::open(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .to_rgb8();
-    Frame::new(img.width() as usize, img.height() as usize, img.into_raw()).unwrap()
-}
-
-/// The case's observation with its frames read from the PNGs named in `observation.json`.
-fn observation(case: &MultiCase) -> Observation {
-    let obs: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(case.dir.join("observation.json")).unwrap()).unwrap();
-    let images = obs["video"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(view, files)| {
-            let frames = files
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|f| png(&case.dir.join(f.as_str().unwrap())))
-                .collect();
-            (view.clone(), frames)
-        })
-        .collect();
-    Observation {
-        images,
-        state: case.state.clone(),
-        instruction: case.instruction.clone(),
-        noise: NoiseSource::Client(case.noise.clone()),
-    }
-}
+mod support;
 
 #[test]
 fn letterbox_and_torchvision_cases_match_nvidia_end_to_end() {
@@ -57,8 +24,7 @@ fn letterbox_and_torchvision_cases_match_nvidia_end_to_end() {
             }
             _ => assert!(!proc_cfg.use_albumentations && !proc_cfg.letter_box_transform),
         }
-        let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
-        let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+        let proc = case_processor(&ckpt, &case);
         let obs = observation(&case);
         // The views differ in aspect (portrait 240x320 and 16:9 320x180): both reach 256x256.
         let sizes: Vec<(usize, usize)> = obs
@@ -102,22 +68,11 @@ fn letterbox_and_torchvision_cases_match_nvidia_end_to_end() {
 
         // Processor inputs: exact.
         let enc = proc.encode(&obs).unwrap();
-        let ids: Vec<i64> = enc.inputs.input_ids.iter().map(|&i| i as i64).collect();
-        assert_eq!(ids, out.i64s("proc.input_ids"), "{name} input_ids");
-        let grids: Vec<i64> = enc
-            .inputs
-            .image_grid_thw
-            .iter()
-            .flatten()
-            .map(|&g| g as i64)
-            .collect();
-        assert_eq!(grids, out.i64s("proc.image_grid_thw"), "{name} grids");
-        assert_eq!(grids, [1, 16, 16, 1, 16, 16], "{name}: 64 tokens a frame");
-        assert_eq!(enc.inputs.state, out.f32s("proc.state"), "{name} state");
+        assert_inputs_match(name, &enc.inputs, out);
         assert_eq!(
-            enc.inputs.embodiment_id as i64,
-            out.i64s("proc.embodiment_id")[0],
-            "{name} embodiment_id"
+            enc.inputs.image_grid_thw,
+            [[1, 16, 16]; 2],
+            "{name}: 64 tokens a frame"
         );
 
         // Network and decode: within the DROID gates.
@@ -161,8 +116,7 @@ fn mixed_aspect_views_without_letterbox_are_refused() {
     let case = MultiCase::load_extra("case_letterbox_1");
     let ckpt = Checkpoint::open(gr00t_fixtures::extra_checkpoint("checkpoint")).unwrap();
     assert!(ckpt.processor.use_albumentations && !ckpt.processor.letter_box_transform);
-    let prompt = PromptEncoder::load(gr00t_fixtures::tokenizer_path()).unwrap();
-    let proc = EmbodimentProcessor::new(&ckpt, prompt, &case.tag).unwrap();
+    let proc = case_processor(&ckpt, &case);
     let err = proc.encode(&observation(&case)).unwrap_err();
     let err = err.invalid().expect("the client's fault");
     let views = &ckpt.processor.modality_configs[&case.tag]

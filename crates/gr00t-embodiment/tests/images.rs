@@ -67,6 +67,19 @@ fn chw_concat(frames: &[&Frame]) -> Vec<u8> {
     frames.iter().flat_map(|f| f.to_chw()).collect()
 }
 
+/// Our frames of one stage against `tap`, `[4, H, W, 3]` when `hwc` and `[4, 3, H, W]`
+/// otherwise: its shape, then every byte.
+fn assert_stage(case: &str, taps: &Taps, tap: &str, ours: &[&Frame], hwc: bool) {
+    let (h, w) = (ours[0].height, ours[0].width);
+    let (dims, bytes) = if hwc {
+        ([4, h, w, 3], hwc_concat(ours))
+    } else {
+        ([4, 3, h, w], chw_concat(ours))
+    };
+    assert_eq!(taps.dims(tap), dims, "{case} {tap}");
+    assert_u8_exact(&format!("{case} {tap}"), &bytes, &taps.u8s(tap));
+}
+
 /// Every image tap of one case against our stages.
 fn check_case(case: &str) {
     let taps = Taps::load(case);
@@ -77,46 +90,24 @@ fn check_case(case: &str) {
         .map(|f| pipe.frame_stages(f).expect("stages"))
         .collect();
 
+    let stage =
+        |tap: &str, ours: Vec<&Frame>, hwc: bool| assert_stage(case, &taps, tap, &ours, hwc);
     if taps.has("proc.aug_step1_resize_u8") {
-        let ours: Vec<&Frame> = stages.iter().map(|s| &s.aug.resized).collect();
-        assert_eq!(
-            taps.dims("proc.aug_step1_resize_u8"),
-            [4, ours[0].height, ours[0].width, 3]
-        );
-        assert_u8_exact(
-            &format!("{case} proc.aug_step1_resize_u8"),
-            &hwc_concat(&ours),
-            &taps.u8s("proc.aug_step1_resize_u8"),
-        );
-        let ours: Vec<&Frame> = stages.iter().map(|s| &s.aug.cropped).collect();
-        assert_eq!(
-            taps.dims("proc.aug_step2_centercrop_u8"),
-            [4, ours[0].height, ours[0].width, 3]
-        );
-        assert_u8_exact(
-            &format!("{case} proc.aug_step2_centercrop_u8"),
-            &hwc_concat(&ours),
-            &taps.u8s("proc.aug_step2_centercrop_u8"),
-        );
+        let ours = stages.iter().map(|s| &s.aug.resized).collect();
+        stage("proc.aug_step1_resize_u8", ours, true);
+        let ours = stages.iter().map(|s| &s.aug.cropped).collect();
+        stage("proc.aug_step2_centercrop_u8", ours, true);
     }
-
-    let ours: Vec<&Frame> = stages.iter().map(|s| &s.aug.output).collect();
-    assert_eq!(
-        taps.dims("proc.images_after_aug_u8"),
-        [4, 3, ours[0].height, ours[0].width]
+    stage(
+        "proc.images_after_aug_u8",
+        stages.iter().map(|s| &s.aug.output).collect(),
+        false,
     );
-    assert_u8_exact(
-        &format!("{case} proc.images_after_aug_u8"),
-        &chw_concat(&ours),
-        &taps.u8s("proc.images_after_aug_u8"),
-    );
-
-    let ours: Vec<&Frame> = stages.iter().map(|s| &s.qwen_resized).collect();
     assert_eq!(taps.dims("proc.qwen_resized_u8"), [4, 3, 256, 448]);
-    assert_u8_exact(
-        &format!("{case} proc.qwen_resized_u8"),
-        &chw_concat(&ours),
-        &taps.u8s("proc.qwen_resized_u8"),
+    stage(
+        "proc.qwen_resized_u8",
+        stages.iter().map(|s| &s.qwen_resized).collect(),
+        false,
     );
 
     let processed = pipe.process(&frames).expect("process");
@@ -631,43 +622,19 @@ fn frame_sizes_are_refused_from_the_header_before_any_pixel_is_decoded() {
     let field = "images.exterior_image_1_left[0]";
     // Wrong aspect: the geometry 400. Decoding it would have failed with `cannot decode`
     // (its IDAT is not zlib), so this error shows that no decode was attempted.
-    for file in [
-        png_declaring(8192, 8192),
-        png_declaring(8192, 2048),
-        jpeg_declaring(8000, 4000),
+    // Over the decoder limit with a 16:9 shape: refused from the header too.
+    // A 16:9 frame the contract accepts goes on to the pixel decode (which fails here).
+    for (file, refusal) in [
+        (png_declaring(8192, 8192), "bad image geometry: frame "),
+        (png_declaring(8192, 2048), "bad image geometry: frame "),
+        (jpeg_declaring(8000, 4000), "bad image geometry: frame "),
+        (png_declaring(16384, 9216), "image too large"),
+        (png_declaring(320, 180), "cannot decode image"),
     ] {
         let err = encode(&processor, &case0_with_exterior_frame(&file)).unwrap_err();
         assert_eq!(err.field, field);
-        assert!(
-            err.message.starts_with("bad image geometry: frame "),
-            "{}",
-            err.message
-        );
+        assert!(err.message.starts_with(refusal), "{}", err.message);
     }
-    // Over the decoder limit with a 16:9 shape: refused from the header too.
-    let err = encode(
-        &processor,
-        &case0_with_exterior_frame(&png_declaring(16384, 9216)),
-    )
-    .unwrap_err();
-    assert_eq!(err.field, field);
-    assert!(
-        err.message.starts_with("image too large"),
-        "{}",
-        err.message
-    );
-    // A 16:9 frame the contract accepts goes on to the pixel decode (which fails here).
-    let err = encode(
-        &processor,
-        &case0_with_exterior_frame(&png_declaring(320, 180)),
-    )
-    .unwrap_err();
-    assert_eq!(err.field, field);
-    assert!(
-        err.message.starts_with("cannot decode image"),
-        "{}",
-        err.message
-    );
 }
 
 #[test]

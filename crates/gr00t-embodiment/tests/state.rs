@@ -5,6 +5,9 @@ use gr00t_fixtures::{request_json, tiny_checkpoint, Taps, CASES};
 use gr00t_model::checkpoint::{KeyStats, Statistics};
 use gr00t_model::Checkpoint;
 use std::collections::BTreeMap;
+use support::droid_state;
+
+mod support;
 
 const TAG: &str = "oxe_droid_relative_eef_relative_joint";
 const KEYS: [&str; 3] = ["eef_9d", "gripper_position", "joint_position"];
@@ -67,11 +70,7 @@ fn case1_exercises_clipping() {
     let joints = taps.f32s("input.state.joint_position");
     let eef = taps.f32s("input.state.eef_9d");
     let grip = taps.f32s("input.state.gripper_position");
-    let raw = [
-        ("eef_9d", &eef[..]),
-        ("gripper_position", &grip[..]),
-        ("joint_position", &joints[..]),
-    ];
+    let raw = droid_state(&eef, &grip, &joints);
     let clipped = normalize_state(&raw, &ckpt.statistics, &ckpt.processor, TAG).unwrap();
     // joint_position[1] is above q99 and [3] below q01 (fixtures README).
     assert_eq!(clipped[10 + 1], 1.0);
@@ -116,11 +115,7 @@ fn min_max_without_percentiles_and_constant_dims() {
     let eef = [1.0f32; 9];
     let grip = [5.0f32];
     let joint = [0.25f32; 7];
-    let raw = [
-        ("eef_9d", &eef[..]),
-        ("gripper_position", &grip[..]),
-        ("joint_position", &joint[..]),
-    ];
+    let raw = droid_state(&eef, &grip, &joint);
     let q = normalize_state(&raw, &stats, &proc, TAG).unwrap();
     assert_eq!(q[0], 0.0); // (1 − 0.5)/(1.5 − 0.5)·2 − 1
     assert_eq!(q[9], 0.0); // isclose(q99, q01)

@@ -202,27 +202,40 @@ mod tests {
     // pairs), run on the bundled tiny fixture checkpoint and on `gr00t synth-checkpoint --size
     // full`, for the DROID request of fixture case0 (4 × [1, 16, 28] images, S = 469).
 
+    /// [vision, llm, adapter, denoise, total] of the fused DROID request (S = 469) on `size`.
+    fn droid_counts(size: SynthSize) -> [f64; 5] {
+        let (cfg, bb) = synth_configs(size).unwrap();
+        let f = request_flops(&cfg, &bb, &RequestShape::droid(469), DenoiseBackend::Fused);
+        [f.vision, f.llm, f.adapter, f.denoise, f.total()]
+    }
+
     #[test]
     fn tiny_config_matches_the_weight_shape_count() {
-        let (cfg, bb) = synth_configs(SynthSize::Tiny).unwrap();
-        let f = request_flops(&cfg, &bb, &RequestShape::droid(469), DenoiseBackend::Fused);
-        assert_eq!(f.vision, 3_200_253_952.0);
-        assert_eq!(f.llm, 170_490_880.0);
-        assert_eq!(f.adapter, 79_362_304.0);
-        assert_eq!(f.denoise, 377_523_712.0);
-        assert_eq!(f.total(), 3_827_630_848.0);
+        assert_eq!(
+            droid_counts(SynthSize::Tiny),
+            [
+                3_200_253_952.0,
+                170_490_880.0,
+                79_362_304.0,
+                377_523_712.0,
+                3_827_630_848.0,
+            ]
+        );
     }
 
     #[test]
     fn full_config_matches_the_weight_shape_count() {
-        let (cfg, bb) = synth_configs(SynthSize::Full).unwrap();
-        let f = request_flops(&cfg, &bb, &RequestShape::droid(469), DenoiseBackend::Fused);
-        assert_eq!(f.vision, 1_257_083_240_448.0);
-        assert_eq!(f.llm, 769_823_473_664.0);
-        assert_eq!(f.adapter, 196_052_025_344.0);
-        assert_eq!(f.denoise, 374_496_010_240.0);
-        // ≈ 2.60 TFLOP for the whole request.
-        assert_eq!(f.total(), 2_597_454_749_696.0);
+        assert_eq!(
+            droid_counts(SynthSize::Full),
+            [
+                1_257_083_240_448.0,
+                769_823_473_664.0,
+                196_052_025_344.0,
+                374_496_010_240.0,
+                // ≈ 2.60 TFLOP for the whole request.
+                2_597_454_749_696.0,
+            ]
+        );
     }
 
     #[test]

@@ -53,52 +53,40 @@ impl ParamSpec {
 struct Specs(Vec<ParamSpec>);
 
 impl Specs {
+    fn push(&mut self, name: String, shape: Vec<usize>, init: Init) {
+        self.0.push(ParamSpec { name, shape, init });
+    }
     fn linear(&mut self, name: &str, out: usize, inp: usize, bias: bool) {
-        self.0.push(ParamSpec {
-            name: format!("{name}.weight"),
-            shape: vec![out, inp],
-            init: Init::Weight { fan_in: inp },
-        });
+        let init = Init::Weight { fan_in: inp };
+        self.push(format!("{name}.weight"), vec![out, inp], init);
         if bias {
-            self.0.push(ParamSpec {
-                name: format!("{name}.bias"),
-                shape: vec![out],
-                init: Init::Bias,
-            });
+            self.push(format!("{name}.bias"), vec![out], Init::Bias);
         }
     }
     fn norm(&mut self, name: &str, dim: usize, bias: bool) {
-        self.0.push(ParamSpec {
-            name: format!("{name}.weight"),
-            shape: vec![dim],
-            init: Init::Norm,
-        });
+        self.push(format!("{name}.weight"), vec![dim], Init::Norm);
         if bias {
-            self.0.push(ParamSpec {
-                name: format!("{name}.bias"),
-                shape: vec![dim],
-                init: Init::Bias,
-            });
+            self.push(format!("{name}.bias"), vec![dim], Init::Bias);
         }
     }
     fn table(&mut self, name: &str, rows: usize, width: usize) {
-        self.0.push(ParamSpec {
-            name: name.into(),
-            shape: vec![rows, width],
-            init: Init::Weight { fan_in: width },
-        });
+        let init = Init::Weight { fan_in: width };
+        self.push(name.into(), vec![rows, width], init);
+    }
+    /// A diffusers `BasicTransformerBlock` under `b`: `attn1` (queries from `dim`, keys and
+    /// values from `kv_in`, `inner` wide) and `ff` (`4·dim` hidden).
+    fn transformer_block(&mut self, b: &str, dim: usize, kv_in: usize, inner: usize) {
+        self.linear(&format!("{b}.attn1.to_q"), inner, dim, true);
+        self.linear(&format!("{b}.attn1.to_k"), inner, kv_in, true);
+        self.linear(&format!("{b}.attn1.to_v"), inner, kv_in, true);
+        self.linear(&format!("{b}.attn1.to_out.0"), dim, inner, true);
+        self.linear(&format!("{b}.ff.net.0.proj"), 4 * dim, dim, true);
+        self.linear(&format!("{b}.ff.net.2"), dim, 4 * dim, true);
     }
     fn category_linear(&mut self, name: &str, emb: usize, inp: usize, out: usize) {
-        self.0.push(ParamSpec {
-            name: format!("{name}.W"),
-            shape: vec![emb, inp, out],
-            init: Init::Weight { fan_in: inp },
-        });
-        self.0.push(ParamSpec {
-            name: format!("{name}.b"),
-            shape: vec![emb, out],
-            init: Init::Bias,
-        });
+        let init = Init::Weight { fan_in: inp };
+        self.push(format!("{name}.W"), vec![emb, inp, out], init);
+        self.push(format!("{name}.b"), vec![emb, out], Init::Bias);
     }
 }
 
@@ -109,24 +97,15 @@ pub fn parameter_specs(cfg: &Gr00tConfig, bb: &BackboneConfig) -> Vec<ParamSpec>
     let v = &bb.vision_config;
     let vp = "backbone.model.model.visual";
     let h = v.hidden_size;
-    s.0.push(ParamSpec {
-        name: format!("{vp}.patch_embed.proj.weight"),
-        shape: vec![
-            h,
-            v.in_channels,
-            v.temporal_patch_size,
-            v.patch_size,
-            v.patch_size,
-        ],
-        init: Init::Weight {
+    let (t, p) = (v.temporal_patch_size, v.patch_size);
+    s.push(
+        format!("{vp}.patch_embed.proj.weight"),
+        vec![h, v.in_channels, t, p, p],
+        Init::Weight {
             fan_in: v.patch_dim(),
         },
-    });
-    s.0.push(ParamSpec {
-        name: format!("{vp}.patch_embed.proj.bias"),
-        shape: vec![h],
-        init: Init::Bias,
-    });
+    );
+    s.push(format!("{vp}.patch_embed.proj.bias"), vec![h], Init::Bias);
     s.table(
         &format!("{vp}.pos_embed.weight"),
         v.num_position_embeddings,
@@ -165,30 +144,13 @@ pub fn parameter_specs(cfg: &Gr00tConfig, bb: &BackboneConfig) -> Vec<ParamSpec>
         let b = format!("{tp}.layers.{l}");
         s.norm(&format!("{b}.input_layernorm"), d, false);
         s.norm(&format!("{b}.post_attention_layernorm"), d, false);
-        s.linear(
-            &format!("{b}.self_attn.q_proj"),
+        let (q, kv) = (
             t.num_attention_heads * t.head_dim,
-            d,
-            false,
-        );
-        s.linear(
-            &format!("{b}.self_attn.k_proj"),
             t.num_key_value_heads * t.head_dim,
-            d,
-            false,
         );
-        s.linear(
-            &format!("{b}.self_attn.v_proj"),
-            t.num_key_value_heads * t.head_dim,
-            d,
-            false,
-        );
-        s.linear(
-            &format!("{b}.self_attn.o_proj"),
-            d,
-            t.num_attention_heads * t.head_dim,
-            false,
-        );
+        for (proj, out, inp) in [("q", q, d), ("k", kv, d), ("v", kv, d), ("o", d, q)] {
+            s.linear(&format!("{b}.self_attn.{proj}_proj"), out, inp, false);
+        }
         s.norm(&format!("{b}.self_attn.q_norm"), t.head_dim, false);
         s.norm(&format!("{b}.self_attn.k_norm"), t.head_dim, false);
         s.linear(&format!("{b}.mlp.gate_proj"), t.intermediate_size, d, false);
@@ -208,12 +170,7 @@ pub fn parameter_specs(cfg: &Gr00tConfig, bb: &BackboneConfig) -> Vec<ParamSpec>
             let b = format!("{ap}.vl_self_attention.transformer_blocks.{i}");
             s.norm(&format!("{b}.norm1"), dvl, true);
             s.norm(&format!("{b}.norm3"), dvl, true);
-            s.linear(&format!("{b}.attn1.to_q"), inner, dvl, true);
-            s.linear(&format!("{b}.attn1.to_k"), inner, dvl, true);
-            s.linear(&format!("{b}.attn1.to_v"), inner, dvl, true);
-            s.linear(&format!("{b}.attn1.to_out.0"), dvl, inner, true);
-            s.linear(&format!("{b}.ff.net.0.proj"), 4 * dvl, dvl, true);
-            s.linear(&format!("{b}.ff.net.2"), dvl, 4 * dvl, true);
+            s.transformer_block(&b, dvl, dvl, inner);
         }
     }
     let dit = &cfg.diffusion_model_cfg;
@@ -225,12 +182,7 @@ pub fn parameter_specs(cfg: &Gr00tConfig, bb: &BackboneConfig) -> Vec<ParamSpec>
         let b = format!("{ap}.model.transformer_blocks.{i}");
         let kv_in = if i % 2 == 0 { dvl } else { inner };
         s.linear(&format!("{b}.norm1.linear"), 2 * inner, inner, true);
-        s.linear(&format!("{b}.attn1.to_q"), inner, inner, true);
-        s.linear(&format!("{b}.attn1.to_k"), inner, kv_in, true);
-        s.linear(&format!("{b}.attn1.to_v"), inner, kv_in, true);
-        s.linear(&format!("{b}.attn1.to_out.0"), inner, inner, true);
-        s.linear(&format!("{b}.ff.net.0.proj"), 4 * inner, inner, true);
-        s.linear(&format!("{b}.ff.net.2"), inner, 4 * inner, true);
+        s.transformer_block(&b, inner, kv_in, inner);
     }
     s.linear(&format!("{ap}.model.proj_out_1"), 2 * inner, inner, true);
     s.linear(

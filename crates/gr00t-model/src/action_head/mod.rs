@@ -280,14 +280,7 @@ impl ActionHead {
         attention_mask: &[bool],
         embodiment_id: usize,
     ) -> Result<RequestContext> {
-        let s = self.check_features(vl_embeds)?;
-        if image_mask.len() != s || attention_mask.len() != s {
-            return Err(Error::Input(format!(
-                "mask lengths (image {}, attention {}) differ from the sequence length {s}",
-                image_mask.len(),
-                attention_mask.len()
-            )));
-        }
+        self.check_masks(vl_embeds, image_mask, attention_mask)?;
         Ok(RequestContext {
             state_encoder: self.state_encoder.select(embodiment_id)?,
             action_encoder: self.action_encoder.select(embodiment_id)?,
@@ -313,13 +306,7 @@ impl ActionHead {
 
     /// State encoder: `[1, 1, state_dim]` → `[1, 1, D]`.
     pub fn encode_state(&self, ctx: &RequestContext, state: &Tensor) -> Result<Tensor> {
-        let dims = state.dims();
-        if dims != [1, 1, self.state_dim] {
-            return Err(Error::Input(format!(
-                "state has shape {dims:?}, expected [1, 1, {}]",
-                self.state_dim
-            )));
-        }
+        self.check_state(state)?;
         ctx.state_encoder.forward(state)
     }
 
@@ -425,6 +412,36 @@ impl ActionHead {
                 self.steps.len()
             ))
         })
+    }
+
+    /// Checks `vl_embeds` `[1, S, D_vl]` and that both masks have length S.
+    fn check_masks(
+        &self,
+        vl_embeds: &Tensor,
+        image_mask: &[bool],
+        attention_mask: &[bool],
+    ) -> Result<()> {
+        let s = self.check_features(vl_embeds)?;
+        if image_mask.len() != s || attention_mask.len() != s {
+            return Err(Error::Input(format!(
+                "mask lengths (image {}, attention {}) differ from the sequence length {s}",
+                image_mask.len(),
+                attention_mask.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks that `state` is `[1, 1, state_dim]`.
+    fn check_state(&self, state: &Tensor) -> Result<()> {
+        let dims = state.dims();
+        if dims != [1, 1, self.state_dim] {
+            return Err(Error::Input(format!(
+                "state has shape {dims:?}, expected [1, 1, {}]",
+                self.state_dim
+            )));
+        }
+        Ok(())
     }
 
     /// Checks `[1, S, D_vl]` and returns S.

@@ -6,11 +6,12 @@
 //! to check it (and to measure what the hoisting buys).
 
 use super::{time_projection, Attend, Dit, TIME_PROJ_DIM};
-use crate::action_head::attention::key_bias;
+use crate::action_head::attention::{key_bias, LayerNorm};
 use crate::action_head::{sampler, ActionHead};
+use crate::linear::Linear;
 use crate::rtc::Rtc;
 use crate::taps::Recorder;
-use crate::{Error, Result};
+use crate::Result;
 use candle_core::{Module, Tensor};
 
 /// Runs every Euler step from `noise` `[1, H, A]` (shape already checked; RTC, when given,
@@ -28,25 +29,12 @@ pub(crate) fn denoise(
     rtc: Option<&Rtc>,
     rec: &Recorder,
 ) -> Result<Tensor> {
-    let s = head.check_features(vl_embeds)?;
-    if image_mask.len() != s || attention_mask.len() != s {
-        return Err(Error::Input(format!(
-            "mask lengths (image {}, attention {}) differ from the sequence length {s}",
-            image_mask.len(),
-            attention_mask.len()
-        )));
-    }
+    head.check_masks(vl_embeds, image_mask, attention_mask)?;
     let state_encoder = head.state_encoder.select(embodiment_id)?;
     let action_encoder = head.action_encoder.select(embodiment_id)?;
     let decoder = head.decoder.select(embodiment_id)?;
     rec.record("head.state_input", state);
-    let dims = state.dims();
-    if dims != [1, 1, head.state_dim] {
-        return Err(Error::Input(format!(
-            "state has shape {dims:?}, expected [1, 1, {}]",
-            head.state_dim
-        )));
-    }
+    head.check_state(state)?;
     let state_features = state_encoder.forward(state)?;
     rec.record("head.state_features", &state_features);
     let device = noise.device();
@@ -118,14 +106,8 @@ fn forward(
     let mut h = hidden_states.clone();
     for (b, blk) in dit.blocks.iter().enumerate() {
         // AdaLayerNorm: scale is the first chunk.
-        let emb = blk.ada_linear.forward(&temb.silu()?)?;
-        let scale = emb.narrow(1, 0, d)?.unsqueeze(1)?;
-        let shift = emb.narrow(1, d, d)?.unsqueeze(1)?;
-        let n = dit
-            .norm
-            .forward(&h)?
-            .broadcast_mul(&(scale + 1.0)?)?
-            .broadcast_add(&shift)?;
+        let (scale, shift) = ada_chunks(&blk.ada_linear, &temb, d)?;
+        let n = modulate(&dit.norm, &h, scale, &shift)?;
         let attn = match blk.attend {
             Attend::SelfTokens => blk.attn.self_attend(&n)?,
             Attend::Text | Attend::Image => {
@@ -144,13 +126,23 @@ fn forward(
         rec.record(format!("{prefix}.dit_block_out.{b}"), &h);
     }
     // Output AdaLN: shift is the first chunk here.
-    let emb = dit.proj_out_1.forward(&temb.silu()?)?;
-    let shift = emb.narrow(1, 0, d)?.unsqueeze(1)?;
-    let scale = emb.narrow(1, d, d)?.unsqueeze(1)?;
-    let n = dit
-        .norm_out
-        .forward(&h)?
-        .broadcast_mul(&(scale + 1.0)?)?
-        .broadcast_add(&shift)?;
+    let (shift, scale) = ada_chunks(&dit.proj_out_1, &temb, d)?;
+    let n = modulate(&dit.norm_out, &h, scale, &shift)?;
     Ok(dit.proj_out_2.forward(&n)?)
+}
+
+/// The two `[1, 1, d]` chunks of an AdaLN row `linear(silu(temb))`, in stored order.
+fn ada_chunks(linear: &Linear, temb: &Tensor, d: usize) -> Result<(Tensor, Tensor)> {
+    let emb = linear.forward(&temb.silu()?)?;
+    let first = emb.narrow(1, 0, d)?.unsqueeze(1)?;
+    let second = emb.narrow(1, d, d)?.unsqueeze(1)?;
+    Ok((first, second))
+}
+
+/// AdaLN: `norm(h)·(1 + scale) + shift`.
+fn modulate(norm: &LayerNorm, h: &Tensor, scale: Tensor, shift: &Tensor) -> Result<Tensor> {
+    Ok(norm
+        .forward(h)?
+        .broadcast_mul(&(scale + 1.0)?)?
+        .broadcast_add(shift)?)
 }
