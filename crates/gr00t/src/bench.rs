@@ -32,8 +32,8 @@ const DEMO_REQUEST: &str = include_str!("../../../assets/demo/request.json");
 /// Camera fields of the request, in the order of `images`.
 const CAMERAS: [&str; 2] = ["exterior_image_1_left", "wrist_image_left"];
 
-/// Stages reported, in pipeline order.
-const STAGES: [&str; 7] = [
+/// Stages reported, in pipeline order (a request's stage spans too).
+pub const STAGES: [&str; 7] = [
     "decode",
     "encode",
     "vision",

@@ -390,19 +390,22 @@ fn token() -> Option<String> {
     token_from(std::env::var("HF_TOKEN").ok(), &files)
 }
 
+/// The variables ureq reads its proxy from, in its order.
+pub const PROXY_VARIABLES: [&str; 6] = [
+    "ALL_PROXY",
+    "all_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+];
+
 /// The proxy ureq will use (it reads these variables), whose reachability matters instead.
 fn proxy_from_env() -> Option<String> {
-    [
-        "ALL_PROXY",
-        "all_proxy",
-        "HTTPS_PROXY",
-        "https_proxy",
-        "HTTP_PROXY",
-        "http_proxy",
-    ]
-    .iter()
-    .filter_map(|k| std::env::var(k).ok())
-    .find(|v| !v.trim().is_empty())
+    PROXY_VARIABLES
+        .iter()
+        .filter_map(|k| std::env::var(k).ok())
+        .find(|v| !v.trim().is_empty())
 }
 
 /// A progress bar for hf-hub's downloads.

@@ -244,17 +244,16 @@ fn door_limits(opts: &ServeOptions) -> Result<DoorLimits, ServeError> {
         .parse::<std::net::IpAddr>()
         .is_ok_and(|ip| ip.is_unspecified());
     if unspecified && api_token.is_none() {
-        let bar = "!".repeat(78);
-        tracing::warn!("{bar}");
-        tracing::warn!(
-            "--host {} WITHOUT --api-token: anyone on the network can drive this robot policy",
-            opts.host
-        );
-        tracing::warn!(
-            "set a token (--api-token-file FILE or ${}) or listen on 127.0.0.1",
-            crate::doors::TOKEN_ENV
-        );
-        tracing::warn!("{bar}");
+        loud_warning(&[
+            format!(
+                "--host {} WITHOUT --api-token: anyone on the network can drive this robot policy",
+                opts.host
+            ),
+            format!(
+                "set a token (--api-token-file FILE or ${}) or listen on 127.0.0.1",
+                crate::doors::TOKEN_ENV
+            ),
+        ]);
     }
     let max_message_bytes = opts.max_body_mb.saturating_mul(1024 * 1024);
     Ok(DoorLimits {
@@ -354,15 +353,23 @@ fn no_weights_help() -> String {
 }
 
 fn warn_synthetic(info: &EngineInfo) {
+    loud_warning(&[
+        format!(
+            "SYNTHETIC WEIGHTS: {} holds pseudo-random weights",
+            info.checkpoint
+        ),
+        "(from `gr00t synth-checkpoint`): speed runs only, every action it returns is meaningless"
+            .into(),
+    ]);
+}
+
+/// Warning lines between two bars of `!`, so that no operator misses them in the log.
+fn loud_warning(lines: &[String]) {
     let bar = "!".repeat(78);
     tracing::warn!("{bar}");
-    tracing::warn!(
-        "SYNTHETIC WEIGHTS: {} holds pseudo-random weights",
-        info.checkpoint
-    );
-    tracing::warn!(
-        "(from `gr00t synth-checkpoint`): speed runs only, every action it returns is meaningless"
-    );
+    for line in lines {
+        tracing::warn!("{line}");
+    }
     tracing::warn!("{bar}");
 }
 

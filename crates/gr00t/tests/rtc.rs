@@ -19,7 +19,7 @@ use ndarray::{DType, NdArray};
 use rmpv::Value;
 use serde_json::{json, Value as Json};
 use std::net::TcpStream;
-use test_server::{both_frames, request, state, Server, CAMERAS, GROUPS};
+use test_server::{both_frames, nested_observation, request, state, Server, CAMERAS, GROUPS};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
 use zmq_req::{ZmqClient, TIMEOUT};
@@ -31,7 +31,6 @@ const H: usize = 40;
 const A: usize = 132;
 /// DROID's action values per row (eef_9d 9, gripper_position 1, joint_position 7).
 const W: usize = 17;
-const LANG_KEY: &str = "annotation.language.language_instruction";
 
 /// A msgpack map's entries.
 type Entries = Vec<(Value, Value)>;
@@ -114,45 +113,10 @@ impl Zmq {
 
     /// `get_action` of case0 (upstream's nested form, `.npy` arrays) with these options.
     fn get_action(&mut self, options: Value) -> Value {
-        let data = str_map([("observation", nested(gr00t_array)), ("options", options)]);
+        let obs = nested_observation("case0", gr00t_array);
+        let data = str_map([("observation", obs), ("options", options)]);
         self.0.call("get_action", Some(data), None)
     }
-}
-
-/// case0 as upstream's nested observation with its arrays in `enc`: video `[1,2,H,W,3]`,
-/// state `[1,1,D]`.
-fn nested(enc: fn(&NdArray) -> Value) -> Value {
-    let video = |cam: &str| {
-        let (w, h, data) = both_frames("case0", cam);
-        enc(&NdArray::new(DType::U8, vec![1, 2, h, w, 3], data).unwrap())
-    };
-    let st = |g: &str| {
-        let v = state("case0", g);
-        enc(&NdArray::from_f32(vec![1, 1, v.len()], &v))
-    };
-    let instruction = Value::from("Put the blue block in the green bowl");
-    str_map([
-        (
-            "video",
-            Value::Map(
-                CAMERAS
-                    .iter()
-                    .map(|c| (Value::from(*c), video(c)))
-                    .collect(),
-            ),
-        ),
-        (
-            "state",
-            Value::Map(GROUPS.iter().map(|g| (Value::from(*g), st(g))).collect()),
-        ),
-        (
-            "language",
-            str_map([(
-                LANG_KEY,
-                Value::Array(vec![Value::Array(vec![instruction])]),
-            )]),
-        ),
-    ])
 }
 
 /// The RTC keys of a setting as msgpack entries, the chunk `[1, rows, width]` in `enc`.
@@ -245,7 +209,7 @@ fn ws_droid_keys() -> Entries {
 
 /// Upstream's nested observation, unbatched, with `seed` 0 beside it.
 fn ws_nested() -> Entries {
-    let Value::Map(mut m) = nested(openpi_array) else {
+    let Value::Map(mut m) = nested_observation("case0", openpi_array) else {
         unreachable!()
     };
     m.push((Value::from("seed"), Value::from(0)));

@@ -363,14 +363,7 @@ fn pull_fails_fast_offline() {
             .env("HF_ENDPOINT", &endpoint)
             .env("HF_HOME", &home)
             .env_remove("HF_HUB_CACHE");
-        for k in [
-            "ALL_PROXY",
-            "all_proxy",
-            "HTTPS_PROXY",
-            "https_proxy",
-            "HTTP_PROXY",
-            "http_proxy",
-        ] {
+        for k in gr00t::pull::PROXY_VARIABLES {
             cmd.env_remove(k);
         }
         let out = cmd.output().expect("run gr00t pull");

@@ -4,7 +4,7 @@
 //! span's fields on the request's log line.
 
 use gr00t::doors::wire::msgpack_numpy::{gr00t_array, str_map};
-use gr00t::doors::wire::ndarray::{DType, NdArray};
+use gr00t::doors::wire::ndarray::NdArray;
 use gr00t_fixtures::http_client as client;
 #[path = "support/test_server.rs"]
 mod test_server;
@@ -17,7 +17,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use test_server::{both_frames, noise, state, Server, CAMERAS, GROUPS};
+use test_server::{nested_observation, noise, Server};
 
 /// How long the receiver may wait for the spans it expects (the exporter batches for 100 ms).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -183,35 +183,7 @@ fn assert_nested(req: &Json, children: &[Json]) {
 
 /// case0 as upstream's DROID ZMQ client sends it, one batch item.
 fn case0_get_action() -> Value {
-    let video = |cam: &str| {
-        let (w, h, data) = both_frames("case0", cam);
-        gr00t_array(&NdArray::new(DType::U8, vec![1, 2, h, w, 3], data).unwrap())
-    };
-    let st = |g: &str| {
-        let v = state("case0", g);
-        gr00t_array(&NdArray::from_f32(vec![1, 1, v.len()], &v))
-    };
-    let key = "annotation.language.language_instruction";
-    let instruction = Value::from("Put the blue block in the green bowl");
-    let obs = str_map([
-        (
-            "video",
-            Value::Map(
-                CAMERAS
-                    .iter()
-                    .map(|c| (Value::from(*c), video(c)))
-                    .collect(),
-            ),
-        ),
-        (
-            "state",
-            Value::Map(GROUPS.iter().map(|g| (Value::from(*g), st(g))).collect()),
-        ),
-        (
-            "language",
-            str_map([(key, Value::Array(vec![Value::Array(vec![instruction])]))]),
-        ),
-    ]);
+    let obs = nested_observation("case0", gr00t_array);
     let noise = gr00t_array(&NdArray::from_f32(vec![1, 40, 132], &noise("case0")));
     str_map([
         ("observation", obs),
@@ -219,17 +191,13 @@ fn case0_get_action() -> Value {
     ])
 }
 
-/// The stages every computed request has, under the request span.
-const STAGES: [&str; 8] = [
-    "queue_wait",
-    "decode",
-    "encode",
-    "vision",
-    "llm",
-    "adapter",
-    "denoise",
-    "decode_actions",
-];
+/// The stages every computed request has, under the request span: its queue wait, then the
+/// stages the bench reports.
+fn stages() -> Vec<&'static str> {
+    std::iter::once("queue_wait")
+        .chain(gr00t::bench::STAGES)
+        .collect()
+}
 
 #[test]
 fn otlp_export_carries_each_requests_span_tree() {
@@ -247,7 +215,7 @@ fn otlp_export_carries_each_requests_span_tree() {
     ];
     let r = client::request(&s.http, "POST", "/predict", &headers, &body).unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
-    let mut http_stages = STAGES.to_vec();
+    let mut http_stages = stages();
     http_stages.push("parse");
     let (req, children) = receiver.trace_of("http", &http_stages);
     assert_eq!(attr(&req, "request_id").as_deref(), Some("trace-me-1"));
@@ -259,7 +227,7 @@ fn otlp_export_carries_each_requests_span_tree() {
     let reply =
         zmq_req::ZmqClient::connect(&zmq).call("get_action", Some(case0_get_action()), None);
     assert!(matches!(reply, Value::Array(_)), "{reply}");
-    let mut zmq_stages = STAGES.to_vec();
+    let mut zmq_stages = stages();
     zmq_stages.push("parse");
     let (zreq, zchildren) = receiver.trace_of("zmq", &zmq_stages);
     assert_eq!(attr(&zreq, "embodiment"), Some(embodiment));

@@ -272,6 +272,44 @@ pub fn request(case: &str) -> Json {
     serde_json::from_str(&request_json(case)).expect("request.json")
 }
 
+/// A case as upstream's nested GR00T observation (the DROID ZMQ client's), its arrays in
+/// `enc`: video `[1, 2, H, W, 3]`, state `[1, 1, D]`, the instruction as `[[text]]`.
+pub fn nested_observation(
+    case: &str,
+    enc: fn(&gr00t::doors::wire::ndarray::NdArray) -> rmpv::Value,
+) -> rmpv::Value {
+    use gr00t::doors::wire::msgpack_numpy::str_map;
+    use gr00t::doors::wire::ndarray::{DType, NdArray};
+    use rmpv::Value;
+    let video = |cam: &str| {
+        let (w, h, data) = both_frames(case, cam);
+        (
+            Value::from(cam),
+            enc(&NdArray::new(DType::U8, vec![1, 2, h, w, 3], data).unwrap()),
+        )
+    };
+    let st = |g: &str| {
+        let v = state(case, g);
+        (
+            Value::from(g),
+            enc(&NdArray::from_f32(vec![1, 1, v.len()], &v)),
+        )
+    };
+    let instruction = Value::from(request(case)["instruction"].as_str().unwrap());
+    let key = "annotation.language.language_instruction";
+    str_map([
+        (
+            "video",
+            Value::Map(CAMERAS.iter().map(|c| video(c)).collect()),
+        ),
+        ("state", Value::Map(GROUPS.iter().map(|g| st(g)).collect())),
+        (
+            "language",
+            str_map([(key, Value::Array(vec![Value::Array(vec![instruction])]))]),
+        ),
+    ])
+}
+
 /// A state group of the case as f32.
 pub fn state(case: &str, group: &str) -> Vec<f32> {
     json_f32s(&request(case)["state"][group])

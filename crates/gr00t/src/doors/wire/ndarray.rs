@@ -142,28 +142,32 @@ impl NdArray {
         shape_text(&self.shape)
     }
 
+    /// Each element's bytes in native order as a zero-extended u64.
+    fn element_bits(&self) -> impl Iterator<Item = u64> + '_ {
+        let size = self.dtype.size;
+        self.data.chunks_exact(size).map(move |c| {
+            let mut b = [0u8; 8];
+            b[..size].copy_from_slice(c);
+            if self.dtype.big_endian {
+                b[..size].reverse();
+            }
+            u64::from_le_bytes(b)
+        })
+    }
+
     /// Every element as f64 (exact for every accepted type but 64-bit integers beyond 2^53).
     pub fn to_f64s(&self) -> Vec<f64> {
         let size = self.dtype.size;
-        self.data
-            .chunks_exact(size)
-            .map(|c| {
-                let mut b = [0u8; 8];
-                b[..size].copy_from_slice(c);
-                if self.dtype.big_endian {
-                    b[..size].reverse();
+        self.element_bits()
+            .map(|bits| match (self.dtype.kind, size) {
+                (Kind::Float, 4) => f32::from_bits(bits as u32) as f64,
+                (Kind::Float, _) => f64::from_bits(bits),
+                (Kind::Int, _) => {
+                    // Sign-extend from `size` bytes.
+                    let shift = 64 - 8 * size as u32;
+                    (((bits << shift) as i64) >> shift) as f64
                 }
-                let bits = u64::from_le_bytes(b);
-                match (self.dtype.kind, size) {
-                    (Kind::Float, 4) => f32::from_bits(bits as u32) as f64,
-                    (Kind::Float, _) => f64::from_bits(bits),
-                    (Kind::Int, _) => {
-                        // Sign-extend from `size` bytes.
-                        let shift = 64 - 8 * size as u32;
-                        (((bits << shift) as i64) >> shift) as f64
-                    }
-                    (Kind::UInt | Kind::Bool, _) => bits as f64,
-                }
+                (Kind::UInt | Kind::Bool, _) => bits as f64,
             })
             .collect()
     }
@@ -177,15 +181,8 @@ impl NdArray {
             Kind::Float => return None,
         };
         Some(
-            self.data
-                .chunks_exact(size)
-                .map(|c| {
-                    let mut b = [0u8; 8];
-                    b[..size].copy_from_slice(c);
-                    if self.dtype.big_endian {
-                        b[..size].reverse();
-                    }
-                    let bits = u64::from_le_bytes(b);
+            self.element_bits()
+                .map(|bits| {
                     if signed {
                         let shift = 64 - 8 * size as u32;
                         (((bits << shift) as i64) >> shift) as i128

@@ -24,6 +24,7 @@ use super::schema::Schema;
 use super::session::{session_id, session_token};
 use gr00t_core::request::Request;
 use gr00t_core::rtc::{Chunk, RtcOptions, RtcPlan};
+use gr00t_core::session::SessionKey;
 use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::frame_policy::{frame_policy, FramePolicy};
 use gr00t_embodiment::image::Frame;
@@ -422,6 +423,22 @@ pub struct Parsed {
     /// The session token it echoes (`options.session_token`; `session_token` on the openpi
     /// door).
     pub session_token: Option<String>,
+}
+
+impl Parsed {
+    /// Each batch item's request, in order, with the message's RTC plan and session token, in
+    /// `session` (the door's key for it).
+    pub fn requests(&self, session: Option<SessionKey>) -> Vec<Request> {
+        self.items
+            .iter()
+            .map(|item| {
+                item.clone()
+                    .with_rtc_plan(self.rtc.clone())
+                    .in_session(session.clone())
+                    .with_session_token(self.session_token.clone())
+            })
+            .collect()
+    }
 }
 
 /// Which door a message came through: where its messages differ from upstream's `get_action`.

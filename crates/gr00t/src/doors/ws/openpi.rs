@@ -206,21 +206,15 @@ impl Connection {
     ) -> Result<(Message, Vec<PredictResponse>), Refusal> {
         let schema = pick_schema(&ctx.schemas, get(m, "embodiment"))?;
         let parsed = parse_openpi(msg, schema)?;
-        let (items, rtc) = (parsed.items, parsed.rtc);
         // A batch is several robots: only a batch of one is the connection's robot.
         let session = match &parsed.session {
             Some(id) => Some(self.arena_key(id)),
-            None => (items.len() == 1).then(|| self.session.clone()),
+            None => (parsed.items.len() == 1).then(|| self.session.clone()),
         };
         let t0 = Instant::now();
         // One queue entry per batch item, in order, as on the ZMQ door.
-        let mut responses = Vec::with_capacity(items.len());
-        for item in &items {
-            let request = item
-                .clone()
-                .with_rtc_plan(rtc.clone())
-                .in_session(session.clone())
-                .with_session_token(parsed.session_token.clone());
+        let mut responses = Vec::with_capacity(parsed.items.len());
+        for request in parsed.requests(session) {
             responses.push(ctx.worker.infer(request).await.map_err(Refusal::infer)?);
         }
         let infer_ms = t0.elapsed().as_secs_f64() * 1e3;

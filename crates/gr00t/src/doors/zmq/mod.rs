@@ -339,18 +339,13 @@ async fn answer_action(
     let p = tracing::info_span!("parse")
         .in_scope(|| parse(obs, options, schema))
         .map_err(refused)?;
-    let (items, form, rtc) = (p.items, p.form, p.rtc);
-    let session = p.session.map(|id| SessionKey::named(SESSIONS, &id));
+    let session = p.session.as_ref().map(|id| SessionKey::named(SESSIONS, id));
+    let requests = p.requests(session);
     // One at a time across connections, as a REP socket answers.
     let _turn = ctx.turn.lock().await;
     // One queue entry per batch item, in order, so a batch never overflows the queue.
-    let mut responses = Vec::with_capacity(items.len());
-    for item in &items {
-        let request = item
-            .clone()
-            .with_rtc_plan(rtc.clone())
-            .in_session(session.clone())
-            .with_session_token(p.session_token.clone());
+    let mut responses = Vec::with_capacity(requests.len());
+    for request in requests {
         let r = ctx
             .worker
             .infer(request)
@@ -358,7 +353,7 @@ async fn answer_action(
             .map_err(|e| (Outcome::of_error(&e), e.to_string()))?;
         responses.push(r);
     }
-    let reply = action_reply(&responses, schema, form)
+    let reply = action_reply(&responses, schema, p.form)
         .map_err(|e| (Outcome::Internal, format!("internal error: {e}")))?;
     Ok((reply, responses))
 }
