@@ -169,6 +169,13 @@ pub fn key_bytes(k: &Value) -> Option<&[u8]> {
     }
 }
 
+/// A `shape` list as sizes; `None` when an entry is not a non-negative integer.
+fn dims_of(dims: &[Value]) -> Option<Vec<usize>> {
+    dims.iter()
+        .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+        .collect()
+}
+
 /// What a value is, in Python's words, for messages.
 pub fn type_name(v: &Value) -> &'static str {
     match v {
@@ -231,11 +238,9 @@ pub fn from_openpi_array(v: &Value) -> Option<Result<NdArray, WireError>> {
             _ => return Err("ndarray without a 'dtype' string".into()),
         };
         let shape = match get(m, "shape") {
-            Some(Value::Array(dims)) => dims
-                .iter()
-                .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
-                .collect::<Option<Vec<usize>>>()
-                .ok_or("ndarray 'shape' must hold non-negative integers")?,
+            Some(Value::Array(dims)) => {
+                dims_of(dims).ok_or("ndarray 'shape' must hold non-negative integers")?
+            }
             _ => return Err("ndarray without a 'shape' list".into()),
         };
         NdArray::new(dtype, shape, data)
@@ -416,11 +421,9 @@ fn from_nd_array(m: &[(Value, Value)]) -> Result<NdArray, WireError> {
     };
     let shape = if is_array {
         match get(m, "shape") {
-            Some(Value::Array(dims)) => dims
-                .iter()
-                .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
-                .collect::<Option<Vec<usize>>>()
-                .ok_or("msgpack-numpy 'shape' must hold non-negative integers")?,
+            Some(Value::Array(dims)) => {
+                dims_of(dims).ok_or("msgpack-numpy 'shape' must hold non-negative integers")?
+            }
             _ => return Err("msgpack-numpy array without a 'shape' list".into()),
         }
     } else {

@@ -549,26 +549,20 @@ fn parse_for(
         _ => None,
     };
     let current_only = named_session.is_some() || door == Door::Openpi;
+    // One key's array, shaped for the door (`rank` dims with the batch), its batch checked.
+    let mut batched = |map, what: &str, key: &str, rank: usize| -> Result<NdArray, WireError> {
+        let a = door.batched(array(get(map, key), what, key, &mut forms)?, rank);
+        check_batch(&mut bs, a.shape.first().copied().unwrap_or(0), what, key)?;
+        Ok(a)
+    };
     for cam in &schema.views {
         let key = prefix("video", cam);
-        let a = door.batched(array(get(videos, &key), "Video", &key, &mut forms)?, 5);
-        check_batch(
-            &mut bs,
-            a.shape.first().copied().unwrap_or(0),
-            "Video",
-            &key,
-        )?;
+        let a = batched(videos, "Video", &key, 5)?;
         cams.push(video(&a, &key, schema.video_t, policy, door, current_only)?);
     }
     for (name, dim) in &schema.state_keys {
         let key = prefix("state", name);
-        let a = door.batched(array(get(states, &key), "State", &key, &mut forms)?, 3);
-        check_batch(
-            &mut bs,
-            a.shape.first().copied().unwrap_or(0),
-            "State",
-            &key,
-        )?;
+        let a = batched(states, "State", &key, 3)?;
         state_rows.push(state(&a, &key, schema.state_t, *dim, door)?);
     }
     let key = &schema.language_key;

@@ -168,8 +168,8 @@ enum Dialect {
 pub fn router(ctx: Arc<WsContext>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "OK\n" }))
-        .route(VLLM_OMNI_PATH, get(upgrade_vllm_omni))
-        .fallback(upgrade_openpi)
+        .route(VLLM_OMNI_PATH, get(upgrade::<true>))
+        .fallback(upgrade::<false>)
         .layer(axum::middleware::from_fn_with_state(
             ctx.clone(),
             browser_rules,
@@ -180,24 +180,6 @@ pub fn router(ctx: Arc<WsContext>) -> Router {
 type Upgrade = Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>;
 /// The connection a handshake came on (absent only in tests that serve the router bare).
 type Conn = Option<axum::Extension<ConnectInfo<ConnInfo>>>;
-
-async fn upgrade_openpi(
-    state: State<Arc<WsContext>>,
-    conn: Conn,
-    headers: HeaderMap,
-    ws: Upgrade,
-) -> Response {
-    upgrade(state, conn, headers, ws, false).await
-}
-
-async fn upgrade_vllm_omni(
-    state: State<Arc<WsContext>>,
-    conn: Conn,
-    headers: HeaderMap,
-    ws: Upgrade,
-) -> Response {
-    upgrade(state, conn, headers, ws, true).await
-}
 
 /// The browser rules for every request on the websocket port: its handshakes and `/healthz`.
 async fn browser_rules(
@@ -225,13 +207,14 @@ async fn browser_rules(
     }
 }
 
-async fn upgrade(
+/// A websocket handshake: the vLLM-Omni dialect when `VLLM_OMNI`, else openpi's.
+async fn upgrade<const VLLM_OMNI: bool>(
     State(ctx): State<Arc<WsContext>>,
     conn: Conn,
     headers: HeaderMap,
     ws: Upgrade,
-    vllm_omni: bool,
 ) -> Response {
+    let vllm_omni = VLLM_OMNI;
     if let Some(token) = &ctx.api_token {
         let given = headers
             .get(header::AUTHORIZATION)
