@@ -403,6 +403,14 @@ mod tests {
         SessionKey::named("http", id)
     }
 
+    /// A table of at most `max` sessions, each kept 10 s.
+    fn sessions(max: usize) -> Sessions {
+        Sessions::new(SessionLimits {
+            ttl: Duration::from_secs(10),
+            max,
+        })
+    }
+
     /// One answered observation of `id` at `at`; its step.
     fn answer(s: &Sessions, id: &str, v: f32, at: Instant) -> Option<u64> {
         let view = s.begin(&key(id), None, at).unwrap();
@@ -455,10 +463,7 @@ mod tests {
 
     #[test]
     fn a_refused_observation_creates_and_touches_nothing() {
-        let s = Sessions::new(SessionLimits {
-            ttl: Duration::from_secs(10),
-            max: 1,
-        });
+        let s = sessions(1);
         let t0 = Instant::now();
         answer(&s, "robot", 1.0, t0);
         // 50 refused observations of new sessions: none created, the robot's stays.
@@ -541,10 +546,7 @@ mod tests {
 
     #[test]
     fn sessions_expire_and_the_least_recently_used_is_evicted() {
-        let s = Sessions::new(SessionLimits {
-            ttl: Duration::from_secs(10),
-            max: 2,
-        });
+        let s = sessions(2);
         let t0 = Instant::now();
         for (id, dt) in [("a", 0), ("b", 1), ("a", 2)] {
             answer(&s, id, dt as f32, t0 + Duration::from_secs(dt));
@@ -578,10 +580,7 @@ mod tests {
 
     #[test]
     fn a_session_computing_is_neither_expired_nor_evicted() {
-        let s = Sessions::new(SessionLimits {
-            ttl: Duration::from_secs(10),
-            max: 1,
-        });
+        let s = sessions(1);
         let t0 = Instant::now();
         answer(&s, "a", 1.0, t0);
         let v = s

@@ -68,6 +68,14 @@ fn run(model: &Gr00tModel, x: &ModelInputs) -> Vec<f32> {
     model.forward(x, &Recorder::disabled()).unwrap().action_pred
 }
 
+/// A model without the cache, one caching `slots` images, case0's inputs and the uncached
+/// model's answer to them.
+fn cold_and_cached(slots: usize) -> (Gr00tModel, Gr00tModel, ModelInputs, Vec<f32>) {
+    let (cold, cached, a) = (load(0), load(slots), case0());
+    let a_cold = run(&cold, &a);
+    (cold, cached, a, a_cold)
+}
+
 fn assert_bits_equal(what: &str, a: &[f32], b: &[f32]) {
     assert_eq!(a.len(), b.len(), "{what}: lengths");
     let differ = a.len() - bit_exact_count(a, b);
@@ -80,10 +88,7 @@ fn counts(s: VisionCacheStats) -> (u64, u64, u64, usize) {
 
 #[test]
 fn cold_cached_and_mixed_requests_are_bit_identical() {
-    let cold = load(0);
-    let cached = load(16);
-    let a = case0();
-    let a_cold = run(&cold, &a);
+    let (cold, cached, a, a_cold) = cold_and_cached(16);
     let golden = Taps::load("case0").f32s("head.action_pred");
     assert_tap_close("cold action_pred", &a_cold, &golden, 0.99999, 1e-3);
 
@@ -128,10 +133,7 @@ fn a_frame_repeated_inside_one_request_is_encoded_once() {
 
 #[test]
 fn eviction_keeps_the_bound_and_stays_exact() {
-    let cold = load(0);
-    let cached = load(2);
-    let a = case0();
-    let a_cold = run(&cold, &a);
+    let (cold, cached, a, a_cold) = cold_and_cached(2);
     assert_bits_equal("first", &run(&cached, &a), &a_cold);
     // Four misses into two slots: images 0 and 1 were evicted, 2 and 3 stay.
     assert_eq!(counts(cached.vision_cache_stats()), (0, 4, 2, 2));
