@@ -6,8 +6,7 @@
 //! emptied, whatever the settings say).
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[path = "../src/allocator.rs"]
-mod allocator;
+use gr00t::allocator;
 
 /// Minor page faults of the calling thread so far (field 10 of its stat file).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -5,10 +5,8 @@
 //! bounded socket read; nothing sleeps to let time pass.
 
 use gr00t_fixtures::http_client as test_client;
-#[path = "support/test_server.rs"]
-mod test_server;
-#[path = "support/zmtp_client.rs"]
-mod zmtp_client;
+mod support;
+use support::{test_server, zmtp_client};
 
 use std::io::Write;
 use std::net::TcpStream;

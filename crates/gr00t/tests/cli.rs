@@ -2,8 +2,8 @@
 //! bad request with exit 2 and a JSON error, and names a missing checkpoint; `synth-checkpoint`
 //! writes a checkpoint that `predict` can run and that declares itself synthetic.
 
-#[path = "support/cli.rs"]
-mod cli;
+mod support;
+use support::cli;
 
 use cli::{gr00t, json_stdout, predict};
 use gr00t_fixtures::{json_rows, max_abs_diff, tiny_checkpoint, MultiCase, Taps};

@@ -3,8 +3,8 @@
 //! returned, `/info`'s layouts, `--embodiment`, and the refusals naming their field.
 
 use gr00t_fixtures::http_client as test_client;
-#[path = "support/test_server.rs"]
-mod test_server;
+mod support;
+use support::test_server;
 
 use gr00t_fixtures::{
     json_rows, max_abs_diff, multi_checkpoint, multi_dir, MultiCase, MULTI_CASES,

@@ -5,8 +5,8 @@
 //! Every wait is bounded by a socket timeout or a deadline; nothing sleeps to let time pass.
 
 use gr00t_fixtures::http_client as test_client;
-#[path = "support/test_server.rs"]
-mod test_server;
+mod support;
+use support::test_server;
 
 use gr00t_fixtures::request_json;
 use serde_json::Value;

@@ -3,10 +3,8 @@
 //! each on its checkpoint variant: NVIDIA's actions within the DROID gate.
 
 use gr00t_fixtures::http_client as test_client;
-#[path = "support/cli.rs"]
-mod cli;
-#[path = "support/test_server.rs"]
-mod test_server;
+mod support;
+use support::{cli, test_server};
 
 use gr00t_fixtures::{extra_case_checkpoint, extra_dir, json_rows, MultiCase, EXTRA_IMAGE_CASES};
 use test_client::post_json;

@@ -7,10 +7,8 @@
 
 use gr00t::doors::wire::{msgpack_numpy, ndarray};
 use gr00t_fixtures::http_client as test_client;
-#[path = "support/test_server.rs"]
-mod test_server;
-#[path = "support/zmq_req.rs"]
-mod zmq_req;
+mod support;
+use support::{test_server, zmq_req};
 
 use gr00t_fixtures::{json_rows, max_abs, max_abs_diff, pearson, rtc_goldens, RtcSetting};
 use msgpack_numpy::{from_gr00t_array, from_openpi_array, get, gr00t_array, openpi_array};

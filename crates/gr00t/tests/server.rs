@@ -2,8 +2,8 @@
 //! checkpoint, spoken to over real HTTP. Each test starts its own server (killed on drop).
 
 use gr00t_fixtures::http_client as test_client;
-#[path = "support/test_server.rs"]
-mod test_server;
+mod support;
+use support::test_server;
 
 use base64::Engine as _;
 use gr00t_fixtures::{max_abs_diff, request_json, Taps};

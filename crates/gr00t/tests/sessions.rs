@@ -4,8 +4,8 @@
 //! observation a newer one replaced, and every answer it does get is its own observation's.
 
 use gr00t_fixtures::http_client as test_client;
-#[path = "support/test_server.rs"]
-mod test_server;
+mod support;
+use support::test_server;
 
 use serde_json::{json, Value as Json};
 use std::sync::{Arc, Barrier};

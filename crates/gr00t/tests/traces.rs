@@ -6,10 +6,8 @@
 use gr00t::doors::wire::msgpack_numpy::{gr00t_array, str_map};
 use gr00t::doors::wire::ndarray::NdArray;
 use gr00t_fixtures::http_client as client;
-#[path = "support/test_server.rs"]
-mod test_server;
-#[path = "support/zmq_req.rs"]
-mod zmq_req;
+mod support;
+use support::{test_server, zmq_req};
 
 use rmpv::Value;
 use serde_json::Value as Json;

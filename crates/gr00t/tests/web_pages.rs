@@ -4,8 +4,8 @@
 //! (a page whose domain now resolves to 127.0.0.1). Also how the API token is given.
 
 use gr00t_fixtures::http_client as test_client;
-#[path = "support/test_server.rs"]
-mod test_server;
+mod support;
+use support::test_server;
 
 use gr00t_fixtures::{request_json, tiny_checkpoint};
 use serde_json::{json, Value};

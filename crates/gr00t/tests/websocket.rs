@@ -8,8 +8,8 @@
 
 use gr00t::doors::wire::{msgpack_numpy, ndarray};
 use gr00t_fixtures::http_client as test_client;
-#[path = "support/test_server.rs"]
-mod test_server;
+mod support;
+use support::test_server;
 
 use gr00t_fixtures::{json_rows, max_abs_diff, metric_value as metric, MultiCase};
 use msgpack_numpy::{from_openpi_array, get, openpi_array, pack, str_map, unpack};

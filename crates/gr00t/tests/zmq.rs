@@ -5,10 +5,8 @@
 
 use gr00t::doors::wire::{msgpack_numpy, ndarray};
 use gr00t_fixtures::http_client as test_client;
-#[path = "support/test_server.rs"]
-mod test_server;
-#[path = "support/zmq_req.rs"]
-mod zmq_req;
+mod support;
+use support::{test_server, zmq_req};
 
 use gr00t_fixtures::{max_abs_diff, MultiCase};
 use msgpack_numpy::{decode_array, from_gr00t_array, get, gr00t_array, nd_array, pack};

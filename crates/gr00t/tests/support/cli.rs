@@ -1,5 +1,5 @@
 //! Running the `gr00t` binary to its end, for `tests/{cli,image_paths}.rs` (included there
-//! with `#[path]`; not part of the binary).
+//! through `tests/support/mod.rs`; not part of the binary).
 #![allow(dead_code)]
 
 use serde_json::Value as Json;

@@ -1,5 +1,5 @@
 //! Test support shared by the end-to-end tests (`tests/{server,faults,zmq,websocket}.rs`,
-//! included there with `#[path]`; not part of the binary): a `gr00t serve` child on the tiny
+//! through `tests/support/mod.rs`; not part of the binary): a `gr00t serve` child on the tiny
 //! fixture checkpoint with its listener addresses, and the fixture case0 observation as raw
 //! frames.
 #![allow(dead_code)]

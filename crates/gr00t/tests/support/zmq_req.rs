@@ -1,6 +1,6 @@
 //! A blocking ZMQ REQ client on the `zeromq` crate (an implementation independent of the
 //! server's): one request, one reply, like Isaac-GR00T's `PolicyClient.call_endpoint`. For
-//! `tests/{zmq,rtc}.rs`, included with `#[path]`; not part of the binary.
+//! `tests/{zmq,rtc,traces}.rs`, through `tests/support/mod.rs`; not part of the binary.
 #![allow(dead_code)]
 
 use gr00t::doors::wire::msgpack_numpy::{pack, str_map, unpack};

@@ -1,6 +1,6 @@
 //! A REQ client written from RFC 23/ZMTP over a blocking socket, independent of the server's
 //! codec: for the tests that time answers, send hostile frames, or hold many connections
-//! (`tests/attacks.rs`). Included with `#[path]`; not part of the binary.
+//! (`tests/attacks.rs`). Through `tests/support/mod.rs`; not part of the binary.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
