@@ -273,8 +273,8 @@ pub struct Engine {
     info: EngineInfo,
     /// The checkpoint's image pipeline (the status page shows frames as the model saw them).
     pipeline: ImagePipeline,
-    /// The served embodiments' modality configs, in serving order (the binary doors' schemas).
-    modalities: Vec<ModalityConfigs>,
+    /// The served layouts as the doors read requests against them, built once at load.
+    layouts: Layouts,
 }
 
 impl Engine {
@@ -288,7 +288,7 @@ impl Engine {
         let tags = served_tags(&ckpt, &opts.embodiments)?;
         let pipeline = ImagePipeline::from_checkpoint(&ckpt)?;
         // `served_tags` only returns tags the modality configs have.
-        let modalities = tags
+        let modalities: Vec<ModalityConfigs> = tags
             .iter()
             .filter_map(|t| ckpt.processor.modality_configs.get(t).cloned())
             .collect();
@@ -366,6 +366,17 @@ impl Engine {
                 s.actions.horizon()
             );
         }
+        let layouts = Layouts {
+            specs: embodiments.iter().map(|p| p.spec().clone()).collect(),
+            frames: embodiments
+                .iter()
+                .map(|p| p.view_decoder().clone())
+                .collect(),
+            modalities,
+            droid: embodiments.iter().any(|p| p.spec().tag == EMBODIMENT_TAG),
+            horizon: ckpt.config.action_horizon,
+            action_dim: ckpt.config.max_action_dim,
+        };
         Ok(Engine {
             model,
             embodiments,
@@ -373,7 +384,7 @@ impl Engine {
             action_dim: ckpt.config.max_action_dim,
             info,
             pipeline,
-            modalities,
+            layouts,
         })
     }
 
@@ -459,20 +470,10 @@ impl Engine {
         }
     }
 
-    /// The served layouts and the noise shape, for the doors' request decoding.
-    pub fn layouts(&self) -> Layouts {
-        Layouts {
-            specs: self.embodiments.iter().map(|p| p.spec().clone()).collect(),
-            frames: self
-                .embodiments
-                .iter()
-                .map(|p| p.view_decoder().clone())
-                .collect(),
-            modalities: self.modalities.clone(),
-            droid: self.serves_droid(),
-            horizon: self.horizon,
-            action_dim: self.action_dim,
-        }
+    /// The served layouts and the noise shape, for the doors' request decoding (built once at
+    /// load, not per request).
+    pub fn layouts(&self) -> &Layouts {
+        &self.layouts
     }
 
     /// The checkpoint's image pipeline.

@@ -146,7 +146,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
     let observer = observer(&opts, &engine, &info, model_load_s, vision_cache)?;
     // Every door counts its answers where /metrics reads them.
     let answers = observer.metrics().answers();
-    let layouts = engine.layouts();
+    let layouts = engine.layouts().clone();
 
     let sessions = std::sync::Arc::new(Sessions::new(opts.sessions));
     let (worker, handle) = queue::start_engine(engine, opts.queue, sessions)?;

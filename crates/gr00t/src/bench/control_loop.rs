@@ -491,7 +491,7 @@ fn requests(engine: &Engine, count: usize) -> Result<Vec<Request>, LoopError> {
             obj.remove("noise");
             obj.insert("seed".into(), json!(k));
             let body = serde_json::to_vec(&v).map_err(|e| prepare(e.to_string()))?;
-            let mut r = request_from_body(&body, &layouts, None)
+            let mut r = request_from_body(&body, layouts, None)
                 .map_err(|e| prepare(format!("the loop request was refused: {e}")))?;
             // Parsed ahead of the loop: none of it belongs to the request's latency.
             r.decode_ms = 0.0;

@@ -437,6 +437,6 @@ fn chunk(v: &Value) -> Result<Chunk, RequestError> {
 /// One body straight through the engine, without the queue (`gr00t predict`, the bench, the
 /// warm-up).
 pub fn predict_body(engine: &Engine, body: &[u8]) -> Result<PredictResponse, InferError> {
-    let request = request_from_body(body, &engine.layouts(), None)?;
+    let request = request_from_body(body, engine.layouts(), None)?;
     engine.run(request)
 }
