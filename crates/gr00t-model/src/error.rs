@@ -39,6 +39,9 @@ pub enum SettingError {
     /// `--dit-backend` names no denoise backend.
     #[error("{0:?} is not a denoise backend; use reference or fused")]
     DenoiseBackend(String),
+    /// `--int8` names no stage.
+    #[error("{0:?} is not a stage; use a list of vision, llm, adapter, dit, or all or none")]
+    Int8Stage(String),
 }
 
 /// Result with the model crate's error.

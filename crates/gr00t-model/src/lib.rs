@@ -14,6 +14,7 @@ pub mod flops;
 pub(crate) mod gemm;
 pub mod hub;
 pub mod inputs;
+pub mod int8;
 pub mod linear;
 pub mod model;
 pub(crate) mod nn;

@@ -15,6 +15,7 @@ use crate::cpu_kernel::{self, CpuKernel};
 use crate::gemm::avx512::{self, Rhs};
 use crate::gemm::out_ptr::OutPtr;
 use crate::gemm::{amx, avx2, avx512bf16, widen};
+use crate::int8::PackedI8;
 use crate::weights::COMPACT;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Storage, Tensor, D};
 use candle_nn::VarBuilder;
@@ -40,6 +41,9 @@ pub enum Products {
     F32,
     /// Activations rounded to bf16, bf16 weights, f32 accumulation (`--dtype bf16`).
     Bf16,
+    /// int8 weights (per output channel) by activations quantised per row, exact i32 sums
+    /// (`--dtype int8`, the stages of `--int8`; see [`crate::int8`]).
+    Int8,
 }
 
 thread_local! {
@@ -73,6 +77,8 @@ enum Weight {
     Dense(Tensor),
     /// bf16 rearranged at load for the CPU's hand-written kernel (f32 activations only).
     Packed(Arc<PackedBf16>),
+    /// Quantised at load for the int8 products.
+    Int8(Arc<PackedI8>),
 }
 
 impl Linear {
@@ -112,6 +118,14 @@ impl Linear {
         kernel: CpuKernel,
     ) -> candle_core::Result<Linear> {
         let (n, k) = weight.dims2()?;
+        if products == Products::Int8 && weight.device().is_cpu() {
+            let packed = crate::int8::quantize_weight(&weight, crate::int8::load_levels())?;
+            return Ok(Linear {
+                weight: Weight::Int8(Arc::new(packed)),
+                bias,
+                bf16_inputs: false,
+            });
+        }
         let bf16_inputs = products == Products::Bf16;
         let weight = if bf16_inputs && weight.dtype() != DType::BF16 {
             weight.to_dtype(DType::BF16)?
@@ -155,7 +169,9 @@ impl Linear {
 
     /// The precision of the activations entering the product.
     pub fn products(&self) -> Products {
-        if self.bf16_inputs {
+        if matches!(self.weight, Weight::Int8(_)) {
+            Products::Int8
+        } else if self.bf16_inputs {
             Products::Bf16
         } else {
             Products::F32
@@ -165,7 +181,7 @@ impl Linear {
     /// The packed weight's layout, if it was packed at load.
     pub fn pack_layout(&self) -> Option<PackLayout> {
         match &self.weight {
-            Weight::Dense(_) => None,
+            Weight::Dense(_) | Weight::Int8(_) => None,
             Weight::Packed(p) => Some(p.layout()),
         }
     }
@@ -174,7 +190,7 @@ impl Linear {
     pub fn weight(&self) -> Option<&Tensor> {
         match &self.weight {
             Weight::Dense(w) => Some(w),
-            Weight::Packed(_) => None,
+            Weight::Packed(_) | Weight::Int8(_) => None,
         }
     }
 
@@ -183,12 +199,13 @@ impl Linear {
         match &self.weight {
             Weight::Dense(w) => w.dims2().unwrap_or((0, 0)),
             Weight::Packed(p) => p.dims(),
+            Weight::Int8(p) => p.dims(),
         }
     }
 
     /// Whether the weight was packed at load for the CPU's hand-written kernel.
     pub fn is_packed(&self) -> bool {
-        matches!(self.weight, Weight::Packed(_))
+        matches!(self.weight, Weight::Packed(_) | Weight::Int8(_))
     }
 
     /// The `[out]` bias.
@@ -220,13 +237,13 @@ pub fn linear(
     }
 }
 
-/// The products of the CPU layers loaded from `vb` now (see [`loading_with`]): bf16 only for
-/// f32 activations on the CPU (what attention modules record at load, as [`Linear`] does).
+/// The products of the CPU attention, norms and small layers loaded from `vb` now (see
+/// [`loading_with`]): bf16 only for f32 activations on the CPU (what attention modules record
+/// at load, as [`Linear`] does); f32 under int8, which only the large linears run.
 pub(crate) fn products_for(vb: &VarBuilder) -> Products {
-    if vb.dtype() == DType::F32 && vb.device().is_cpu() {
-        LOAD_PRODUCTS.with(Cell::get)
-    } else {
-        Products::F32
+    match LOAD_PRODUCTS.with(Cell::get) {
+        Products::Bf16 if vb.dtype() == DType::F32 && vb.device().is_cpu() => Products::Bf16,
+        _ => Products::F32,
     }
 }
 
@@ -255,7 +272,7 @@ pub(crate) fn wrap_loaded(
     bias: Option<Tensor>,
 ) -> candle_core::Result<Linear> {
     match products_for(vb) {
-        Products::F32 => Linear::new(weight, bias),
+        Products::F32 | Products::Int8 => Linear::new(weight, bias),
         Products::Bf16 => Linear::new_for_cpu(weight, bias, Products::Bf16),
     }
 }
@@ -286,6 +303,7 @@ impl Module for Linear {
                 let w = w.to_dtype(x.dtype())?;
                 return candle_nn::Linear::new(w, self.bias.clone()).forward(x);
             }
+            Weight::Int8(p) => return crate::int8::forward(x, p, self.bias.as_ref()),
             Weight::Packed(p) => {
                 if x.dtype() != DType::F32 || !x.device().is_cpu() {
                     candle_core::bail!(

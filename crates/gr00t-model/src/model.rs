@@ -7,6 +7,7 @@ use crate::checkpoint::Checkpoint;
 use crate::config::Gr00tConfig;
 use crate::error::{Error, Result};
 use crate::inputs::ModelInputs;
+use crate::int8::{loading_with_stages, Int8Stages, LEVELS};
 use crate::linear::{loading_with, Products};
 use crate::taps::Recorder;
 use crate::vision_cache::{
@@ -61,6 +62,8 @@ pub struct Gr00tModel {
     config: Gr00tConfig,
     device: Device,
     dtype: DType,
+    /// The stages whose linear layers run int8 (`dtype` is then f32).
+    int8: Int8Stages,
     /// Dtype of the activations between products: f32 on the CPU whatever `dtype` (bf16 there
     /// rounds only each product's inputs), `dtype` elsewhere.
     activations: DType,
@@ -107,29 +110,73 @@ impl Gr00tModel {
                 "compute dtype {dtype:?} is not supported; use f32 or bf16"
             )));
         }
+        Self::load_inner(
+            ckpt,
+            device,
+            dtype,
+            Int8Stages::NONE,
+            LEVELS,
+            embodiment_ids,
+        )
+    }
+
+    /// Loads onto the CPU computing in f32, the linear layers of `stages` in int8 (weights
+    /// quantised once here to `±levels` per output channel, activations per row at each call;
+    /// see [`crate::int8`]). `levels` is [`LEVELS`] but where a test breaks the quantisation
+    /// on purpose.
+    pub fn load_int8(
+        ckpt: &Checkpoint,
+        device: &Device,
+        stages: Int8Stages,
+        levels: i32,
+        embodiment_ids: Option<&[usize]>,
+    ) -> Result<Gr00tModel> {
+        if !device.is_cpu() {
+            return Err(Error::Input(
+                "int8 products run on the CPU only; use bf16 on a GPU".into(),
+            ));
+        }
+        Self::load_inner(ckpt, device, DType::F32, stages, levels, embodiment_ids)
+    }
+
+    fn load_inner(
+        ckpt: &Checkpoint,
+        device: &Device,
+        dtype: DType,
+        int8: Int8Stages,
+        levels: i32,
+        embodiment_ids: Option<&[usize]>,
+    ) -> Result<Gr00tModel> {
         let (activations, products) = if device.is_cpu() && dtype == DType::BF16 {
             (DType::F32, Products::Bf16)
         } else {
             (dtype, Products::F32)
         };
         let vb = ckpt.var_builder(activations, device)?;
-        let (head, backbone) = loading_with(products, || -> Result<_> {
+        let load = || -> Result<_> {
             let mut head = ActionHead::load(vb.pp("action_head"), &ckpt.config)?;
             if let Some(ids) = embodiment_ids {
                 head.retain_embodiments(ids)?;
             }
             let backbone = Backbone::load(vb.clone(), &ckpt.backbone, ckpt.config.select_layer)?;
             Ok((head, backbone))
-        })?;
+        };
+        let (head, backbone) = loading_with(products, || loading_with_stages(int8, levels, load))?;
         Ok(Gr00tModel {
             backbone,
             head,
             config: ckpt.config.clone(),
             device: device.clone(),
             dtype,
+            int8,
             activations,
             vision_cache: Mutex::new(VisionCache::new(DEFAULT_VISION_CACHE_IMAGES)),
         })
+    }
+
+    /// The stages whose linear layers run int8 (none unless loaded by [`Gr00tModel::load_int8`]).
+    pub fn int8_stages(&self) -> Int8Stages {
+        self.int8
     }
 
     /// The model config.

@@ -14,6 +14,7 @@ mod sampler;
 mod vl_adapter;
 
 use crate::config::Gr00tConfig;
+use crate::int8::{loading_stage, Stage};
 use crate::rtc::Rtc;
 use crate::taps::Recorder;
 use crate::{Error, Result};
@@ -80,7 +81,7 @@ impl ActionHead {
                 cfg.action_horizon, cfg.max_seq_len
             )));
         }
-        let vl = VlAdapter::load(&vb, cfg)?;
+        let vl = loading_stage(Stage::Adapter, || VlAdapter::load(&vb, cfg))?;
         let state_encoder =
             CategorySpecificMlp::load(vb.pp("state_encoder"), e, state_dim, cfg.hidden_size, d)?;
         let action_encoder =
@@ -103,7 +104,7 @@ impl ActionHead {
         } else {
             None
         };
-        let dit = Dit::load(vb.pp("model"), cfg)?;
+        let dit = loading_stage(Stage::Dit, || Dit::load(vb.pp("model"), cfg))?;
         let (device, dtype) = (vb.device().clone(), vb.dtype());
         let steps = (0..n)
             .map(|k| {

@@ -4,6 +4,7 @@
 
 use crate::config::BackboneConfig;
 use crate::error::{Error, Result};
+use crate::int8::{loading_stage, Stage};
 use crate::taps::Recorder;
 use crate::text::{rope_index, TextModel};
 use crate::vision::VisionTower;
@@ -34,9 +35,15 @@ impl Backbone {
     /// LLM layers `0..select_layer`.
     pub fn load(vb: VarBuilder, cfg: &BackboneConfig, select_layer: usize) -> Result<Backbone> {
         let model = vb.pp("backbone.model.model");
+        let vision = loading_stage(Stage::Vision, || {
+            VisionTower::load(model.pp("visual"), &cfg.vision_config)
+        })?;
+        let text = loading_stage(Stage::Llm, || {
+            TextModel::load(model.pp("language_model"), &cfg.text_config, select_layer)
+        })?;
         Ok(Backbone {
-            vision: VisionTower::load(model.pp("visual"), &cfg.vision_config)?,
-            text: TextModel::load(model.pp("language_model"), &cfg.text_config, select_layer)?,
+            vision,
+            text,
             cfg: cfg.clone(),
         })
     }

@@ -33,6 +33,7 @@ pub(crate) mod avx512bf16;
 #[cfg(test)]
 pub(crate) mod checks;
 mod driver;
+pub(crate) mod int8;
 pub(crate) mod out_ptr;
 mod pack;
 mod tile;

@@ -155,7 +155,8 @@ fn attention_with(
         Vec::new()
     };
     let mul = match products {
-        Products::F32 => Mul::F32,
+        // Int8 never reaches the attention (its products stay f32).
+        Products::F32 | Products::Int8 => Mul::F32,
         Products::Bf16 if vnni => Mul::Vnni(
             &packed,
             if kernel == CpuKernel::Amx && amx::available() {

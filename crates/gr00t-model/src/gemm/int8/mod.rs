@@ -1,0 +1,307 @@
+//! int8 products on the CPU (`--dtype int8`): `C[M, N] = A[M, K]·Bᵀ (+ bias)` with the weight
+//! `B` quantised once at load to s8 per output channel ([`PackedI8`]) and each row of `A`
+//! quantised per call to s8 by its own absolute maximum (per token). The sums are exact in
+//! i32 and dequantised in the epilogue: `y = fma(sum as f32, s_a·s_b, bias)`.
+//!
+//! | kernel | instructions | tile |
+//! | --- | --- | --- |
+//! | [`Int8Kernel::Avx512Vnni`] | EVEX `vpdpbusd` (Cascade Lake and later, Zen 4/5) | 12×32 |
+//! | [`Int8Kernel::AvxVnni`] | VEX `vpdpbusd` (Alder Lake and later, Zen 5) | 6×16 |
+//! | [`Int8Kernel::Avx2`] | `vpsignb`, `vpmaddubsw`, `vpmaddwd` | 4×16 |
+//! | [`Int8Kernel::Scalar`] | none (every CPU; the reference) | 4×16 |
+//!
+//! Every kernel computes the same integer sum exactly: the VNNI ones multiply u8 activations
+//! offset by 128 and subtract the weight's `128·Σq` (seeded into the sums), AVX2 multiplies
+//! `|a|` by `sign(a)·w`, whose pair sums stay within i16 (both within ±127, so
+//! `vpmaddubsw` never saturates). With the same epilogue, every element's bits are the same
+//! on every kernel, for any M, block or thread count, and repeats are identical.
+
+pub(crate) mod pack;
+pub(crate) mod quant;
+#[cfg(target_arch = "x86_64")]
+mod vnni512;
+#[cfg(target_arch = "x86_64")]
+mod ymm;
+
+use super::driver::has_features;
+use super::out_ptr::OutPtr;
+use pack::NP;
+pub use pack::{PackedI8, LEVELS};
+use quant::{quantize_rows, Encoding, QuantRows};
+
+/// An int8 GEMM kernel, in increasing order of speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Int8Kernel {
+    /// Plain Rust (every CPU).
+    Scalar,
+    /// AVX2 `vpmaddubsw` + `vpmaddwd`.
+    Avx2,
+    /// AVX-VNNI `vpdpbusd` on 256-bit vectors.
+    AvxVnni,
+    /// AVX512-VNNI `vpdpbusd` on 512-bit vectors.
+    Avx512Vnni,
+}
+
+impl Int8Kernel {
+    /// The name in `/info`, the logs and `gr00t bench`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Int8Kernel::Scalar => "scalar",
+            Int8Kernel::Avx2 => "avx2",
+            Int8Kernel::AvxVnni => "avxvnni",
+            Int8Kernel::Avx512Vnni => "avx512vnni",
+        }
+    }
+
+    /// Every kernel, slowest first.
+    pub const ALL: [Int8Kernel; 4] = [
+        Int8Kernel::Scalar,
+        Int8Kernel::Avx2,
+        Int8Kernel::AvxVnni,
+        Int8Kernel::Avx512Vnni,
+    ];
+
+    /// Whether this CPU runs the kernel.
+    pub fn available(self) -> bool {
+        match self {
+            Int8Kernel::Scalar => true,
+            Int8Kernel::Avx2 => has_features!("avx2", "fma"),
+            Int8Kernel::AvxVnni => has_features!("avx2", "fma", "avxvnni"),
+            Int8Kernel::Avx512Vnni => has_features!("avx512f", "avx512bw", "avx512vnni"),
+        }
+    }
+
+    /// The fastest kernel this CPU runs.
+    pub fn detected() -> Int8Kernel {
+        Int8Kernel::ALL
+            .into_iter()
+            .rev()
+            .find(|k| k.available())
+            .unwrap_or(Int8Kernel::Scalar)
+    }
+
+    /// How the kernel reads the activations.
+    fn encoding(self) -> Encoding {
+        match self {
+            Int8Kernel::Scalar | Int8Kernel::Avx2 => Encoding::Signed,
+            Int8Kernel::AvxVnni | Int8Kernel::Avx512Vnni => Encoding::Offset,
+        }
+    }
+
+    /// Rows and columns of its tiles of C.
+    fn tile(self) -> (usize, usize) {
+        match self {
+            Int8Kernel::Avx512Vnni => (vnni512::MR, 2 * NP),
+            Int8Kernel::AvxVnni => (6, NP),
+            Int8Kernel::Avx2 | Int8Kernel::Scalar => (4, NP),
+        }
+    }
+
+    /// Its tile function (the scalar one off x86-64).
+    fn tile_fn(self) -> TileFn {
+        #[cfg(target_arch = "x86_64")]
+        match self {
+            Int8Kernel::Avx512Vnni => return vnni512::tile,
+            Int8Kernel::AvxVnni => return ymm::tile_vnni,
+            Int8Kernel::Avx2 => return ymm::tile_avx2,
+            Int8Kernel::Scalar => {}
+        }
+        scalar_tile
+    }
+}
+
+impl std::fmt::Display for Int8Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One tile of C for a tile function: `rows` rows of quantised activations from `a` (row
+/// stride `lda`) by the panels from `panel` (consecutive, `panel_len` bytes each), `cols`
+/// valid columns written to `dst` (row stride `ldc`). `scales` and `sums` hold the tile's
+/// whole width, `bias` (null when none) only its `cols`.
+pub(crate) struct Tile {
+    pub(crate) a: *const u8,
+    pub(crate) lda: usize,
+    pub(crate) rows: usize,
+    pub(crate) k4: usize,
+    pub(crate) panel: *const i8,
+    pub(crate) panel_len: usize,
+    pub(crate) row_scales: *const f32,
+    pub(crate) scales: *const f32,
+    pub(crate) sums: *const i32,
+    pub(crate) bias: *const f32,
+    pub(crate) dst: *mut f32,
+    pub(crate) ldc: usize,
+    pub(crate) cols: usize,
+}
+
+/// A kernel's tile. Safety: its CPU features, and every pointer of the [`Tile`] valid for the
+/// extent it describes (rows past `rows` are never read: a kernel repeats the last one).
+pub(crate) type TileFn = unsafe fn(&Tile);
+
+/// The bytes of activations a row block keeps in the L2 while the column tiles pass over it.
+const ROW_BLOCK_BYTES: usize = 256 << 10;
+
+/// `a` `[m, k]` · `w`ᵀ (+ `bias` `[n]`) → `[m, n]` row-major through `kernel` (`None` when the
+/// CPU does not run it or the sizes do not match). The same bits on every kernel and thread
+/// count.
+pub fn matmul(
+    kernel: Int8Kernel,
+    a: &[f32],
+    m: usize,
+    k: usize,
+    w: &PackedI8,
+    bias: Option<&[f32]>,
+) -> Option<Vec<f32>> {
+    let (n, wk) = w.dims();
+    if !kernel.available() || wk != k || a.len() != m * k || bias.is_some_and(|b| b.len() != n) {
+        return None;
+    }
+    let q = quantize_rows(a, m, k, kernel.encoding());
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    if m == 0 || n == 0 {
+        return Some(out);
+    }
+    let (mr, nr) = kernel.tile();
+    let threads = rayon::current_num_threads().max(1);
+    let by_rows = m.div_ceil(mr) > n.div_ceil(nr) * 2;
+    let (tiles, size, len) = if by_rows {
+        (m.div_ceil(mr), mr, m)
+    } else {
+        (n.div_ceil(nr), nr, n)
+    };
+    let per = tiles.div_ceil(threads.min(tiles)) * size;
+    let units = len.div_ceil(per);
+    let dst = OutPtr(out.as_mut_ptr());
+    let run = |u: usize| {
+        let (s0, s1) = (u * per, ((u + 1) * per).min(len));
+        let (rows, cols) = if by_rows {
+            (s0..s1, 0..n)
+        } else {
+            (0..m, s0..s1)
+        };
+        // SAFETY: the kernel runs here (checked above); the unit writes only its rows × columns
+        // of the m·n output, which no other unit touches.
+        unsafe { unit(kernel, &q, rows, cols, w, bias, dst, n) };
+    };
+    if units == 1 {
+        run(0);
+    } else {
+        use rayon::prelude::*;
+        (0..units).into_par_iter().for_each(run);
+    }
+    // SAFETY: the units cover rows 0..m × columns 0..n and wrote each element.
+    unsafe { out.set_len(m * n) };
+    Some(out)
+}
+
+/// Rows × columns of the product into `dst` (row 0, column 0 of the output, row stride `ldc`):
+/// column tiles over blocks of rows that stay in the L2.
+///
+/// # Safety
+/// The kernel's CPU features; `cols.start` a multiple of the kernel's tile width; `dst` valid
+/// for those elements, which nothing else touches during the call.
+#[allow(clippy::too_many_arguments)]
+unsafe fn unit(
+    kernel: Int8Kernel,
+    q: &QuantRows,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    w: &PackedI8,
+    bias: Option<&[f32]>,
+    dst: OutPtr,
+    ldc: usize,
+) {
+    let (mr, nr) = kernel.tile();
+    let tile_fn = kernel.tile_fn();
+    let k4 = w.k4();
+    let mc = (ROW_BLOCK_BYTES / q.ld.max(1) / mr).max(1) * mr;
+    let panel_len = k4 * 4 * NP;
+    for b0 in rows.clone().step_by(mc) {
+        let b1 = (b0 + mc).min(rows.end);
+        for c0 in cols.clone().step_by(nr) {
+            let cols_here = nr.min(cols.end - c0);
+            for r0 in (b0..b1).step_by(mr) {
+                let t = Tile {
+                    a: q.data.as_ptr().wrapping_add(r0 * q.ld),
+                    lda: q.ld,
+                    rows: mr.min(b1 - r0),
+                    k4,
+                    panel: w.panel(c0 / NP).as_ptr(),
+                    panel_len,
+                    row_scales: q.scales.as_ptr().wrapping_add(r0),
+                    scales: w.scales().as_ptr().wrapping_add(c0),
+                    sums: w.offset_sums().as_ptr().wrapping_add(c0),
+                    bias: bias.map_or(std::ptr::null(), |b| b.as_ptr().wrapping_add(c0)),
+                    dst: dst.add(r0 * ldc + c0),
+                    ldc,
+                    cols: cols_here,
+                };
+                // SAFETY: the tile's rows and columns lie inside the operands (the scales and
+                // sums are padded to whole 32-column tiles, the panels likewise) and inside
+                // this unit's part of the output (contract).
+                unsafe { tile_fn(&t) };
+            }
+        }
+    }
+}
+
+/// The scalar tile: each element's exact i32 sum, then the epilogue of the module docs.
+///
+/// # Safety
+/// The [`Tile`]'s pointers valid as it describes; the activations s8 ([`Encoding::Signed`]).
+unsafe fn scalar_tile(t: &Tile) {
+    for r in 0..t.rows {
+        for c in 0..t.cols {
+            let mut acc = 0i32;
+            // SAFETY: row r's 4·k4 bytes and column c's panel bytes are inside the operands.
+            unsafe {
+                let a = t.a.add(r * t.lda);
+                let panel = t.panel.add(c / NP * t.panel_len);
+                for g in 0..t.k4 {
+                    for i in 0..4 {
+                        let x = *a.add(4 * g + i) as i8;
+                        let wq = *panel.add(g * 4 * NP + (c % NP) * 4 + i);
+                        acc += i32::from(x) * i32::from(wq);
+                    }
+                }
+                let b = if t.bias.is_null() {
+                    0.0
+                } else {
+                    *t.bias.add(c)
+                };
+                *t.dst.add(r * t.ldc + c) =
+                    epilogue(acc, *t.row_scales.add(r), *t.scales.add(c), b);
+            }
+        }
+    }
+}
+
+/// One element from its exact sum: `fma(sum as f32, s_a·s_b, bias)`.
+#[inline(always)]
+pub(crate) fn epilogue(acc: i32, sa: f32, sb: f32, bias: f32) -> f32 {
+    (acc as f32).mul_add(sa * sb, bias)
+}
+
+#[cfg(test)]
+mod tests;
+
+/// [`epilogue`] on 16 lanes: the same roundings (`vcvtdq2ps` rounds to nearest even as `as
+/// f32` does, one `vmulps`, one `vfmadd`).
+///
+/// # Safety
+/// AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn epilogue_lanes(
+    acc: std::arch::x86_64::__m512i,
+    sa: f32,
+    sb: std::arch::x86_64::__m512,
+    bias: std::arch::x86_64::__m512,
+) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let scale = _mm512_mul_ps(_mm512_set1_ps(sa), sb);
+    _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), scale, bias)
+}

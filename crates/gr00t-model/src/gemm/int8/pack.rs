@@ -1,0 +1,177 @@
+//! An int8 weight: an `[N, K]` matrix quantised once at load to s8, symmetric per output
+//! channel, and laid out for `vpdpbusd` and `vpmaddubsw`: panels of [`NP`] columns, each
+//! `[⌈K/4⌉][NP][4]` (four consecutive k of a column in one 32-bit lane), k and the columns
+//! past N padded with zero.
+
+use rayon::prelude::*;
+
+/// Columns of a panel: one AVX-512 vector of i32 sums, two AVX2 ones.
+pub(crate) const NP: usize = 16;
+
+/// Columns the stored scales and sums cover: whole AVX-512 tiles of two panels.
+const N_ALIGN: usize = 2 * NP;
+
+/// The quantisation grid of a full int8: values `-127..=127` (the symmetric range, so that
+/// negating a weight never overflows and `vpsignb` stays exact).
+pub const LEVELS: i32 = 127;
+
+/// An `[N, K]` weight as s8 panels with one f32 scale per column (row of the weight).
+#[derive(Debug)]
+pub struct PackedI8 {
+    n: usize,
+    k: usize,
+    /// The panels start `start` bytes in, at a 64-byte boundary.
+    storage: Vec<i8>,
+    start: usize,
+    /// `max|w[j]| / levels` per column, zero past N.
+    scales: Vec<f32>,
+    /// `128·Σ_k q[j, k]` per column: what u8 activations offset by 128 add to a sum.
+    offset_sums: Vec<i32>,
+}
+
+impl PackedI8 {
+    /// Quantises the row-major `[n, k]` matrix whose row j `row(j, buf)` writes into `buf`
+    /// (length k): `q = round_ties_even(w·levels/max|w_j|)` clamped to `±levels`, scale
+    /// `max|w_j|/levels` (0 for an all-zero row; NaN when the row holds a NaN or infinity, so
+    /// its products are NaN as the f32 ones would be). `levels` is [`LEVELS`] except in tests
+    /// that break the quantisation on purpose.
+    pub fn quantize(
+        n: usize,
+        k: usize,
+        levels: i32,
+        row: impl Fn(usize, &mut [f32]) + Sync,
+    ) -> PackedI8 {
+        let levels = levels.clamp(1, LEVELS);
+        let k4 = k.div_ceil(4);
+        let panels = n.div_ceil(N_ALIGN) * N_ALIGN / NP;
+        let panel_len = k4 * 4 * NP;
+        let mut storage = vec![0i8; panels * panel_len + 64];
+        let start = storage.as_ptr().align_offset(64).min(64);
+        let n_pad = panels * NP;
+        let mut scales = vec![0f32; n_pad];
+        let mut offset_sums = vec![0i32; n_pad];
+        storage[start..start + panels * panel_len]
+            .par_chunks_mut(panel_len.max(1))
+            .zip(scales.par_chunks_mut(NP))
+            .zip(offset_sums.par_chunks_mut(NP))
+            .enumerate()
+            .for_each(|(p, ((panel, scales), sums))| {
+                let mut buf = vec![0f32; k];
+                for c in 0..NP {
+                    let j = p * NP + c;
+                    if j >= n {
+                        break;
+                    }
+                    row(j, &mut buf);
+                    let (scale, inv) = row_scale(&buf, levels);
+                    scales[c] = scale;
+                    let mut sum = 0i32;
+                    for (kk, &v) in buf.iter().enumerate() {
+                        let q = quantize_value(v, inv, levels);
+                        sum += i32::from(q);
+                        panel[(kk / 4) * 4 * NP + c * 4 + kk % 4] = q;
+                    }
+                    sums[c] = 128 * sum;
+                }
+            });
+        PackedI8 {
+            n,
+            k,
+            storage,
+            start,
+            scales,
+            offset_sums,
+        }
+    }
+
+    /// [`PackedI8::quantize`] of a row-major `[n, k]` f32 matrix (`None` when the length does
+    /// not match).
+    pub fn from_f32(w: &[f32], n: usize, k: usize, levels: i32) -> Option<PackedI8> {
+        (w.len() == n * k).then(|| {
+            PackedI8::quantize(n, k, levels, |j, buf| buf.copy_from_slice(&w[j * k..][..k]))
+        })
+    }
+
+    /// [`PackedI8::quantize`] of a row-major `[n, k]` bf16 matrix (`None` when the length does
+    /// not match).
+    pub fn from_bf16(w: &[half::bf16], n: usize, k: usize, levels: i32) -> Option<PackedI8> {
+        (w.len() == n * k).then(|| {
+            PackedI8::quantize(n, k, levels, |j, buf| {
+                for (d, s) in buf.iter_mut().zip(&w[j * k..][..k]) {
+                    *d = s.to_f32();
+                }
+            })
+        })
+    }
+
+    /// `(n, k)` of the logical matrix.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+
+    /// Groups of four k per column (k padded with zero to a multiple of 4).
+    pub(crate) fn k4(&self) -> usize {
+        self.k.div_ceil(4)
+    }
+
+    /// Bytes of one panel.
+    fn panel_len(&self) -> usize {
+        self.k4() * 4 * NP
+    }
+
+    /// Panel `p` (columns `p·NP..`), `[k4][NP][4]`.
+    pub(crate) fn panel(&self, p: usize) -> &[i8] {
+        let len = self.panel_len();
+        &self.storage[self.start + p * len..][..len]
+    }
+
+    /// The quantised weight `q[j, kk]` (j < n, kk < k).
+    pub(crate) fn q(&self, j: usize, kk: usize) -> i8 {
+        self.panel(j / NP)[(kk / 4) * 4 * NP + (j % NP) * 4 + kk % 4]
+    }
+
+    /// The per-column scales, padded with zero to whole tiles of 32 columns.
+    pub(crate) fn scales(&self) -> &[f32] {
+        &self.scales
+    }
+
+    /// `128·Σ_k q[j, k]` per column, padded like [`PackedI8::scales`].
+    pub(crate) fn offset_sums(&self) -> &[i32] {
+        &self.offset_sums
+    }
+
+    /// The dequantised weight `q[j, kk]·scale[j]` (what the products multiply by).
+    pub fn dequantized(&self, j: usize, kk: usize) -> f32 {
+        f32::from(self.q(j, kk)) * self.scales[j]
+    }
+
+    /// Bytes held (panels, scales and sums).
+    pub fn bytes(&self) -> usize {
+        self.storage.len() + 8 * self.scales.len()
+    }
+}
+
+/// `(max|x|/levels, levels/max|x|)` of a row: `(0, 0)` for an all-zero row, NaN scale for a
+/// row holding a NaN or infinity.
+pub(crate) fn row_scale(x: &[f32], levels: i32) -> (f32, f32) {
+    let mut amax = 0f32;
+    let mut finite = true;
+    for &v in x {
+        amax = amax.max(v.abs());
+        finite &= v.abs() <= f32::MAX;
+    }
+    if !finite {
+        (f32::NAN, 0.0)
+    } else if amax == 0.0 {
+        (0.0, 0.0)
+    } else {
+        (amax / levels as f32, levels as f32 / amax)
+    }
+}
+
+/// `round_ties_even(v·inv)` clamped to `±levels`.
+#[inline(always)]
+pub(crate) fn quantize_value(v: f32, inv: f32, levels: i32) -> i8 {
+    let l = levels as f32;
+    (v * inv).round_ties_even().clamp(-l, l) as i8
+}

@@ -1,0 +1,277 @@
+//! The int8 kernels against a scalar reference, bit for bit, and the quantisation against
+//! its definition.
+
+use super::quant::{quantize_rows, Encoding};
+use super::*;
+use crate::test_rng::{lcg, xorshift};
+
+/// Shapes `(m, n, k)`: degenerate ones, around every tile and panel edge (rows 4, 6, 12,
+/// columns 16, 32, k a multiple of 4 or not), then the model's row counts (1: one token, 41:
+/// the DiT, 469: the LLM, 1 792: the vision tower) with ragged columns and k.
+const SHAPES: [(usize, usize, usize); 16] = [
+    (1, 1, 1),
+    (1, 33, 20),
+    (5, 1, 7),
+    (3, 17, 1),
+    (4, 16, 4),
+    (6, 32, 64),
+    (12, 31, 63),
+    (13, 47, 130),
+    (25, 64, 257),
+    (37, 100, 96),
+    (2, 300, 1000),
+    (200, 40, 33),
+    (1, 70, 2050),
+    (41, 97, 1537),
+    (469, 45, 130),
+    (1792, 33, 66),
+];
+
+/// The activations' quantisation by its definition: `(q, scale)` of row `x`.
+fn quantize_row_by_definition(x: &[f32]) -> (Vec<i8>, f32) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    if x.iter().any(|v| !v.is_finite()) {
+        return (vec![0; x.len()], f32::NAN);
+    }
+    if amax == 0.0 {
+        return (vec![0; x.len()], 0.0);
+    }
+    let inv = 127.0 / amax;
+    let q = x
+        .iter()
+        .map(|v| (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8)
+        .collect();
+    (q, amax / 127.0)
+}
+
+/// The product by its definition: exact integer sums of the quantised operands (i64), then
+/// `fma(sum as f32, s_a·s_b, bias)`.
+fn reference(a: &[f32], m: usize, k: usize, w: &PackedI8, bias: Option<&[f32]>) -> Vec<f32> {
+    let n = w.dims().0;
+    let mut out = vec![0f32; m * n];
+    for i in 0..m {
+        let (q, sa) = quantize_row_by_definition(&a[i * k..][..k]);
+        for j in 0..n {
+            let sum: i64 = (0..k).map(|p| i64::from(q[p]) * i64::from(w.q(j, p))).sum();
+            let b = bias.map_or(0.0, |b| b[j]);
+            out[i * n + j] = (sum as i32 as f32).mul_add(sa * w.scales()[j], b);
+        }
+    }
+    out
+}
+
+fn operands(seed: u32, (m, n, k): (usize, usize, usize)) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let mut rnd = lcg(seed);
+    let a = (0..m * k).map(|_| 3.0 * rnd()).collect();
+    let w = (0..n * k).map(|_| rnd() * 0.2).collect();
+    let bias = (0..n).map(|_| rnd()).collect();
+    (a, w, bias)
+}
+
+fn same_bits(got: &[f32], want: &[f32]) -> bool {
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| g.to_bits() == w.to_bits())
+}
+
+#[test]
+fn weights_round_trip_within_half_a_step_with_the_extreme_on_the_grid() {
+    let (n, k) = (37, 45);
+    let mut rnd = xorshift(7);
+    let mut w: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
+    w[3 * k..4 * k].fill(0.0); // an all-zero row
+    let p = PackedI8::from_f32(&w, n, k, LEVELS).unwrap();
+    for j in 0..n {
+        let row = &w[j * k..][..k];
+        let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_eq!(p.scales()[j], amax / 127.0, "scale of row {j}");
+        let mut extreme = false;
+        for (kk, &v) in row.iter().enumerate() {
+            let q = p.q(j, kk);
+            assert!((-127..=127).contains(&q));
+            assert!((p.dequantized(j, kk) - v).abs() <= p.scales()[j] * 0.5001 + 1e-12);
+            extreme |= q.unsigned_abs() == 127;
+        }
+        assert_eq!(extreme, amax > 0.0, "row {j}'s largest value maps to ±127");
+        let sum: i32 = (0..k).map(|kk| i32::from(p.q(j, kk))).sum();
+        assert_eq!(p.offset_sums()[j], 128 * sum);
+    }
+    // The bf16 path quantises the same values.
+    let wb: Vec<half::bf16> = w.iter().map(|&v| half::bf16::from_f32(v)).collect();
+    let wr: Vec<f32> = wb.iter().map(|v| v.to_f32()).collect();
+    let (pb, pr) = (
+        PackedI8::from_bf16(&wb, n, k, LEVELS).unwrap(),
+        PackedI8::from_f32(&wr, n, k, LEVELS).unwrap(),
+    );
+    assert!((0..n).all(|j| (0..k).all(|kk| pb.q(j, kk) == pr.q(j, kk))));
+    assert!(PackedI8::from_f32(&w, n, k + 1, LEVELS).is_none());
+    // At a layer's size the int8 panels hold about half the bf16 bytes.
+    let (n, k) = (256, 1024);
+    let big = PackedI8::from_f32(&vec![0.5; n * k], n, k, LEVELS).unwrap();
+    assert!(big.bytes() * 100 <= n * k * 2 * 51, "{} bytes", big.bytes());
+}
+
+#[test]
+fn fewer_levels_quantise_coarser() {
+    let w: Vec<f32> = (0..64).map(|i| (i as f32 - 31.5) / 32.0).collect();
+    let fine = PackedI8::from_f32(&w, 1, 64, LEVELS).unwrap();
+    let coarse = PackedI8::from_f32(&w, 1, 64, 2).unwrap();
+    let err = |p: &PackedI8| {
+        (0..64)
+            .map(|kk| (p.dequantized(0, kk) - w[kk]).abs())
+            .fold(0f32, f32::max)
+    };
+    assert!((0..64).all(|kk| coarse.q(0, kk).abs() <= 2));
+    assert!(
+        err(&coarse) > 20.0 * err(&fine),
+        "{} vs {}",
+        err(&coarse),
+        err(&fine)
+    );
+}
+
+#[test]
+fn activations_quantise_per_row_by_the_definition_in_both_encodings() {
+    let (m, k) = (6, 23);
+    let mut rnd = lcg(3);
+    let mut a: Vec<f32> = (0..m * k).map(|_| 10.0 * rnd()).collect();
+    a[k..2 * k].fill(0.0);
+    a[2 * k + 5] = f32::NAN;
+    a[3 * k + 1] = f32::INFINITY;
+    for enc in [Encoding::Signed, Encoding::Offset] {
+        let q = quantize_rows(&a, m, k, enc);
+        assert_eq!(q.ld, 24);
+        for i in 0..m {
+            let (want, s) = quantize_row_by_definition(&a[i * k..][..k]);
+            assert_eq!(q.scales[i].to_bits(), s.to_bits(), "row {i} scale");
+            for (kk, &w) in want.iter().enumerate() {
+                assert_eq!(q.signed(i, kk, enc), w, "row {i} k {kk}");
+            }
+            assert_eq!(q.signed(i, 23, enc), 0, "the padding is a zero");
+        }
+    }
+    // The vectorised path (long rows) agrees with the definition too.
+    let long: Vec<f32> = (0..4099)
+        .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 3.0)
+        .collect();
+    let q = quantize_rows(&long, 1, long.len(), Encoding::Signed);
+    let (want, _) = quantize_row_by_definition(&long);
+    assert!((0..long.len()).all(|kk| q.signed(0, kk, Encoding::Signed) == want[kk]));
+}
+
+#[test]
+fn every_kernel_matches_the_reference_bit_for_bit() {
+    for (s, &shape) in SHAPES.iter().enumerate() {
+        let (m, n, k) = shape;
+        let (a, w, bias) = operands(11 + s as u32, shape);
+        let p = PackedI8::from_f32(&w, n, k, LEVELS).unwrap();
+        for b in [None, Some(&bias[..])] {
+            let want = reference(&a, m, k, &p, b);
+            for kernel in Int8Kernel::ALL.into_iter().filter(|k| k.available()) {
+                let got = matmul(kernel, &a, m, k, &p, b).unwrap();
+                assert!(
+                    same_bits(&got, &want),
+                    "{kernel} {shape:?} bias {}",
+                    b.is_some()
+                );
+            }
+        }
+    }
+    eprintln!(
+        "kernels run here: {:?}",
+        Int8Kernel::ALL
+            .iter()
+            .filter(|k| k.available())
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn extreme_operands_never_saturate() {
+    // Every activation at its row maximum and every weight at its column maximum, of one sign
+    // or alternating: the largest pair sums `vpmaddubsw` sees.
+    let (m, n, k) = (5, 40, 1030);
+    let a: Vec<f32> = (0..m * k)
+        .map(|i| if i % 3 == 0 { -2.0 } else { 2.0 })
+        .collect();
+    let w: Vec<f32> = (0..n * k)
+        .map(|i| if (i / k) % 2 == 0 { 0.5 } else { -0.5 })
+        .collect();
+    let p = PackedI8::from_f32(&w, n, k, LEVELS).unwrap();
+    let want = reference(&a, m, k, &p, None);
+    for kernel in Int8Kernel::ALL.into_iter().filter(|k| k.available()) {
+        let got = matmul(kernel, &a, m, k, &p, None).unwrap();
+        assert!(same_bits(&got, &want), "{kernel}");
+    }
+    // And exact: ±2 and ±0.5 are on the grid, so the product is the f32 one.
+    let row0: f32 = (0..k).map(|p| a[p] * w[p]).sum();
+    assert!(
+        (want[0] - row0).abs() <= 1e-3 * row0.abs().max(1.0),
+        "{} vs {row0}",
+        want[0]
+    );
+}
+
+#[test]
+fn non_finite_rows_give_nan_and_zero_rows_the_bias() {
+    let (m, n, k) = (3, 20, 9);
+    let (mut a, w, bias) = operands(5, (m, n, k));
+    a[..k].fill(0.0);
+    a[k + 2] = f32::NAN;
+    let p = PackedI8::from_f32(&w, n, k, LEVELS).unwrap();
+    for kernel in Int8Kernel::ALL.into_iter().filter(|k| k.available()) {
+        let y = matmul(kernel, &a, m, k, &p, Some(&bias)).unwrap();
+        assert!(
+            same_bits(&y[..n], &bias),
+            "{kernel}: a zero row is its bias"
+        );
+        assert!(
+            y[n..2 * n].iter().all(|v| v.is_nan()),
+            "{kernel}: a NaN row is NaN"
+        );
+        assert!(y[2 * n..].iter().all(|v| v.is_finite()));
+    }
+}
+
+#[test]
+fn close_to_the_f32_product() {
+    // An independent fact: per-row and per-channel int8 of uniform values keeps the product
+    // within about 1% of its scale.
+    let (m, n, k) = (8, 64, 512);
+    let (a, w, _) = operands(9, (m, n, k));
+    let p = PackedI8::from_f32(&w, n, k, LEVELS).unwrap();
+    let got = matmul(Int8Kernel::detected(), &a, m, k, &p, None).unwrap();
+    let exact: Vec<f32> = (0..m * n)
+        .map(|e| (0..k).map(|q| a[e / n * k + q] * w[e % n * k + q]).sum())
+        .collect();
+    let scale = exact.iter().fold(0f32, |s, v| s.max(v.abs()));
+    let worst = got
+        .iter()
+        .zip(&exact)
+        .fold(0f32, |s, (g, e)| s.max((g - e).abs()));
+    assert!(worst < 0.02 * scale, "max |Δ| {worst} of {scale}");
+    assert!(worst > 0.0, "int8 is not exact on these values");
+}
+
+#[test]
+fn answers_do_not_depend_on_the_thread_count_and_repeat() {
+    let (m, n, k) = (150, 200, 300);
+    let (a, w, bias) = operands(21, (m, n, k));
+    let p = PackedI8::from_f32(&w, n, k, LEVELS).unwrap();
+    let kernel = Int8Kernel::detected();
+    let run = |threads: usize, m: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| matmul(kernel, &a[..m * k], m, k, &p, Some(&bias)).unwrap())
+    };
+    let one = run(1, m);
+    assert!(same_bits(&one, &run(3, m)));
+    assert!(same_bits(&one, &run(2, m)));
+    // Fewer rows (split by columns instead of rows) give the same first rows.
+    assert!(same_bits(&one[..7 * n], &run(3, 7)));
+    assert!(matmul(kernel, &a, m, k + 1, &p, None).is_none());
+}
