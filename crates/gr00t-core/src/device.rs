@@ -1,10 +1,11 @@
 //! `--device`, `--dtype` and the compute knobs (`--cpu-kernel`, `--dit-backend`,
 //! `--vision-cache`): where the network runs, in which precision, and how.
 
-use candle_core::{DType, Device};
+use candle_core::Device;
 use clap::ValueEnum;
 use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::cpu_kernel::CpuKernel;
+use gr00t_model::int8::Int8Stages;
 use gr00t_model::vision_cache::DEFAULT_VISION_CACHE_IMAGES;
 use gr00t_model::SettingError;
 use std::fmt;
@@ -75,11 +76,12 @@ fn root_cause(e: candle_core::Error) -> candle_core::Error {
     }
 }
 
-/// `--dtype`: the compute precision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+/// `--dtype`: the compute precision. Without it: f32 on the CPU (fp32-reference parity),
+/// bf16 on GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DtypeArg {
-    /// f32 on the CPU (fp32-reference parity), bf16 on GPUs.
-    #[default]
+    /// The fastest this checkpoint passed on this machine: int8 where `gr00t check-dtype
+    /// --dtype int8` passed for it, else bf16 on AMX CPUs, Zen 4/5 and GPUs, else f32.
     Auto,
     /// fp32 weights and activations.
     F32,
@@ -87,17 +89,9 @@ pub enum DtypeArg {
     /// to bf16 while the residual stream, norms, softmax and the rest stay f32 (`vdpbf16ps` on
     /// AVX512-BF16 CPUs); on GPUs bf16 activations with f32 norms and softmax.
     Bf16,
-}
-
-impl DtypeArg {
-    /// The dtype to compute in on `device`.
-    pub fn resolve(self, device: &Device) -> DType {
-        match self {
-            DtypeArg::Auto => gr00t_model::model::default_dtype(device),
-            DtypeArg::F32 => DType::F32,
-            DtypeArg::Bf16 => DType::BF16,
-        }
-    }
+    /// CPU only: the linear layers of the `--int8` stages multiply int8 weights (per output
+    /// channel) by activations quantised per token, exact i32 sums; the rest stays f32.
+    Int8,
 }
 
 /// A cap on the CPU GEMM kernel: `auto` (none) or a kernel name.
@@ -120,9 +114,18 @@ pub struct DeviceOptions {
     /// Where the network runs: cpu, cuda or cuda:N (GPU N; needs a build with the cuda feature).
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
     pub device: DeviceSpec,
-    /// Compute precision: auto is f32 on the CPU and bf16 on a GPU.
-    #[arg(long, value_enum, default_value_t = DtypeArg::Auto)]
-    pub dtype: DtypeArg,
+    /// Compute precision (f32, bf16, int8 or auto); without it f32 on the CPU, bf16 on a GPU.
+    #[arg(long, value_enum)]
+    pub dtype: Option<DtypeArg>,
+    /// Stages whose linear layers run int8 under `--dtype int8`: a list of vision, llm,
+    /// adapter, dit (or all); default: the stages that pass the accuracy gates on every fixture.
+    #[arg(long, value_name = "STAGES")]
+    pub int8: Option<Int8Stages>,
+    /// Quantisation grid of the int8 weights (±127); fewer levels only break the quantisation
+    /// on purpose, for the tests of `check-dtype`.
+    #[arg(long, default_value_t = gr00t_model::int8::LEVELS, hide = true,
+          value_parser = clap::value_parser!(i32).range(1..=127))]
+    pub int8_levels: i32,
     /// Caps the CPU GEMM kernel (auto: the best this CPU runs; amx, avx512bf16, avx512, avx2,
     /// library), e.g. to measure the AVX2 path on an AVX-512 machine.
     #[arg(
@@ -152,7 +155,9 @@ impl Default for DeviceOptions {
     fn default() -> DeviceOptions {
         DeviceOptions {
             device: DeviceSpec::default(),
-            dtype: DtypeArg::default(),
+            dtype: None,
+            int8: None,
+            int8_levels: gr00t_model::int8::LEVELS,
             cpu_kernel: KernelCap::default(),
             dit_backend: DenoiseBackend::default(),
             vision_cache: DEFAULT_VISION_CACHE_IMAGES,
@@ -180,13 +185,6 @@ mod tests {
             let e = bad.parse::<DeviceSpec>().unwrap_err().to_string();
             assert!(e.contains("cpu, cuda or cuda:N"), "{bad}: {e}");
         }
-    }
-
-    #[test]
-    fn auto_dtype_is_f32_on_the_cpu() {
-        assert_eq!(DtypeArg::Auto.resolve(&Device::Cpu), DType::F32);
-        assert_eq!(DtypeArg::Bf16.resolve(&Device::Cpu), DType::BF16);
-        assert_eq!(DtypeArg::F32.resolve(&Device::Cpu), DType::F32);
     }
 
     #[test]
@@ -226,4 +224,7 @@ pub enum DeviceError {
     /// `--cpu-kernel` names no kernel.
     #[error(transparent)]
     Kernel(#[from] SettingError),
+    /// `--dtype int8` on a GPU.
+    #[error("--dtype int8 runs on the CPU only; use --dtype bf16 on {0}")]
+    Int8OnGpu(DeviceSpec),
 }

@@ -4,7 +4,9 @@
 //! observation here. Synchronous; the queue's thread runs it off the async runtime.
 
 use crate::device::DeviceOptions;
+use crate::dtype_check;
 use crate::error::{InferError, LoadError};
+use crate::precision::{self, Precision};
 use crate::request::Request;
 use crate::response::{ActionGroups, PredictResponse, TimingMs};
 use crate::rtc::RtcPlan;
@@ -22,6 +24,7 @@ use gr00t_embodiment::EMBODIMENT_TAG;
 use gr00t_model::checkpoint::ModalityConfigs;
 use gr00t_model::cpu_kernel;
 use gr00t_model::hub;
+use gr00t_model::int8::Int8Stages;
 use gr00t_model::taps::Recorder;
 use gr00t_model::vision_cache::VisionCacheStats;
 use gr00t_model::{Checkpoint, Gr00tModel, Rtc};
@@ -138,14 +141,40 @@ pub struct EngineInfo {
     pub cpu_kernel: String,
     /// The CPU's L1d/L2 sizes and the blocks the f32 kernel takes from them (`none` on a GPU).
     pub cpu_blocks: String,
-    /// Compute dtype.
+    /// Compute precision: `f32`, `bf16` or `int8`.
     pub dtype: String,
+    /// Why this precision: what was asked, or what `--dtype auto` found.
+    pub dtype_reason: String,
+    /// The stages whose linear layers run int8 (empty unless `int8`).
+    pub int8_stages: Vec<&'static str>,
+    /// The int8 GEMM kernel (`avx512vnni`, `avxvnni`, `avx2`, `scalar`; `none` unless int8).
+    pub int8_kernel: &'static str,
+    /// Whether `gr00t check-dtype --dtype int8` passed for this checkpoint and these stages:
+    /// `passed`, `failed`, `not run` (`none` unless int8).
+    pub int8_check: &'static str,
     /// Device.
     pub device: String,
     /// Compute threads.
     pub threads: usize,
     /// Build version.
     pub version: String,
+}
+
+impl EngineInfo {
+    /// The kernels that multiply: the f32/bf16 one, and under int8 the int8 one and its stages
+    /// (`avx512 + int8 avx512vnni in adapter,dit`), for the start-up log and `gr00t bench`.
+    pub fn kernels(&self) -> String {
+        if self.dtype == "int8" {
+            format!(
+                "{} + int8 {} in {}",
+                self.cpu_kernel,
+                self.int8_kernel,
+                self.int8_stages.join(",")
+            )
+        } else {
+            self.cpu_kernel.clone()
+        }
+    }
 }
 
 /// One served embodiment's layout, as `/info` lists it.
@@ -297,15 +326,39 @@ impl Engine {
             .map(|t| EmbodimentProcessor::new(&ckpt, prompt.clone(), t))
             .collect::<Result<Vec<_>, _>>()?;
         let device = opts.device.device.open()?;
-        let dtype = opts.device.dtype.resolve(&device);
         // Before the weights load: packing at load depends on the kernel.
         let kernel = cpu_kernel::select(opts.device.cpu_kernel.0);
+        let digest = ckpt.digest()?;
+        let verdicts = dtype_check::verdict_dir();
+        let verdict = |stages: Int8Stages| {
+            dtype_check::load_verdict(&verdicts, &digest, "int8", &stages.to_string())
+        };
+        let choice = precision::choose(&opts.device, &device, kernel, &|s| {
+            verdict(s).is_some_and(|v| v.passed)
+        })?;
+        let dtype = match choice.precision {
+            Precision::Bf16 => DType::BF16,
+            Precision::F32 | Precision::Int8(_) => DType::F32,
+        };
         // Only the served embodiments' category-specific weights are kept (~20 MB a slot in
         // bf16 on the full model).
         let mut ids: Vec<usize> = embodiments.iter().map(|p| p.spec().embodiment_id).collect();
         ids.sort_unstable();
         ids.dedup();
-        let mut model = Gr00tModel::load_with(&ckpt, &device, dtype, Some(&ids))?;
+        let mut model = match choice.precision {
+            Precision::Int8(stages) => {
+                Gr00tModel::load_int8(&ckpt, &device, stages, opts.device.int8_levels, Some(&ids))?
+            }
+            _ => Gr00tModel::load_with(&ckpt, &device, dtype, Some(&ids))?,
+        };
+        let int8_check = match choice.precision {
+            Precision::Int8(stages) => match verdict(stages) {
+                Some(v) if v.passed => "passed",
+                Some(_) => "failed",
+                None => "not run",
+            },
+            _ => "none",
+        };
         model.set_denoise_backend(opts.device.dit_backend);
         model.set_vision_cache_capacity(opts.device.vision_cache);
         let (model_id, revision) = hub::served_model(&opts.checkpoint);
@@ -313,7 +366,7 @@ impl Engine {
             model_id,
             revision,
             checkpoint: opts.checkpoint.display().to_string(),
-            checkpoint_digest: ckpt.digest()?,
+            checkpoint_digest: digest.clone(),
             synthetic_weights: ckpt.is_synthetic(),
             embodiment: tags[0].clone(),
             embodiments: embodiments
@@ -337,7 +390,17 @@ impl Engine {
             } else {
                 "none".into()
             },
-            dtype: dtype_name(model.dtype()).into(),
+            dtype: choice.precision.name().into(),
+            dtype_reason: choice.reason.clone(),
+            int8_stages: match choice.precision {
+                Precision::Int8(stages) => precision::stage_names(stages),
+                _ => Vec::new(),
+            },
+            int8_kernel: match choice.precision {
+                Precision::Int8(_) => gr00t_model::int8::kernel().as_str(),
+                _ => "none",
+            },
+            int8_check,
             device: opts.device.device.to_string(),
             threads: candle_core::utils::get_num_threads(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -350,6 +413,29 @@ impl Engine {
             tracing::warn!(
                 "--dtype bf16 on a CPU without bf16 units (kernel {kernel}): the f32 kernels \
                  multiply the rounded activations, no faster than --dtype f32 and less exact"
+            );
+        }
+        match choice.precision {
+            Precision::Int8(stages) => tracing::info!(
+                "precision int8 in {stages} (int8 kernel {}, f32 kernel {}): {}",
+                gr00t_model::int8::kernel(),
+                kernel.for_f32(),
+                choice.reason
+            ),
+            p => tracing::info!("precision {}: {}", p.name(), choice.reason),
+        }
+        if int8_check != "passed" && int8_check != "none" {
+            tracing::warn!(
+                "--dtype int8: the accuracy check has {} for this checkpoint (digest {}): run \
+                 `gr00t check-dtype --checkpoint {} --dtype int8` on your own observations \
+                 before a robot acts on int8 actions",
+                if int8_check == "failed" {
+                    "FAILED"
+                } else {
+                    "not been run"
+                },
+                &digest[..digest.len().min(12)],
+                opts.checkpoint.display()
             );
         }
         for p in &embodiments {
@@ -614,15 +700,5 @@ impl Engine {
     /// Empties the vision cache, so the next request encodes every image (cold-request timing).
     pub fn clear_vision_cache(&self) {
         self.model.clear_vision_cache();
-    }
-}
-
-/// `f32` / `bf16`, as `--dtype` spells them.
-fn dtype_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::BF16 => "bf16",
-        DType::F16 => "f16",
-        DType::F32 => "f32",
-        _ => "other",
     }
 }

@@ -6,8 +6,10 @@
 
 pub mod auth;
 pub mod device;
+pub mod dtype_check;
 pub mod engine;
 pub mod error;
+pub mod precision;
 pub mod queue;
 pub mod request;
 pub mod response;

@@ -27,7 +27,7 @@ use std::sync::Arc;
 pub mod control_loop;
 
 /// The demo `/predict` body (fixture case0: DROID frames, state, instruction, noise).
-const DEMO_REQUEST: &str = include_str!("../../../assets/demo/request.json");
+pub(crate) const DEMO_REQUEST: &str = include_str!("../../../assets/demo/request.json");
 
 /// Camera fields of the request, in the order of `images`.
 const CAMERAS: [&str; 2] = ["exterior_image_1_left", "wrist_image_left"];
@@ -203,6 +203,8 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
             "cpu_kernel": info.cpu_kernel,
             "cpu_blocks": info.cpu_blocks,
             "dtype": info.dtype,
+            "int8_kernel": info.int8_kernel,
+            "int8_stages": info.int8_stages,
             "denoise_backend": info.denoise_backend,
             "vision_cache_images": info.vision_cache_images,
         });
@@ -224,7 +226,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
         info.threads,
         info.dtype,
         info.denoise_backend,
-        info.cpu_kernel,
+        info.kernels(),
         info.cpu_blocks,
         info.device
     );
@@ -285,7 +287,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
 /// of the per-pair ratios of the whole request.
 fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, BenchError> {
     let mut f32_device = opts.device;
-    f32_device.dtype = crate::device::DtypeArg::F32;
+    f32_device.dtype = Some(crate::device::DtypeArg::F32);
     let base = Engine::load(&EngineOptions {
         checkpoint: opts.checkpoint.clone(),
         tokenizer: None,
@@ -336,6 +338,7 @@ fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, BenchError> 
             "{}",
             json!({
                 "dtype": a.dtype, "cpu_kernel": a.cpu_kernel, "threads": a.threads,
+                "int8_kernel": a.int8_kernel, "int8_stages": a.int8_stages,
                 "runs": side(&ours),
                 "f32": side(&theirs), "f32_cpu_kernel": b.cpu_kernel,
                 "total_ratio_median_of_pairs": round3(pair_ratio),
@@ -351,6 +354,7 @@ fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, BenchError> 
         opts.warmup,
         a.threads
     );
+    println!("{}: {}; f32: {}", a.dtype, a.kernels(), b.kernels());
     let (da, db) = (
         format!("{} ({})", a.dtype, a.cpu_kernel),
         format!("{} ({})", b.dtype, b.cpu_kernel),

@@ -144,6 +144,27 @@ enum Command {
         #[command(flatten)]
         device: DeviceOptions,
     },
+    /// Check a reduced precision on this checkpoint: the demo and your own observations through
+    /// f32 and through --dtype int8 or bf16, PCC and max|Δ| per action group against the gate
+    /// (PCC ≥ 0.9999, max|Δ| ≤ 2·10⁻²·max|ref|); the verdict is remembered for `serve --dtype
+    /// auto`. Exit 0 passed, 1 failed, 2 could not run.
+    CheckDtype {
+        /// Checkpoint folder [default: the pinned snapshot in the Hugging Face cache].
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// Tokenizer file [default: the bundled Qwen3 tokenizer].
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        /// A recorded `/predict` body (JSON, as `predict --request` takes), or a folder of them
+        /// (*.json), run besides the DROID demo.
+        #[arg(long, value_name = "FILE|DIR")]
+        observations: Option<PathBuf>,
+        /// Print one JSON object ({"verdict", "checks", "verdict_file"}) instead of the table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        device: DeviceOptions,
+    },
     /// Write a checkpoint with the real layout and pseudo-random weights (speed runs only).
     SynthCheckpoint {
         /// Output folder.
@@ -238,6 +259,22 @@ pub fn run(cli: Cli) -> i32 {
             tokenizer,
             device,
         } => predict(checkpoint, request, tokenizer, device),
+        Command::CheckDtype {
+            checkpoint,
+            tokenizer,
+            observations,
+            json,
+            device,
+        } => resolve_checkpoint(checkpoint).and_then(|checkpoint| {
+            crate::check_dtype::run(&crate::check_dtype::CheckOptions {
+                checkpoint,
+                tokenizer,
+                device,
+                observations,
+                json,
+            })
+            .map_err(Into::into)
+        }),
         Command::Bench {
             checkpoint,
             runs,
@@ -271,6 +308,11 @@ pub fn run(cli: Cli) -> i32 {
     };
     match result {
         Ok(code) => code,
+        // 1 is check-dtype's failed verdict.
+        Err(e @ CliError::CheckDtype(_)) => {
+            eprintln!("error: {e}");
+            2
+        }
         Err(e) => {
             eprintln!("error: {e}");
             1
@@ -291,6 +333,9 @@ pub enum CliError {
     /// `gr00t bench`.
     #[error(transparent)]
     Bench(#[from] crate::bench::BenchError),
+    /// `gr00t check-dtype` could not run.
+    #[error(transparent)]
+    CheckDtype(#[from] crate::check_dtype::CheckError),
     /// The checkpoint cannot be found, or the synthetic one written.
     #[error(transparent)]
     Model(#[from] gr00t_model::Error),

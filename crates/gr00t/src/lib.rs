@@ -4,6 +4,7 @@
 
 pub mod allocator;
 pub mod bench;
+pub mod check_dtype;
 pub mod cli;
 pub mod doors;
 pub mod otlp;

@@ -122,7 +122,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
         "model loaded in {:.1} s (backend {}, CPU kernel {} [{}], {} on {}, {} threads, digest {})",
         t0.elapsed().as_secs_f64(),
         info.denoise_backend,
-        info.cpu_kernel,
+        info.kernels(),
         info.cpu_blocks,
         info.dtype,
         info.device,

@@ -1,0 +1,300 @@
+//! `gr00t check-dtype`: the same observations (the shipped demo plus the user's recorded
+//! `/predict` bodies) through f32 and through `--dtype int8` or `bf16`, every action group held
+//! to the gate, a pass/fail verdict remembered for this checkpoint so that `serve` knows.
+
+use crate::device::{DeviceOptions, DtypeArg};
+use crate::doors::http::body::predict_body;
+use crate::engine::{Engine, EngineOptions};
+use gr00t_core::dtype_check::{self, GroupCheck, Verdict, GATE};
+use gr00t_core::{InferError, PredictResponse};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+
+/// What `gr00t check-dtype` was asked.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Checkpoint folder.
+    pub checkpoint: PathBuf,
+    /// Tokenizer file; `None` = the bundled one.
+    pub tokenizer: Option<PathBuf>,
+    /// The precision checked (`dtype` int8 or bf16, `int8` stages) and the compute flags.
+    pub device: DeviceOptions,
+    /// A `/predict` body file, or a folder of them (`*.json`), besides the demo.
+    pub observations: Option<PathBuf>,
+    /// Print one JSON object (the verdict and every group) instead of the table.
+    pub json: bool,
+}
+
+/// Why the check could not run (a failed verdict is not an error: exit code 1).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// `--dtype` is missing or not a reduced precision.
+    #[error(
+        "check-dtype compares a reduced precision with f32: give --dtype int8 or --dtype bf16"
+    )]
+    Dtype,
+    /// An observation file or folder cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// A folder that is not a folder of request files.
+    #[error("{}: {source}", path.display())]
+    Observations {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: ObservationsError,
+    },
+    /// An observation is not a request this checkpoint serves.
+    #[error("observation {name}: {message}")]
+    Request {
+        /// The observation.
+        name: String,
+        /// The refusal.
+        message: String,
+    },
+    /// The engine did not load.
+    #[error(transparent)]
+    Load(#[from] gr00t_core::LoadError),
+    /// The verdict could not be written.
+    #[error("writing the verdict to {}: {source}", path.display())]
+    Save {
+        /// The verdict folder.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// The progress bar's template is invalid.
+    #[error(transparent)]
+    Template(#[from] indicatif::style::TemplateError),
+    /// The report does not serialize.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
+/// What is wrong with an observation folder.
+#[derive(Debug, thiserror::Error)]
+pub enum ObservationsError {
+    /// A LeRobot / GR00T-format dataset folder (not read yet).
+    #[error(
+        "a LeRobot / GR00T dataset folder (meta/info.json); check-dtype reads /predict request \
+         bodies (*.json, as `gr00t predict --request` takes them), not episodes yet"
+    )]
+    Dataset,
+    /// No `*.json` file in it.
+    #[error("no *.json request bodies in this folder")]
+    Empty,
+}
+
+/// One observation: its name (file name or `demo`) and its `/predict` body.
+struct Observation {
+    name: String,
+    body: Vec<u8>,
+}
+
+/// Runs the check; exit code 0 when it passed, 1 when it failed.
+pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
+    let dtype = match opts.device.dtype {
+        Some(d @ (DtypeArg::Int8 | DtypeArg::Bf16)) => d,
+        _ => return Err(CheckError::Dtype),
+    };
+    let mut observations = vec![Observation {
+        name: "demo".into(),
+        body: crate::bench::DEMO_REQUEST.as_bytes().to_vec(),
+    }];
+    if let Some(path) = &opts.observations {
+        observations.extend(read_observations(path)?);
+    }
+    let engine_with = |dtype: DtypeArg| {
+        Engine::load(&EngineOptions {
+            checkpoint: opts.checkpoint.clone(),
+            tokenizer: opts.tokenizer.clone(),
+            device: DeviceOptions {
+                dtype: Some(dtype),
+                ..opts.device
+            },
+            embodiments: Vec::new(),
+        })
+    };
+    let bar = ProgressBar::new(2 * observations.len() as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{msg:24} [{bar:40}] {pos}/{len} observations ({elapsed}, {eta})",
+    )?);
+
+    bar.set_message("loading f32");
+    let f32_engine = engine_with(DtypeArg::F32)?;
+    // The demo is DROID: a fine-tune without that embodiment skips it.
+    let droid = f32_engine
+        .layouts()
+        .specs
+        .iter()
+        .any(|s| s.tag == gr00t_embodiment::EMBODIMENT_TAG);
+    if !droid {
+        observations.remove(0);
+        bar.set_length(2 * observations.len() as u64);
+        tracing::info!("the demo observation is DROID's, which this checkpoint lacks: skipped");
+    }
+    if observations.is_empty() {
+        return Err(CheckError::Request {
+            name: "demo".into(),
+            message: "this checkpoint has no DROID embodiment: give --observations with \
+                      requests of its own embodiments"
+                .into(),
+        });
+    }
+    bar.set_message("f32");
+    let reference = answers(&f32_engine, &observations, &bar)?;
+    let digest = f32_engine.info().checkpoint_digest.clone();
+    drop(f32_engine);
+
+    bar.set_message(format!("loading {}", name(dtype)));
+    let engine = engine_with(dtype)?;
+    let stages = match engine.info().int8_stages.as_slice() {
+        [] => "none".to_string(),
+        s => s.join(","),
+    };
+    bar.set_message(match dtype {
+        DtypeArg::Int8 => format!("int8 {stages}"),
+        _ => name(dtype).to_string(),
+    });
+    let got = answers(&engine, &observations, &bar)?;
+    bar.finish_and_clear();
+
+    let checks: Vec<GroupCheck> = observations
+        .iter()
+        .zip(reference.iter().zip(&got))
+        .flat_map(|(o, (r, g))| dtype_check::compare_groups(&o.name, &r.actions, &g.actions, GATE))
+        .collect();
+    let verdict = Verdict::of(&checks, observations.len(), &digest, name(dtype), &stages);
+    let dir = dtype_check::verdict_dir();
+    let file = dtype_check::save_verdict(&dir, &verdict)
+        .map_err(|source| CheckError::Save { path: dir, source })?;
+    if opts.json {
+        let report = serde_json::json!({ "verdict": verdict, "checks": checks,
+                                         "verdict_file": file });
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_table(&checks, &verdict, engine.info().int8_kernel, &file);
+    }
+    Ok(if verdict.passed { 0 } else { 1 })
+}
+
+fn name(dtype: DtypeArg) -> &'static str {
+    match dtype {
+        DtypeArg::Int8 => "int8",
+        DtypeArg::Bf16 => "bf16",
+        DtypeArg::F32 => "f32",
+        DtypeArg::Auto => "auto",
+    }
+}
+
+/// Every observation through `engine`, advancing `bar`.
+fn answers(
+    engine: &Engine,
+    observations: &[Observation],
+    bar: &ProgressBar,
+) -> Result<Vec<PredictResponse>, CheckError> {
+    observations
+        .iter()
+        .map(|o| {
+            let r = predict_body(engine, &o.body).map_err(|e| CheckError::Request {
+                name: o.name.clone(),
+                message: match e {
+                    InferError::Invalid(e) => e.to_string(),
+                    e => e.to_string(),
+                },
+            });
+            bar.inc(1);
+            r
+        })
+        .collect()
+}
+
+/// The request bodies of `path`: one file, or a folder's `*.json` files in name order.
+fn read_observations(path: &Path) -> Result<Vec<Observation>, CheckError> {
+    let read = |p: &Path| {
+        std::fs::read(p).map_err(|source| CheckError::Read {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    let named = |p: &Path| {
+        p.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    };
+    if !path.is_dir() {
+        return Ok(vec![Observation {
+            name: named(path),
+            body: read(path)?,
+        }]);
+    }
+    let refuse = |source| CheckError::Observations {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.join("meta").join("info.json").is_file() {
+        return Err(refuse(ObservationsError::Dataset));
+    }
+    let entries = std::fs::read_dir(path).map_err(|source| CheckError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(refuse(ObservationsError::Empty));
+    }
+    files
+        .iter()
+        .map(|p| {
+            Ok(Observation {
+                name: named(p),
+                body: read(p)?,
+            })
+        })
+        .collect()
+}
+
+/// The groups, worst first, and the verdict.
+fn print_table(checks: &[GroupCheck], verdict: &Verdict, kernel: &str, file: &Path) {
+    println!(
+        "{:28} {:24} {:>12} {:>11} {:>11} {:>9}  gate: PCC ≥ {}, max|Δ| ≤ {}·max|ref|",
+        "observation", "group", "PCC", "max|Δ|", "max|ref|", "rel", GATE.min_pcc, GATE.max_rel
+    );
+    let mut sorted: Vec<&GroupCheck> = checks.iter().collect();
+    sorted.sort_by(|a, b| b.rel().total_cmp(&a.rel()));
+    for c in sorted {
+        println!(
+            "{:28} {:24} {:>12.8} {:>11.3e} {:>11.3e} {:>9.2e}  {}",
+            c.case,
+            c.group,
+            c.pcc,
+            c.max_abs,
+            c.max_ref,
+            c.rel(),
+            if c.pass { "pass" } else { "FAIL" }
+        );
+    }
+    let what = match verdict.dtype.as_str() {
+        "int8" => format!("int8 in {} (kernel {kernel})", verdict.stages),
+        d => d.to_string(),
+    };
+    println!(
+        "{}: {what} against f32 on {} observations, {} groups; worst PCC {:.8}, worst max|Δ|/max|ref| {:.2e} (verdict in {})",
+        if verdict.passed { "PASSED" } else { "FAILED" },
+        verdict.observations,
+        verdict.groups,
+        verdict.worst_pcc,
+        verdict.worst_rel,
+        file.display()
+    );
+}
