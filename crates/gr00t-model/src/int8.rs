@@ -7,6 +7,7 @@
 use crate::cpu_kernel::{self, CpuKernel};
 use crate::error::SettingError;
 pub use crate::gemm::int8::{Int8Kernel, PackedI8, LEVELS};
+use crate::linear::{bias_of, input_rows};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Storage, Tensor, D};
 use std::cell::Cell;
 
@@ -245,23 +246,13 @@ impl CustomOp1 for Int8MatMul<'_> {
         storage: &CpuStorage,
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (m, k) = layout.shape().dims2()?;
-        let x = match (storage, layout.contiguous_offsets()) {
-            (CpuStorage::F32(v), Some((a, b))) => &v[a..b],
-            _ => candle_core::bail!("int8 matmul: input must be contiguous f32"),
-        };
+        let (x, m, k) = input_rows(storage, layout, "int8 matmul")?;
         let (n, wk) = self.w.dims();
         if wk != k {
             candle_core::bail!("int8 matmul: input width {k} but weight [{n}, {wk}]");
         }
         let guard = self.bias.map(|b| b.storage_and_layout());
-        let bias = match &guard {
-            None => None,
-            Some((g, bl)) => match (&**g, bl.contiguous_offsets()) {
-                (Storage::Cpu(CpuStorage::F32(v)), Some((a, e))) if e - a == n => Some(&v[a..e]),
-                _ => candle_core::bail!("int8 matmul: bias must be a CPU f32 [{n}]"),
-            },
-        };
+        let bias = bias_of(guard.as_ref().map(|(g, l)| (&**g, *l)), n, "int8 matmul")?;
         let out = matmul_with(kernel(), x, m, k, self.w, bias)
             .ok_or_else(|| candle_core::Error::Msg("int8 matmul: the kernel refused".into()))?;
         Ok((CpuStorage::F32(out), Shape::from((m, n))))

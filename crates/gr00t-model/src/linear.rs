@@ -367,11 +367,7 @@ impl CustomOp1 for WidenedMatMul<'_> {
         storage: &CpuStorage,
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (m, k) = layout.shape().dims2()?;
-        let x = match (storage, layout.contiguous_offsets()) {
-            (CpuStorage::F32(v), Some((a, b))) => &v[a..b],
-            _ => candle_core::bail!("widened matmul: input must be contiguous f32"),
-        };
+        let (x, m, k) = input_rows(storage, layout, "widened matmul")?;
         let (n, wk) = match self.weight {
             WeightSource::Tensor(w) => w.dims2()?,
             WeightSource::Packed(p) => p.dims(),
@@ -380,13 +376,11 @@ impl CustomOp1 for WidenedMatMul<'_> {
             candle_core::bail!("widened matmul: input width {k} but weight [{n}, {wk}]");
         }
         let bias_guard = self.bias.map(|b| b.storage_and_layout());
-        let bias = match &bias_guard {
-            None => None,
-            Some((guard, bl)) => match (&**guard, bl.contiguous_offsets()) {
-                (Storage::Cpu(CpuStorage::F32(v)), Some((a, e))) if e - a == n => Some(&v[a..e]),
-                _ => candle_core::bail!("widened matmul: bias must be a CPU f32 [{n}]"),
-            },
-        };
+        let bias = bias_of(
+            bias_guard.as_ref().map(|(g, l)| (&**g, *l)),
+            n,
+            "widened matmul",
+        )?;
         let out = match self.weight {
             WeightSource::Packed(p) => matmul_packed_with(cpu_kernel::current(), x, m, k, p, bias)
                 .ok_or_else(|| {
@@ -412,6 +406,34 @@ impl CustomOp1 for WidenedMatMul<'_> {
             }
         };
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
+    }
+}
+
+/// The `[m, k]` f32 input of a CPU product op (`op` names it in the error): its values, m, k.
+pub(crate) fn input_rows<'a>(
+    storage: &'a CpuStorage,
+    layout: &Layout,
+    op: &str,
+) -> candle_core::Result<(&'a [f32], usize, usize)> {
+    let (m, k) = layout.shape().dims2()?;
+    match (storage, layout.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok((&v[a..b], m, k)),
+        _ => candle_core::bail!("{op}: input must be contiguous f32"),
+    }
+}
+
+/// A product op's `[n]` f32 bias from its locked storage and layout (`None` without a bias).
+pub(crate) fn bias_of<'a>(
+    bias: Option<(&'a Storage, &Layout)>,
+    n: usize,
+    op: &str,
+) -> candle_core::Result<Option<&'a [f32]>> {
+    match bias {
+        None => Ok(None),
+        Some((g, bl)) => match (g, bl.contiguous_offsets()) {
+            (Storage::Cpu(CpuStorage::F32(v)), Some((a, e))) if e - a == n => Ok(Some(&v[a..e])),
+            _ => candle_core::bail!("{op}: bias must be a CPU f32 [{n}]"),
+        },
     }
 }
 

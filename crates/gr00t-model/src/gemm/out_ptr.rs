@@ -44,8 +44,39 @@ where
     if m == 0 || n == 0 || k == 0 {
         return product_without_terms(m, n, bias);
     }
+    // SAFETY: `part` writes every element of its rows × columns (contract).
+    unsafe {
+        split(m, n, tile, rows_over_cols, |rows, cols, dst| {
+            let (r0, r1) = (rows.start, rows.end);
+            part(
+                &a[r0 * k..r1 * k],
+                r1 - r0,
+                cols.start,
+                cols.end,
+                OutPtr(dst.add(r0 * n)),
+            );
+        })
+    }
+}
+
+/// A fresh `[m, n]` output (m, n > 0) filled on the rayon pool by `part(rows, cols, dst)`,
+/// `dst` pointing at row 0, column 0 (row stride n). The threads split the longer side in whole
+/// tiles of `tile` (rows, columns): by rows when there are more than `rows_over_cols` times as
+/// many row tiles as column tiles; each part gets all of the other side.
+///
+/// # Safety
+/// `part` must write every element of its rows × columns through `dst`, and nothing else.
+pub(crate) unsafe fn split<F>(
+    m: usize,
+    n: usize,
+    (mr, nr): (usize, usize),
+    rows_over_cols: usize,
+    part: F,
+) -> Vec<f32>
+where
+    F: Fn(std::ops::Range<usize>, std::ops::Range<usize>, OutPtr) + Sync,
+{
     use rayon::prelude::*;
-    let (mr, nr) = tile;
     // Not initialised: the parts write every element.
     let mut out: Vec<f32> = Vec::with_capacity(m * n);
     let threads = rayon::current_num_threads().max(1);
@@ -61,9 +92,9 @@ where
     let run = |u: usize| {
         let (s0, s1) = (u * per, ((u + 1) * per).min(len));
         if by_rows {
-            part(&a[s0 * k..s1 * k], s1 - s0, 0, n, OutPtr(dst.add(s0 * n)));
+            part(s0..s1, 0..n, dst);
         } else {
-            part(a, m, s0, s1, dst);
+            part(0..m, s0..s1, dst);
         }
     };
     if units == 1 {

@@ -24,7 +24,7 @@ mod vnni512;
 mod ymm;
 
 use super::driver::has_features;
-use super::out_ptr::OutPtr;
+use super::out_ptr::{split, OutPtr};
 use pack::NP;
 pub use pack::{PackedI8, LEVELS};
 use quant::{quantize_rows, Encoding, QuantRows};
@@ -158,41 +158,17 @@ pub fn matmul(
     if !kernel.available() || wk != k || a.len() != m * k || bias.is_some_and(|b| b.len() != n) {
         return None;
     }
-    let q = quantize_rows(a, m, k, kernel.encoding());
-    let mut out: Vec<f32> = Vec::with_capacity(m * n);
     if m == 0 || n == 0 {
-        return Some(out);
+        return Some(Vec::new());
     }
-    let (mr, nr) = kernel.tile();
-    let threads = rayon::current_num_threads().max(1);
-    let by_rows = m.div_ceil(mr) > n.div_ceil(nr) * 2;
-    let (tiles, size, len) = if by_rows {
-        (m.div_ceil(mr), mr, m)
-    } else {
-        (n.div_ceil(nr), nr, n)
+    let q = quantize_rows(a, m, k, kernel.encoding());
+    // SAFETY: the kernel runs here (checked above); each part writes exactly its rows ×
+    // columns of the m·n output.
+    let out = unsafe {
+        split(m, n, kernel.tile(), 2, |rows, cols, dst| {
+            unit(kernel, &q, rows, cols, w, bias, dst, n)
+        })
     };
-    let per = tiles.div_ceil(threads.min(tiles)) * size;
-    let units = len.div_ceil(per);
-    let dst = OutPtr(out.as_mut_ptr());
-    let run = |u: usize| {
-        let (s0, s1) = (u * per, ((u + 1) * per).min(len));
-        let (rows, cols) = if by_rows {
-            (s0..s1, 0..n)
-        } else {
-            (0..m, s0..s1)
-        };
-        // SAFETY: the kernel runs here (checked above); the unit writes only its rows × columns
-        // of the m·n output, which no other unit touches.
-        unsafe { unit(kernel, &q, rows, cols, w, bias, dst, n) };
-    };
-    if units == 1 {
-        run(0);
-    } else {
-        use rayon::prelude::*;
-        (0..units).into_par_iter().for_each(run);
-    }
-    // SAFETY: the units cover rows 0..m × columns 0..n and wrote each element.
-    unsafe { out.set_len(m * n) };
     Some(out)
 }
 
