@@ -4,7 +4,7 @@
 use candle_core::Device;
 use clap::ValueEnum;
 use gr00t_model::action_head::DenoiseBackend;
-use gr00t_model::cpu_kernel::CpuKernel;
+use gr00t_model::cpu_kernel::KernelCaps;
 use gr00t_model::int8::Int8Stages;
 use gr00t_model::vision_cache::DEFAULT_VISION_CACHE_IMAGES;
 use gr00t_model::SettingError;
@@ -94,15 +94,15 @@ pub enum DtypeArg {
     Int8,
 }
 
-/// A cap on the CPU GEMM kernel: `auto` (none) or a kernel name.
+/// A cap on the CPU GEMM kernels: `auto` (none), a kernel name or an int8 level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct KernelCap(pub Option<CpuKernel>);
+pub struct KernelCap(pub KernelCaps);
 
 impl FromStr for KernelCap {
     type Err = DeviceError;
 
     fn from_str(s: &str) -> Result<KernelCap, DeviceError> {
-        Ok(KernelCap(CpuKernel::parse_cap(s)?))
+        Ok(KernelCap(KernelCaps::parse(s)?))
     }
 }
 
@@ -126,8 +126,9 @@ pub struct DeviceOptions {
     #[arg(long, default_value_t = gr00t_model::int8::LEVELS, hide = true,
           value_parser = clap::value_parser!(i32).range(1..=127))]
     pub int8_levels: i32,
-    /// Caps the CPU GEMM kernel (auto: the best this CPU runs; amx, avx512bf16, avx512, avx2,
-    /// library), e.g. to measure the AVX2 path on an AVX-512 machine.
+    /// Caps the CPU GEMM kernels (auto: the best this CPU runs; amx, avx512bf16, avx512vnni,
+    /// avx512, avxvnni, avx2, library), e.g. to measure the AVX2 path on an AVX-512 machine;
+    /// avx512vnni and avxvnni cap the int8 kernel (with f32 avx512 and avx2).
     #[arg(
         long,
         env = "GR00T_CPU_KERNEL",

@@ -327,7 +327,8 @@ impl Engine {
             .collect::<Result<Vec<_>, _>>()?;
         let device = opts.device.device.open()?;
         // Before the weights load: packing at load depends on the kernel.
-        let kernel = cpu_kernel::select(opts.device.cpu_kernel.0);
+        let kernel = cpu_kernel::select(opts.device.cpu_kernel.0.float);
+        gr00t_model::int8::select(opts.device.cpu_kernel.0.int8);
         let digest = ckpt.digest()?;
         let verdicts = dtype_check::verdict_dir();
         let verdict = |stages: Int8Stages| {
@@ -393,7 +394,7 @@ impl Engine {
             dtype: choice.precision.name().into(),
             dtype_reason: choice.reason.clone(),
             int8_stages: match choice.precision {
-                Precision::Int8(stages) => precision::stage_names(stages),
+                Precision::Int8(stages) => stages.names(),
                 _ => Vec::new(),
             },
             int8_kernel: match choice.precision {

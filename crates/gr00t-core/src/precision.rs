@@ -117,15 +117,6 @@ fn amd() -> bool {
     false
 }
 
-/// The stages of `stages` as `/info` lists them.
-pub fn stage_names(stages: Int8Stages) -> Vec<&'static str> {
-    Stage::ALL
-        .into_iter()
-        .filter(|s| stages.contains(*s))
-        .map(Stage::as_str)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@
 
 use crate::cpu_caches::CpuCaches;
 use crate::error::SettingError;
+use crate::gemm::int8::Int8Kernel;
 use std::sync::OnceLock;
 
 /// A CPU GEMM kernel for bf16 weights, in increasing order of speed.
@@ -108,6 +109,37 @@ impl CpuKernel {
     }
 }
 
+/// What `--cpu-kernel` caps: the f32/bf16 kernel and the int8 one, as a CPU of that level
+/// would run them (`avx512vnni`: Cascade or Ice Lake, `avxvnni`: an Alder Lake without
+/// AVX-512, `avx2`: Zen 3; `library`: the f32 library and the scalar int8 reference).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelCaps {
+    /// The f32/bf16 products' cap (`None`: the best this CPU runs).
+    pub float: Option<CpuKernel>,
+    /// The int8 products' cap (`None`: the best this CPU runs).
+    pub int8: Option<Int8Kernel>,
+}
+
+impl KernelCaps {
+    /// Parses `--cpu-kernel`: `auto` or empty (no cap), a [`CpuKernel`] name, or an int8 level
+    /// (`avx512vnni`: f32 `avx512`; `avxvnni`: f32 `avx2`).
+    pub fn parse(value: &str) -> Result<KernelCaps, SettingError> {
+        let caps = |float, int8| KernelCaps {
+            float: Some(float),
+            int8: Some(int8),
+        };
+        Ok(match value.trim() {
+            "avx512vnni" => caps(CpuKernel::Avx512, Int8Kernel::Avx512Vnni),
+            "avxvnni" => caps(CpuKernel::Avx2, Int8Kernel::AvxVnni),
+            other => match CpuKernel::parse_cap(other)? {
+                Some(CpuKernel::Avx2) => caps(CpuKernel::Avx2, Int8Kernel::Avx2),
+                Some(CpuKernel::Library) => caps(CpuKernel::Library, Int8Kernel::Scalar),
+                float => KernelCaps { float, int8: None },
+            },
+        })
+    }
+}
+
 impl std::fmt::Display for CpuKernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -150,6 +182,41 @@ mod tests {
         let e = CpuKernel::parse_cap("sse").unwrap_err().to_string();
         assert!(e.contains("sse"), "{e}");
         assert!(e.contains("amx") && e.contains("avx512bf16"), "{e}");
+    }
+
+    #[test]
+    fn int8_levels_cap_both_kernels_as_such_a_cpu_runs_them() {
+        let caps = |v| KernelCaps::parse(v).unwrap();
+        assert_eq!(caps(" auto "), KernelCaps::default());
+        let both = |f, i| KernelCaps {
+            float: Some(f),
+            int8: Some(i),
+        };
+        assert_eq!(
+            caps("avx512vnni"),
+            both(CpuKernel::Avx512, Int8Kernel::Avx512Vnni)
+        );
+        assert_eq!(caps("avxvnni"), both(CpuKernel::Avx2, Int8Kernel::AvxVnni));
+        assert_eq!(caps("avx2"), both(CpuKernel::Avx2, Int8Kernel::Avx2));
+        assert_eq!(
+            caps("library"),
+            both(CpuKernel::Library, Int8Kernel::Scalar)
+        );
+        // The bf16 levels leave the int8 kernel to the CPU.
+        for k in [CpuKernel::Avx512, CpuKernel::Avx512Bf16, CpuKernel::Amx] {
+            assert_eq!(
+                caps(k.as_str()),
+                KernelCaps {
+                    float: Some(k),
+                    int8: None
+                }
+            );
+        }
+        let e = KernelCaps::parse("vnni").unwrap_err().to_string();
+        assert!(
+            e.contains("\"vnni\"") && e.contains("avx512vnni, avx512, avxvnni"),
+            "{e}"
+        );
     }
 
     #[test]

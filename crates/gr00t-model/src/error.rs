@@ -34,7 +34,7 @@ impl Error {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SettingError {
     /// `--cpu-kernel` names no CPU kernel.
-    #[error("{0:?} is not a CPU kernel; use auto, amx, avx512bf16, avx512, avx2 or library")]
+    #[error("{0:?} is not a CPU kernel; use auto, amx, avx512bf16, avx512vnni, avx512, avxvnni, avx2 or library")]
     CpuKernel(String),
     /// `--dit-backend` names no denoise backend.
     #[error("{0:?} is not a denoise backend; use reference or fused")]

@@ -4,12 +4,12 @@
 //! output channel, activations s8 per row, exact i32 sums, f32 epilogue). Attention, norms,
 //! the small per-step layers and the sampler stay f32.
 
-use crate::cpu_kernel::{self, CpuKernel};
 use crate::error::SettingError;
 pub use crate::gemm::int8::{Int8Kernel, PackedI8, LEVELS};
 use crate::linear::{bias_of, input_rows};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Storage, Tensor, D};
 use std::cell::Cell;
+use std::sync::OnceLock;
 
 /// A stage of the network whose linear layers may run int8.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,15 @@ impl Int8Stages {
         self.0 == 0
     }
 
+    /// The stages' names in data-flow order (`/info`'s `int8_stages`).
+    pub fn names(self) -> Vec<&'static str> {
+        Stage::ALL
+            .into_iter()
+            .filter(|s| self.contains(*s))
+            .map(Stage::as_str)
+            .collect()
+    }
+
     /// Parses `dit,adapter,llm,vision` (any order and subset), `all` or `none`.
     pub fn parse(value: &str) -> Result<Int8Stages, SettingError> {
         let mut set = 0u8;
@@ -97,12 +106,7 @@ impl std::fmt::Display for Int8Stages {
         if self.is_empty() {
             return f.write_str("none");
         }
-        let names: Vec<&str> = Stage::ALL
-            .into_iter()
-            .filter(|s| self.contains(*s))
-            .map(Stage::as_str)
-            .collect();
-        f.write_str(&names.join(","))
+        f.write_str(&self.names().join(","))
     }
 }
 
@@ -153,16 +157,28 @@ pub(crate) fn load_levels() -> i32 {
     LOAD_LEVELS.with(Cell::get)
 }
 
-/// The int8 kernel of this process: the best this CPU runs, unless `--cpu-kernel` capped the
-/// kernels (`avx2`: the plain AVX2 one, to measure an AVX2-only CPU; `library`: scalar).
+static SELECTED: OnceLock<Int8Kernel> = OnceLock::new();
+
+/// Fixes the process's int8 kernel to the best this CPU runs capped by `cap` (`--cpu-kernel`'s
+/// int8 part), unless already fixed; returns the kernel in use.
+pub fn select(cap: Option<Int8Kernel>) -> Int8Kernel {
+    *SELECTED.get_or_init(|| capped(cap, Int8Kernel::available))
+}
+
+/// The fastest kernel at most `cap` that `runs` (AVX-VNNI is not a part of AVX512-VNNI: an
+/// AVX-512 CPU without it capped to `avxvnni` runs AVX2).
+fn capped(cap: Option<Int8Kernel>, runs: impl Fn(Int8Kernel) -> bool) -> Int8Kernel {
+    Int8Kernel::ALL
+        .into_iter()
+        .rev()
+        .filter(|&k| cap.is_none_or(|c| k <= c))
+        .find(|&k| runs(k))
+        .unwrap_or(Int8Kernel::Scalar)
+}
+
+/// The int8 kernel of this process (the best this CPU runs, unless [`select`] capped it).
 pub fn kernel() -> Int8Kernel {
-    let selected = cpu_kernel::current();
-    let best = Int8Kernel::detected();
-    match selected {
-        CpuKernel::Library => Int8Kernel::Scalar,
-        CpuKernel::Avx2 if selected < CpuKernel::detected() => best.min(Int8Kernel::Avx2),
-        _ => best,
-    }
+    select(None)
 }
 
 /// `x` `[m, k]` · `w`ᵀ (+ `bias`) through `kernel` (`None` when the CPU does not run it or the
@@ -262,6 +278,23 @@ impl CustomOp1 for Int8MatMul<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cap_lowers_the_kernel_to_one_the_cpu_runs() {
+        use Int8Kernel::*;
+        let every = |_| true;
+        assert_eq!(capped(None, every), Avx512Vnni);
+        for cap in Int8Kernel::ALL {
+            assert_eq!(capped(Some(cap), every), cap);
+            // An AVX2-only CPU (Zen 3).
+            assert_eq!(capped(Some(cap), |k| k <= Avx2), cap.min(Avx2));
+        }
+        // AVX-512 with VNNI but no AVX-VNNI (Ice Lake, Zen 4).
+        let no_avxvnni = |k| k != AvxVnni;
+        assert_eq!(capped(None, no_avxvnni), Avx512Vnni);
+        assert_eq!(capped(Some(AvxVnni), no_avxvnni), Avx2);
+        assert_eq!(capped(Some(Scalar), no_avxvnni), Scalar);
+    }
 
     #[test]
     fn stages_parse_and_print_back_in_data_flow_order() {

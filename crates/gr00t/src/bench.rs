@@ -179,10 +179,17 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
     if summary.hits + summary.misses > 0 {
         flops.vision *= summary.misses as f64 / (summary.hits + summary.misses) as f64;
     }
-    // The DiT blocks' bf16 weights the Euler steps read, each step from memory.
+    // The DiT blocks' weights the Euler steps read, each step from memory: bf16 (the f32
+    // kernels widen them in registers), one byte under int8.
+    let int8_dit = info.int8_stages.contains(&"dit");
+    let (weight_bytes, weight_type) = if int8_dit {
+        (1.0, "int8")
+    } else {
+        (2.0, "bf16")
+    };
     let denoise_weight_gb = ckpt.config.num_inference_timesteps as f64
         * denoise_step_weights(&ckpt.config, backend)
-        * 2.0
+        * weight_bytes
         / 1e9;
     let peak_rss_mb = peak_rss_mb()?;
     if opts.json {
@@ -265,7 +272,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
         .find(|(name, _)| **name == "denoise")
         .map_or(f64::NAN, |(_, &ms)| ms);
     println!(
-        "denoise streams {denoise_weight_gb:.2} GB of bf16 DiT weights ({} steps): {:.1} GB/s",
+        "denoise streams {denoise_weight_gb:.2} GB of {weight_type} DiT weights ({} steps): {:.1} GB/s",
         ckpt.config.num_inference_timesteps,
         denoise_weight_gb / (denoise_ms / 1e3)
     );

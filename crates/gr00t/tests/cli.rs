@@ -491,4 +491,17 @@ fn compute_knobs_are_flags_with_their_variables() {
         assert_eq!(got["vision_cache_images"], 0, "{got}");
         assert_eq!(got["cpu_kernel"], "library", "{got}");
     }
+    // An int8 level caps the int8 kernel and the f32 one as such a CPU runs them.
+    let got = bench(&["--dtype", "int8", "--cpu-kernel", "library"], &[]);
+    assert_eq!(got["int8_kernel"], "scalar", "{got}");
+    assert_eq!(got["cpu_kernel"], "library", "{got}");
+    let got = bench(&["--dtype", "int8"], &[("GR00T_CPU_KERNEL", "avxvnni")]);
+    assert!(
+        ["avxvnni", "avx2", "scalar"].contains(&got["int8_kernel"].as_str().unwrap()),
+        "{got}"
+    );
+    assert!(
+        ["avx2", "library"].contains(&got["cpu_kernel"].as_str().unwrap()),
+        "{got}"
+    );
 }

@@ -96,7 +96,7 @@ fn gate_checks(cases: &[Case], dtype: DtypeArg, stages: Option<Int8Stages>) -> V
             .entry(case.checkpoint.clone())
             .or_insert_with(|| engine(&case.checkpoint, dtype, stages));
         if dtype == DtypeArg::Int8 {
-            let want: Vec<&str> = gr00t_core::precision::stage_names(stages.unwrap());
+            let want: Vec<&str> = stages.unwrap().names();
             assert_eq!(engine.info().dtype, "int8");
             assert_eq!(engine.info().int8_stages, want);
         }

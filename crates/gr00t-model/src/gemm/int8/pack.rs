@@ -154,19 +154,37 @@ impl PackedI8 {
 /// `(max|x|/levels, levels/max|x|)` of a row: `(0, 0)` for an all-zero row, NaN scale for a
 /// row holding a NaN or infinity.
 pub(crate) fn row_scale(x: &[f32], levels: i32) -> (f32, f32) {
-    let mut amax = 0f32;
-    let mut finite = true;
-    for &v in x {
-        amax = amax.max(v.abs());
-        finite &= v.abs() <= f32::MAX;
-    }
-    if !finite {
+    let amax = abs_max_bits(x);
+    if amax >= f32::INFINITY.to_bits() {
         (f32::NAN, 0.0)
-    } else if amax == 0.0 {
+    } else if amax == 0 {
         (0.0, 0.0)
     } else {
+        let amax = f32::from_bits(amax);
         (amax / levels as f32, levels as f32 / amax)
     }
+}
+
+/// The bits of `max|x|`: on sign-cleared bits integer order is float order, and a NaN or an
+/// infinity compares at or above the infinity's bits (an integer max vectorises; a float one
+/// with NaN rules does not).
+fn abs_max_bits(x: &[f32]) -> u32 {
+    #[inline(always)]
+    fn plain(x: &[f32]) -> u32 {
+        x.iter().fold(0, |m, v| m.max(v.to_bits() & 0x7fff_ffff))
+    }
+    /// [`plain`] compiled for AVX2 (vectorised by the compiler).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(x: &[f32]) -> u32 {
+        plain(x)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected.
+        return unsafe { avx2(x) };
+    }
+    plain(x)
 }
 
 /// `round_ties_even(v·inv)` clamped to `±levels`.

@@ -63,9 +63,15 @@ pub(crate) fn quantize_rows(a: &[f32], m: usize, k: usize, encoding: Encoding) -
     QuantRows { data, ld, scales }
 }
 
-/// One row's bytes: the same values on every path (the vectorised one rounds with the same
-/// round-to-nearest-even).
+/// One row's bytes: the same values on every path (the vectorised one rounds to nearest even
+/// as [`quantize_value`] does).
 fn quantize_row(x: &[f32], inv: f32, flip: u8, out: &mut [u8]) {
+    if inv == 0.0 {
+        // A zero or non-finite row: every value quantises to 0 (`x·0` is 0 or NaN, and NaN
+        // casts to 0); its scale makes the products 0 or NaN.
+        out.fill(flip);
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 was detected.
@@ -74,16 +80,47 @@ fn quantize_row(x: &[f32], inv: f32, flip: u8, out: &mut [u8]) {
     quantize_row_plain(x, inv, flip, out)
 }
 
-#[inline(always)]
 fn quantize_row_plain(x: &[f32], inv: f32, flip: u8, out: &mut [u8]) {
     for (o, &v) in out.iter_mut().zip(x) {
         *o = (quantize_value(v, inv, LEVELS) as u8) ^ flip;
     }
 }
 
-/// [`quantize_row_plain`] compiled for AVX2 (vectorised by the compiler).
+/// [`quantize_row_plain`] 32 values at a time: `vmulps`, `vroundps` to nearest even, clamp,
+/// convert (exact: the values are whole), pack to bytes with signed saturation (never reached)
+/// and put the lanes back in order. `inv` finite and the row finite (its scale is), so no NaN.
+///
+/// # Safety
+/// AVX2.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2")]
 unsafe fn quantize_row_avx2(x: &[f32], inv: f32, flip: u8, out: &mut [u8]) {
-    quantize_row_plain(x, inv, flip, out)
+    use std::arch::x86_64::*;
+    let n = x.len().min(out.len());
+    let whole = n / 32 * 32;
+    // SAFETY: every load reads x[i..i + 32] and every store writes out[i..i + 32], i + 32 ≤ n.
+    unsafe {
+        let inv = _mm256_set1_ps(inv);
+        let hi = _mm256_set1_ps(LEVELS as f32);
+        let lo = _mm256_set1_ps(-LEVELS as f32);
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        let flip = _mm256_set1_epi8(flip as i8);
+        let q = |p: *const f32| {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(p), inv);
+            let v = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+            _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(v, hi), lo))
+        };
+        for i in (0..whole).step_by(32) {
+            let p = x.as_ptr().add(i);
+            let (a, b, c, d) = (q(p), q(p.add(8)), q(p.add(16)), q(p.add(24)));
+            // packs work within 128-bit lanes: a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7.
+            let bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+            let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+            _mm256_storeu_si256(
+                out.as_mut_ptr().add(i).cast(),
+                _mm256_xor_si256(bytes, flip),
+            );
+        }
+    }
+    quantize_row_plain(&x[whole..n], inv, flip, &mut out[whole..n]);
 }

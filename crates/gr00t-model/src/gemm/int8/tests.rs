@@ -159,6 +159,32 @@ fn activations_quantise_per_row_by_the_definition_in_both_encodings() {
     let q = quantize_rows(&long, 1, long.len(), Encoding::Signed);
     let (want, _) = quantize_row_by_definition(&long);
     assert!((0..long.len()).all(|kk| q.signed(0, kk, Encoding::Signed) == want[kk]));
+    // Long rows of exact ties (max 127: the grid is the integers, x.5 rounds to even), of
+    // -0.0 only, and with a NaN or infinity deep in the row, in both encodings.
+    let k = 203;
+    let mut rows: Vec<f32> = (0..k).map(|i| i as f32 * 0.5 - 50.0).collect();
+    rows[7] = 127.0;
+    rows.extend((0..k).map(|i| (i % 9) as f32 - 4.5));
+    rows[k + 150] = -127.0;
+    rows.extend(std::iter::repeat_n(-0.0, k));
+    rows.extend((0..k).map(|i| i as f32));
+    rows[3 * k + 170] = f32::NAN;
+    rows.extend((0..k).map(|i| -(i as f32)));
+    rows[4 * k + 99] = f32::NEG_INFINITY;
+    for enc in [Encoding::Signed, Encoding::Offset] {
+        let q = quantize_rows(&rows, 5, k, enc);
+        for i in 0..5 {
+            let (want, s) = quantize_row_by_definition(&rows[i * k..][..k]);
+            assert_eq!(q.scales[i].to_bits(), s.to_bits(), "{enc:?} row {i} scale");
+            for (kk, &w) in want.iter().enumerate() {
+                assert_eq!(q.signed(i, kk, enc), w, "{enc:?} row {i} k {kk}");
+            }
+        }
+        // The ties went to even: 2.5 → 2, -3.5 → -4, 0.5 → 0.
+        assert_eq!(q.signed(0, 105, enc), 2);
+        assert_eq!(q.signed(1, 1, enc), -4);
+        assert_eq!(q.signed(1, 5, enc), 0);
+    }
 }
 
 #[test]
