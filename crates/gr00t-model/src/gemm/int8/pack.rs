@@ -3,6 +3,7 @@
 //! `[⌈K/4⌉][NP][4]` (four consecutive k of a column in one 32-bit lane), k and the columns
 //! past N padded with zero.
 
+use super::quant::quantize_row;
 use rayon::prelude::*;
 
 /// Columns of a panel: one AVX-512 vector of i32 sums, two AVX2 ones.
@@ -57,6 +58,7 @@ impl PackedI8 {
             .enumerate()
             .for_each(|(p, ((panel, scales), sums))| {
                 let mut buf = vec![0f32; k];
+                let mut qs = vec![0u8; k];
                 for c in 0..NP {
                     let j = p * NP + c;
                     if j >= n {
@@ -65,9 +67,10 @@ impl PackedI8 {
                     row(j, &mut buf);
                     let (scale, inv) = row_scale(&buf, levels);
                     scales[c] = scale;
+                    quantize_row(&buf, inv, levels, 0, &mut qs);
                     let mut sum = 0i32;
-                    for (kk, &v) in buf.iter().enumerate() {
-                        let q = quantize_value(v, inv, levels);
+                    for (kk, &q) in qs.iter().enumerate() {
+                        let q = q as i8;
                         sum += i32::from(q);
                         panel[(kk / 4) * 4 * NP + c * 4 + kk % 4] = q;
                     }

@@ -46,7 +46,7 @@ pub(crate) fn quantize_rows(a: &[f32], m: usize, k: usize, encoding: Encoding) -
         let one = |((row, out), scale): ((&[f32], &mut [u8]), &mut f32)| {
             let (s, inv) = row_scale(row, LEVELS);
             *scale = s;
-            quantize_row(row, inv, pad, &mut out[..k]);
+            quantize_row(row, inv, LEVELS, pad, &mut out[..k]);
         };
         if m * k >= 1 << 16 {
             a.par_chunks(k)
@@ -63,9 +63,9 @@ pub(crate) fn quantize_rows(a: &[f32], m: usize, k: usize, encoding: Encoding) -
     QuantRows { data, ld, scales }
 }
 
-/// One row's bytes: the same values on every path (the vectorised one rounds to nearest even
-/// as [`quantize_value`] does).
-fn quantize_row(x: &[f32], inv: f32, flip: u8, out: &mut [u8]) {
+/// One row's bytes `quantize_value(x, inv, levels) ^ flip`: the same values on every path (the
+/// vectorised one rounds to nearest even as [`quantize_value`] does).
+pub(crate) fn quantize_row(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mut [u8]) {
     if inv == 0.0 {
         // A zero or non-finite row: every value quantises to 0 (`x·0` is 0 or NaN, and NaN
         // casts to 0); its scale makes the products 0 or NaN.
@@ -75,14 +75,14 @@ fn quantize_row(x: &[f32], inv: f32, flip: u8, out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 was detected.
-        return unsafe { quantize_row_avx2(x, inv, flip, out) };
+        return unsafe { quantize_row_avx2(x, inv, levels, flip, out) };
     }
-    quantize_row_plain(x, inv, flip, out)
+    quantize_row_plain(x, inv, levels, flip, out)
 }
 
-fn quantize_row_plain(x: &[f32], inv: f32, flip: u8, out: &mut [u8]) {
+fn quantize_row_plain(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mut [u8]) {
     for (o, &v) in out.iter_mut().zip(x) {
-        *o = (quantize_value(v, inv, LEVELS) as u8) ^ flip;
+        *o = (quantize_value(v, inv, levels) as u8) ^ flip;
     }
 }
 
@@ -94,15 +94,15 @@ fn quantize_row_plain(x: &[f32], inv: f32, flip: u8, out: &mut [u8]) {
 /// AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn quantize_row_avx2(x: &[f32], inv: f32, flip: u8, out: &mut [u8]) {
+unsafe fn quantize_row_avx2(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mut [u8]) {
     use std::arch::x86_64::*;
     let n = x.len().min(out.len());
     let whole = n / 32 * 32;
     // SAFETY: every load reads x[i..i + 32] and every store writes out[i..i + 32], i + 32 ≤ n.
     unsafe {
         let inv = _mm256_set1_ps(inv);
-        let hi = _mm256_set1_ps(LEVELS as f32);
-        let lo = _mm256_set1_ps(-LEVELS as f32);
+        let hi = _mm256_set1_ps(levels as f32);
+        let lo = _mm256_set1_ps(-levels as f32);
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         let flip = _mm256_set1_epi8(flip as i8);
         let q = |p: *const f32| {
@@ -122,5 +122,5 @@ unsafe fn quantize_row_avx2(x: &[f32], inv: f32, flip: u8, out: &mut [u8]) {
             );
         }
     }
-    quantize_row_plain(&x[whole..n], inv, flip, &mut out[whole..n]);
+    quantize_row_plain(&x[whole..n], inv, levels, flip, &mut out[whole..n]);
 }

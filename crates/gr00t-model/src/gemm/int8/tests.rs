@@ -91,6 +91,9 @@ fn weights_round_trip_within_half_a_step_with_the_extreme_on_the_grid() {
         for (kk, &v) in row.iter().enumerate() {
             let q = p.q(j, kk);
             assert!((-127..=127).contains(&q));
+            if amax > 0.0 {
+                assert_eq!(q, (v * (127.0 / amax)).round_ties_even() as i8, "{j} {kk}");
+            }
             assert!((p.dequantized(j, kk) - v).abs() <= p.scales()[j] * 0.5001 + 1e-12);
             extreme |= q.unsigned_abs() == 127;
         }
@@ -123,6 +126,9 @@ fn fewer_levels_quantise_coarser() {
             .map(|kk| (p.dequantized(0, kk) - w[kk]).abs())
             .fold(0f32, f32::max)
     };
+    // Each value by the definition: q = round_ties_even(w·2/max|w|).
+    let inv = 2.0 / (31.5 / 32.0);
+    assert!((0..64).all(|kk| coarse.q(0, kk) == (w[kk] * inv).round_ties_even() as i8));
     assert!((0..64).all(|kk| coarse.q(0, kk).abs() <= 2));
     assert!(
         err(&coarse) > 20.0 * err(&fine),
