@@ -87,6 +87,22 @@ pub enum DoorError {
     NoEmbodiment,
 }
 
+/// The credentials of an `Authorization: <scheme> <credentials>` header whose scheme is
+/// `scheme` in any case (RFC 9110 §11.1: `bearer` is `Bearer`), trimmed.
+pub(crate) fn authorization<'h>(
+    headers: &'h axum::http::HeaderMap,
+    scheme: &str,
+) -> Option<&'h str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .trim_start()
+        .split_once(' ')
+        .filter(|(s, _)| s.eq_ignore_ascii_case(scheme))
+        .map(|(_, credentials)| credentials.trim())
+}
+
 /// Environment variable holding the API token (clap's `env` for `--api-token`).
 pub const TOKEN_ENV: &str = "GR00T_API_TOKEN";
 
@@ -99,6 +115,8 @@ impl ProtocolOptions {
                 path: path.clone(),
                 source,
             })?;
+            // A byte-order mark (Windows editors write one) is not part of the token.
+            let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
             let token = text.lines().next().unwrap_or("").trim();
             if token.is_empty() {
                 return Err(DoorError::EmptyTokenFile(path.clone()));
@@ -285,4 +303,60 @@ pub async fn start(
         }));
     }
     Ok(Listeners { tasks })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorization_schemes_match_in_any_case() {
+        let mut h = axum::http::HeaderMap::new();
+        assert_eq!(authorization(&h, "Api-Key"), None);
+        let with = |h: &mut axum::http::HeaderMap, v: &str| {
+            h.insert(axum::http::header::AUTHORIZATION, v.parse().unwrap());
+        };
+        for v in [
+            "Api-Key k3y",
+            "api-key k3y",
+            "API-KEY  k3y ",
+            " Api-Key k3y",
+        ] {
+            with(&mut h, v);
+            assert_eq!(authorization(&h, "Api-Key"), Some("k3y"), "{v}");
+            assert_eq!(authorization(&h, "Bearer"), None, "{v}");
+        }
+        for v in ["Api-Keyk3y", "k3y", "Api-Key-2 k3y"] {
+            with(&mut h, v);
+            assert_eq!(authorization(&h, "Api-Key"), None, "{v}");
+        }
+    }
+
+    #[test]
+    fn a_token_file_is_read_without_its_byte_order_mark_and_line_end() {
+        let dir = std::env::temp_dir().join(format!("gr00t-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, bytes) in [
+            ("bom", &b"\xef\xbb\xbfs3cret\r\n"[..]),
+            ("plain", &b"s3cret\n"[..]),
+        ] {
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).unwrap();
+            let opts = ProtocolOptions {
+                api_token_file: Some(path),
+                ..ProtocolOptions::default()
+            };
+            let (token, warn) = opts.token().unwrap();
+            assert_eq!(token.as_deref(), Some("s3cret"), "{name}");
+            assert!(!warn);
+        }
+        let path = dir.join("only-bom");
+        std::fs::write(&path, b"\xef\xbb\xbf\n").unwrap();
+        let opts = ProtocolOptions {
+            api_token_file: Some(path),
+            ..ProtocolOptions::default()
+        };
+        assert!(matches!(opts.token(), Err(DoorError::EmptyTokenFile(_))));
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -154,14 +154,10 @@ fn is_length_limit(e: &axum::Error) -> bool {
     false
 }
 
-/// `Authorization: Bearer <token>`, compared in constant time.
+/// `Authorization: Bearer <token>` (the scheme in any case, RFC 9110 §11.1), compared in
+/// constant time.
 fn bearer_matches(headers: &axum::http::HeaderMap, token: &str) -> bool {
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .unwrap_or("");
+    let given = crate::doors::authorization(headers, "Bearer").unwrap_or("");
     gr00t_core::auth::token_matches(given.as_bytes(), token.as_bytes())
 }
 
@@ -176,7 +172,20 @@ mod tests {
         h.insert(header::AUTHORIZATION, "Bearer s3cret".parse().unwrap());
         assert!(bearer_matches(&h, "s3cret"));
         assert!(!bearer_matches(&h, "s3cre"));
-        h.insert(header::AUTHORIZATION, "Api-Key s3cret".parse().unwrap());
-        assert!(!bearer_matches(&h, "s3cret"));
+        for scheme in ["bearer", "BEARER", "bEaReR"] {
+            let v = format!("{scheme} s3cret");
+            h.insert(header::AUTHORIZATION, v.parse().unwrap());
+            assert!(bearer_matches(&h, "s3cret"), "{v}");
+        }
+        for v in [
+            "Api-Key s3cret",
+            "Bearers3cret",
+            "Bearer",
+            "s3cret",
+            "Bearer s3cret x",
+        ] {
+            h.insert(header::AUTHORIZATION, v.parse().unwrap());
+            assert!(!bearer_matches(&h, "s3cret"), "{v}");
+        }
     }
 }

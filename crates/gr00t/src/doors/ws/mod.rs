@@ -33,7 +33,7 @@ use super::wire::schema::Schema;
 use super::Stop;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -216,10 +216,7 @@ async fn upgrade<const VLLM_OMNI: bool>(
 ) -> Response {
     let vllm_omni = VLLM_OMNI;
     if let Some(token) = &ctx.api_token {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Api-Key "));
+        let given = crate::doors::authorization(&headers, "Api-Key");
         // Constant time, as on the other doors.
         let matches = given.is_some_and(|g| token_matches(g.as_bytes(), token.as_bytes()));
         if !matches {
