@@ -922,3 +922,34 @@ fn no_other_door_reaches_a_websocket_connections_sessions() {
     pollute(&ids);
     fixture(&groups(&infer(&mut b, &arena("t0", "ep"))));
 }
+
+#[test]
+fn a_huge_client_value_is_never_echoed_whole_to_the_client_or_the_log() {
+    let s = Server::start(&["--ws-port", "0"]);
+    let addr = s.ws.clone().expect("ws address");
+    let huge = "t".repeat(3 << 20);
+    let (mut omni, _) = connect_to(&addr, VLLM_OMNI, None).unwrap();
+    let e = infer(
+        &mut omni,
+        &str_map([("endpoint", Value::from(huge.as_str()))]),
+    );
+    assert_eq!(
+        get(e.as_map().unwrap(), "type"),
+        Some(&Value::from("error"))
+    );
+    let reply = pack(&e);
+    assert!(reply.len() < 1024, "a {} byte reply", reply.len());
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    assert!(text.contains("(3145728 bytes)"), "{text}");
+    // RoboArena's dialect on the openpi path, the same.
+    let (mut ws, _) = connect(&addr, None).unwrap();
+    let mut m = arena("t0", "ep");
+    if let Value::Map(entries) = &mut m {
+        entries.retain(|(k, _)| k.as_str() != Some("endpoint"));
+        entries.push((Value::from("endpoint"), Value::from(huge.as_str())));
+    }
+    let text = expect_error(&mut ws, Message::Binary(pack(&m).into()));
+    assert!(text.len() < 1024, "a {} byte error", text.len());
+    let longest = s.log_text().lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 4096, "a {longest} byte log line");
+}

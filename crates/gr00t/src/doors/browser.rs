@@ -15,6 +15,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+use crate::doors::excerpt::excerpt;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::net::IpAddr;
@@ -132,9 +133,11 @@ impl BrowserRules {
             status: StatusCode::MISDIRECTED_REQUEST,
             field: "host",
             message: format!(
-                "host: {name:?} is not a name of this server (a page of another site may have \
+                "host: {:?} is not a name of this server (a page of another site may have \
                  pointed its name here: DNS rebinding); start the server with --allowed-host \
-                 {name} if clients reach it by that name, or use --api-token"
+                 {} if clients reach it by that name, or use --api-token",
+                excerpt(&name),
+                excerpt(&name),
             ),
         })
     }

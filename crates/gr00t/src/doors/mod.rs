@@ -8,6 +8,7 @@
 pub mod answers;
 pub mod browser;
 pub mod connections;
+pub mod excerpt;
 pub mod http;
 pub mod ports;
 pub mod request_line;

@@ -269,7 +269,11 @@ pub fn request_from_body(
         Some(name) => layouts.resolve_with_frames(name).ok_or_else(|| {
             RequestError::new(
                 "embodiment",
-                format!("{name:?} is not served here; served: {:?}", layouts.tags()),
+                format!(
+                    "{:?} is not served here; served: {:?}",
+                    crate::doors::excerpt::excerpt(name),
+                    layouts.tags()
+                ),
             )
         })?,
     };

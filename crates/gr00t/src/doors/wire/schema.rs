@@ -99,7 +99,8 @@ pub fn pick_schema<'a>(
             WireError::field(
                 "embodiment",
                 format!(
-                    "embodiment {name:?} is not served here; served: {:?}",
+                    "embodiment {:?} is not served here; served: {:?}",
+                    crate::doors::excerpt::excerpt(name),
                     schemas.iter().map(|s| s.tag.as_str()).collect::<Vec<_>>()
                 ),
             )

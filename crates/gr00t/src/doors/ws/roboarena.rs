@@ -58,7 +58,10 @@ pub fn endpoint(v: &Value) -> Result<Endpoint, WireError> {
         Some("reset") => Ok(Endpoint::Reset),
         Some(other) => Err(WireError::field(
             "endpoint",
-            format!("endpoint must be 'infer' or 'reset'. Got '{other}'"),
+            format!(
+                "endpoint must be 'infer' or 'reset'. Got '{}'",
+                crate::doors::excerpt::excerpt(other)
+            ),
         )),
         None => Err(WireError::field(
             "endpoint",
@@ -75,4 +78,21 @@ pub const SESSIONS: &str = "roboarena";
 /// connection's named sessions are its own ([`gr00t_core::session::SessionKey::within`]).
 pub fn session_key(id: &str) -> SessionKey {
     SessionKey::named(SESSIONS, id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_endpoint_is_quoted_short_and_a_huge_one_by_a_prefix() {
+        let short = endpoint(&Value::from("infr")).unwrap_err().to_string();
+        assert_eq!(short, "endpoint must be 'infer' or 'reset'. Got 'infr'");
+        let huge = "z".repeat(3 << 20);
+        let text = endpoint(&Value::from(huge.as_str()))
+            .unwrap_err()
+            .to_string();
+        assert!(text.len() < 200, "{} bytes", text.len());
+        assert!(text.ends_with("… (3145728 bytes)'"), "{text}");
+    }
 }
