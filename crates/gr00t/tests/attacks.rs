@@ -8,7 +8,7 @@ use gr00t_fixtures::http_client as test_client;
 mod support;
 use support::{test_server, zmtp_client};
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use test_server::{fd_limit, u64s, Server};
@@ -290,5 +290,54 @@ fn an_oversized_websocket_message_gets_close_1009_and_the_next_client_is_served(
     )
     .unwrap();
     assert_eq!(meta.status(), 101);
+    both_answer_within_a_second(&s);
+}
+
+#[test]
+fn zmq_routing_envelopes_are_capped_and_a_large_one_is_never_echoed() {
+    let s = start(&[]);
+    let frame = zmtp_client::frame;
+    // A proxy's envelope (two routing ids, the delimiter): answered behind the same envelope.
+    let mut c = Req::connect(zmq(&s), 5 * SECOND).unwrap();
+    let message = [
+        frame(b"proxy-1", true, false),
+        frame(&[7u8; 255], true, false),
+        frame(b"", true, false),
+        frame(PING, false, false),
+    ]
+    .concat();
+    c.tcp.write_all(&message).unwrap();
+    assert_eq!(c.read_frame().unwrap(), (false, b"proxy-1".to_vec()));
+    assert_eq!(c.read_frame().unwrap(), (false, vec![7u8; 255]));
+    assert_eq!(c.read_frame().unwrap(), (false, Vec::new()));
+    let pong = c.read_frame().unwrap().1;
+    assert!(pong.windows(2).any(|w| w == b"ok"), "{pong:?}");
+    // A 6 MiB routing frame, or five small ones: the connection closes and nothing of the
+    // envelope comes back.
+    let big = vec![b'e'; 6 << 20];
+    let five: Vec<u8> = (0..5).flat_map(|_| frame(b"id", true, false)).collect();
+    for (what, envelope) in [
+        ("6 MiB frame", frame(&big, true, false)),
+        ("5 frames", five),
+    ] {
+        let mut c = Req::connect(zmq(&s), 5 * SECOND).unwrap();
+        let message = [envelope, frame(b"", true, false), frame(PING, false, false)].concat();
+        c.tcp.write_all(&message).unwrap();
+        let mut back = 0usize;
+        let mut buf = [0u8; 65536];
+        loop {
+            match c.tcp.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => back += n,
+                Err(e) => panic!("{what}: not closed: {e}"),
+            }
+        }
+        assert!(back < 1024, "{what}: {back} bytes came back");
+    }
+    assert!(
+        s.log_shows("a routing envelope of", 5 * SECOND),
+        "{}",
+        s.log_text()
+    );
     both_answer_within_a_second(&s);
 }

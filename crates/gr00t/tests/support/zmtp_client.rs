@@ -79,7 +79,7 @@ impl Req {
     }
 
     /// One frame: whether it is a command, and its body.
-    fn read_frame(&mut self) -> std::io::Result<(bool, Vec<u8>)> {
+    pub fn read_frame(&mut self) -> std::io::Result<(bool, Vec<u8>)> {
         let mut flags = [0u8; 1];
         self.tcp.read_exact(&mut flags)?;
         let len = if flags[0] & 2 != 0 {

@@ -108,6 +108,38 @@ enum ConnectionError {
     /// A message began but did not end within the body timeout (seconds).
     #[error("a message did not arrive whole within {0:.1} s (--body-timeout-s)")]
     BodyTimeout(f64),
+    /// The routing envelope is larger than a proxy's (its reply would echo it).
+    #[error(
+        "a routing envelope of {frames} frames, the largest {largest} bytes: at most \
+         {MAX_ROUTING_FRAMES} frames of {MAX_ROUTING_FRAME_BYTES} bytes"
+    )]
+    Envelope {
+        /// Frames before the delimiter.
+        frames: usize,
+        /// The largest of them, in bytes.
+        largest: usize,
+    },
+}
+
+/// Routing frames a message may carry before its delimiter: a chain of proxies adds one each.
+const MAX_ROUTING_FRAMES: usize = 4;
+/// Bytes of one routing frame: ZMQ routing ids are at most 255 bytes.
+const MAX_ROUTING_FRAME_BYTES: usize = 255;
+
+/// Refuses an envelope no proxy makes: the reply echoes it, so a large one would turn a
+/// client's bytes into the server's memory and write time (issue 43).
+fn check_envelope(frames: &[Vec<u8>]) -> Result<(), ConnectionError> {
+    let Some(routing) = frames.iter().position(Vec::is_empty) else {
+        return Ok(()); // a bare DEALER: all body, nothing echoed
+    };
+    let largest = frames[..routing].iter().map(Vec::len).max().unwrap_or(0);
+    if routing > MAX_ROUTING_FRAMES || largest > MAX_ROUTING_FRAME_BYTES {
+        return Err(ConnectionError::Envelope {
+            frames: routing,
+            largest,
+        });
+    }
+    Ok(())
 }
 
 /// One peer's connection: the handshake, then its messages, each answered in turn.
@@ -149,6 +181,7 @@ async fn connection(
                 zmtp::Event::Ready { .. } => state.mark_greeted(),
                 zmtp::Event::Ping(context) => stream.write_all(&zmtp::pong(&context)).await?,
                 zmtp::Event::Message(frames) => {
+                    check_envelope(&frames)?;
                     let busy = state.busy();
                     let (reply, kill) = answer(ctx, frames).await;
                     stream.write_all(&reply).await?;
