@@ -766,3 +766,30 @@ fn zmq_answers_are_counted_in_metrics_by_door() {
         assert!(lines[1].contains(field), "{field}: {}", lines[1]);
     }
 }
+
+#[test]
+fn zmq_batches_are_capped_per_message() {
+    let s = Server::start(&["--zmq-port", "0", "--zmq-max-batch", "2"]);
+    let mut c = Client::connect(s.zmq.as_deref().expect("zmq address"));
+    let three = case0_action(&mut c, 3, Value::Nil);
+    let text = error_text(&three);
+    assert!(
+        text.contains("a batch of 3 items: at most 2 per message (--zmq-max-batch)"),
+        "{text}"
+    );
+    // At the cap it is served (its first item as a batch of one answers); the connection
+    // goes on.
+    let seed = || str_map([("seed", Value::from(0))]);
+    let two = actions(&case0_action(&mut c, 2, seed()));
+    assert_eq!(two[0].1.shape, vec![2, 40, 9]);
+    let one = actions(&case0_action(&mut c, 1, seed()));
+    assert_eq!(item(&two, "", 0), item(&one, "", 0));
+    // The default cap is 8.
+    let s = Server::start(&["--zmq-port", "0"]);
+    let mut c = Client::connect(s.zmq.as_deref().expect("zmq address"));
+    let nine = case0_action(&mut c, 9, Value::Nil);
+    assert!(
+        error_text(&nine).contains("at most 8 per message"),
+        "{nine}"
+    );
+}

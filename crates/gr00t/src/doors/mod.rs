@@ -57,6 +57,11 @@ pub struct ProtocolOptions {
     /// Let the ZMQ `kill` endpoint shut the server down.
     #[arg(long)]
     pub allow_kill: bool,
+    /// Batch items one ZMQ `get_action` may carry (each waits its own turn in the queue, so a
+    /// batch never holds the door for long); larger batches are refused.
+    #[arg(long, default_value_t = zmq::DEFAULT_MAX_BATCH, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub zmq_max_batch: u16,
     /// ZMQ observations and actions use the flat `video.<cam>` / `state.<key>` /
     /// `action.<key>` form of Isaac-GR00T's `--use_sim_policy_wrapper`.
     #[arg(long, alias = "use_sim_policy_wrapper")]
@@ -252,6 +257,7 @@ pub async fn start(
             schemas,
             api_token: limits.api_token.clone(),
             allow_kill: opts.allow_kill,
+            max_batch: usize::from(opts.zmq_max_batch.max(1)),
             answers: answers.clone(),
             turn: tokio::sync::Mutex::new(()),
         };

@@ -48,11 +48,16 @@ pub struct ZmqContext {
     pub api_token: Option<Arc<str>>,
     /// `--allow-kill`.
     pub allow_kill: bool,
+    /// `--zmq-max-batch`: batch items a `get_action` may carry.
+    pub max_batch: usize,
     /// Where `get_action` answers are counted (`/metrics`, `door="zmq"`).
     pub answers: Arc<Answers>,
-    /// One `get_action` at a time, as a REP socket answers.
+    /// One `get_action` batch item at a time, as a REP socket answers.
     pub turn: tokio::sync::Mutex<()>,
 }
+
+/// Batch items a `get_action` may carry unless `--zmq-max-batch` says otherwise.
+pub const DEFAULT_MAX_BATCH: u16 = 8;
 
 impl ZmqContext {
     /// The schema of the embodiment a request names (`options.embodiment`; a tag or
@@ -374,11 +379,22 @@ async fn answer_action(
         .map_err(refused)?;
     let session = p.session.as_ref().map(|id| SessionKey::named(SESSIONS, id));
     let requests = p.requests(session);
-    // One at a time across connections, as a REP socket answers.
-    let _turn = ctx.turn.lock().await;
-    // One queue entry per batch item, in order, so a batch never overflows the queue.
+    if requests.len() > ctx.max_batch {
+        return Err(refused(WireError::field(
+            "observation",
+            format!(
+                "a batch of {} items: at most {} per message (--zmq-max-batch)",
+                requests.len(),
+                ctx.max_batch
+            ),
+        )));
+    }
+    // One queue entry per batch item, in order, so a batch never overflows the queue; each
+    // item takes its own turn (one at a time across connections, as a REP socket answers), so
+    // another robot's request runs between two items of a batch.
     let mut responses = Vec::with_capacity(requests.len());
     for request in requests {
+        let _turn = ctx.turn.lock().await;
         let r = ctx
             .worker
             .infer(request)
