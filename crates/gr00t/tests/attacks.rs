@@ -341,3 +341,24 @@ fn zmq_routing_envelopes_are_capped_and_a_large_one_is_never_echoed() {
     );
     both_answer_within_a_second(&s);
 }
+
+#[test]
+fn a_pipelining_zmq_peer_whose_messages_each_arrive_in_time_is_kept() {
+    let s = start(&["--body-timeout-s", "2"]);
+    let mut c = Req::connect(zmq(&s), 10 * SECOND).unwrap();
+    let frame = zmtp_client::frame;
+    // Message 1 begins; 1.2 s later it ends in the same write that begins message 2, which
+    // ends 1.2 s after that: each took 1.2 s of a 2 s limit, together 2.4 s.
+    c.tcp.write_all(&frame(b"", true, false)).unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let end_and_begin = [frame(PING, false, false), frame(b"", true, false)].concat();
+    c.tcp.write_all(&end_and_begin).unwrap();
+    for _ in 0..2 {
+        c.read_frame().unwrap(); // delimiter, then the pong
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    c.tcp.write_all(&frame(PING, false, false)).unwrap();
+    assert_eq!(c.read_frame().unwrap(), (false, Vec::new()), "closed");
+    let pong = c.read_frame().unwrap().1;
+    assert!(pong.windows(2).any(|w| w == b"ok"), "{pong:?}");
+}

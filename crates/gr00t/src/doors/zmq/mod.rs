@@ -180,12 +180,15 @@ async fn connection(
             return Ok(());
         }
         decoder.feed(&buf[..n], &mut events)?;
+        // Whether a message ended in this read: one still in progress then began in it.
+        let mut ended = false;
         for event in events.drain(..) {
             match event {
                 zmtp::Event::Greeting { .. } => stream.write_all(&zmtp::ready()).await?,
                 zmtp::Event::Ready { .. } => state.mark_greeted(),
                 zmtp::Event::Ping(context) => stream.write_all(&zmtp::pong(&context)).await?,
                 zmtp::Event::Message(frames) => {
+                    ended = true;
                     check_envelope(&frames)?;
                     let busy = state.busy();
                     let (reply, kill) = answer(ctx, frames).await;
@@ -199,10 +202,12 @@ async fn connection(
                 }
             }
         }
+        // A pipelining peer's next message is timed from the read that began it (after the
+        // previous one's answer), not from the first message's start.
         message_began = match (decoder.in_message(), message_began) {
             (false, _) => None,
-            (true, None) => Some(Instant::now()),
-            (true, began) => began,
+            (true, Some(began)) if !ended => Some(began),
+            (true, _) => Some(Instant::now()),
         };
     }
 }
