@@ -362,3 +362,30 @@ fn a_pipelining_zmq_peer_whose_messages_each_arrive_in_time_is_kept() {
     let pong = c.read_frame().unwrap().1;
     assert!(pong.windows(2).any(|w| w == b"ok"), "{pong:?}");
 }
+
+#[test]
+fn a_zmq_peer_that_never_reads_its_replies_is_closed_after_the_write_timeout() {
+    let s = start(&["--write-timeout-s", "1"]);
+    let mut c = Req::connect(zmq(&s), 10 * SECOND).unwrap();
+    // Pings pipelined and never read: their pongs fill the socket buffers, then a reply stalls.
+    let one = [
+        zmtp_client::frame(b"", true, false),
+        zmtp_client::frame(PING, false, false),
+    ]
+    .concat();
+    let burst: Vec<u8> = one.repeat(50_000);
+    c.tcp.set_write_timeout(Some(2 * SECOND)).unwrap();
+    let t0 = Instant::now();
+    for _ in 0..8 {
+        if c.tcp.write_all(&burst).is_err() {
+            break; // the server stopped reading: its reply is stalled
+        }
+    }
+    assert!(
+        s.log_shows("a reply was not read within 1.0 s", 15 * SECOND),
+        "{}",
+        s.log_text()
+    );
+    println!("stalled reply closed after {:?}", t0.elapsed());
+    both_answer_within_a_second(&s);
+}

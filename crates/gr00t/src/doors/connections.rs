@@ -57,6 +57,10 @@ pub struct ConnectionOptions {
     /// a slower HTTP one gets 408, a ZMQ one is disconnected.
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
     pub body_timeout_s: f64,
+    /// Seconds a ZMQ or websocket reply may take to drain to a client that does not read; a
+    /// slower one closes the connection (and while it drains, the connection can be evicted).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub write_timeout_s: f64,
 }
 
 impl Default for ConnectionOptions {
@@ -68,6 +72,7 @@ impl Default for ConnectionOptions {
             idle_timeout_s: 60.0,
             handshake_timeout_s: 10.0,
             body_timeout_s: 30.0,
+            write_timeout_s: 10.0,
         }
     }
 }
@@ -242,6 +247,8 @@ pub struct Timers {
     pub idle: Duration,
     /// The handshake must be done this long after the accept.
     pub handshake: Duration,
+    /// A reply must drain within this long.
+    pub write: Duration,
     /// Bytes a lingering close discards at most.
     pub linger_bytes: usize,
 }
@@ -252,6 +259,7 @@ impl Timers {
         Timers {
             idle: seconds(opts.idle_timeout_s),
             handshake: seconds(opts.handshake_timeout_s),
+            write: seconds(opts.write_timeout_s),
             linger_bytes: max_message_bytes.saturating_mul(LINGER_BODIES),
         }
     }

@@ -293,6 +293,7 @@ pub async fn start(
             api_token: limits.api_token.clone(),
             browser: limits.browser.clone(),
             max_message_bytes: limits.max_message_bytes,
+            write_timeout: limits.timers.write,
             stop: stop.clone(),
             alive,
         });

@@ -26,7 +26,7 @@ pub use vllm_omni::metadata as vllm_omni_metadata;
 
 use super::answers::{Answered, Answers, Door, Outcome};
 use super::browser::{BrowserRules, Verdict};
-use super::connections::{ConnInfo, ConnState};
+use super::connections::{within, ConnInfo, ConnState};
 use super::request_line::{request_span, RequestId};
 use super::wire::error::WireError;
 use super::wire::schema::Schema;
@@ -68,6 +68,8 @@ pub struct WsContext {
     pub browser: Arc<BrowserRules>,
     /// Largest accepted message.
     pub max_message_bytes: usize,
+    /// `--write-timeout-s`: a reply must drain within this long.
+    pub write_timeout: std::time::Duration,
     /// Fires at shutdown.
     pub stop: Stop,
     /// Dropped with the last connection: the listener waits for it at shutdown.
@@ -280,7 +282,7 @@ async fn connection(
         };
         let start = Instant::now();
         // Computing: the connection's idle timer and eviction wait.
-        let _busy = conn.as_ref().map(|c| c.busy());
+        let busy = conn.as_ref().map(|c| c.busy());
         let step = match msg {
             Some(Ok(Message::Binary(bytes))) => match &mut dialect {
                 Dialect::Openpi(c) => c.handle(&ctx, &bytes).await,
@@ -318,12 +320,21 @@ async fn connection(
             }
             Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
         };
+        // Answered: a peer that does not read its reply is not busy (evictable at the cap) and
+        // has the write timeout to drain it.
+        drop(busy);
         match step {
-            Step::Send(reply) => {
-                if socket.send(reply).await.is_err() {
+            Step::Send(reply) => match within(ctx.write_timeout, socket.send(reply)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return,
+                Err(()) => {
+                    tracing::info!(
+                        "ws: a reply was not read within {:.1} s (--write-timeout-s): closed",
+                        ctx.write_timeout.as_secs_f64()
+                    );
                     return;
                 }
-            }
+            },
             Step::Fail(message) => return fail(socket, message).await,
         }
         if let Dialect::Openpi(c) = &mut dialect {

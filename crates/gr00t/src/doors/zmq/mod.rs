@@ -90,9 +90,13 @@ pub async fn serve(
         // Finished connections are reaped as new ones come.
         while connections.try_join_next().is_some() {}
         let (ctx, stop) = (ctx.clone(), stop.clone());
-        let (limit, body) = (limits.max_message_bytes, limits.body_timeout);
+        let timing = Timing {
+            body: limits.body_timeout,
+            write: limits.timers.write,
+        };
+        let limit = limits.max_message_bytes;
         connections.spawn(async move {
-            if let Err(e) = connection(stream, &ctx, limit, body, &stop).await {
+            if let Err(e) = connection(stream, &ctx, limit, timing, &stop).await {
                 tracing::info!("zmq: {peer}: connection closed: {e}");
             }
         });
@@ -113,6 +117,9 @@ enum ConnectionError {
     /// A message began but did not end within the body timeout (seconds).
     #[error("a message did not arrive whole within {0:.1} s (--body-timeout-s)")]
     BodyTimeout(f64),
+    /// A reply did not drain within the write timeout (seconds): the peer does not read.
+    #[error("a reply was not read within {0:.1} s (--write-timeout-s)")]
+    WriteTimeout(f64),
     /// The routing envelope is larger than a proxy's (its reply would echo it).
     #[error(
         "a routing envelope of {frames} frames, the largest {largest} bytes: at most \
@@ -147,14 +154,22 @@ fn check_envelope(frames: &[Vec<u8>]) -> Result<(), ConnectionError> {
     Ok(())
 }
 
+/// A connection's deadlines: a message once begun, a reply once written.
+#[derive(Clone, Copy)]
+struct Timing {
+    body: Duration,
+    write: Duration,
+}
+
 /// One peer's connection: the handshake, then its messages, each answered in turn.
 async fn connection(
     mut stream: GuardedStream,
     ctx: &ZmqContext,
     max_message: usize,
-    body_timeout: Duration,
+    timing: Timing,
     stop: &Stop,
 ) -> Result<(), ConnectionError> {
+    let body_timeout = timing.body;
     let state = stream.state().clone();
     stream.write_all(&zmtp::greeting()).await?;
     let mut decoder = zmtp::Decoder::new(zmtp::Limits::new(max_message));
@@ -192,8 +207,14 @@ async fn connection(
                     check_envelope(&frames)?;
                     let busy = state.busy();
                     let (reply, kill) = answer(ctx, frames).await;
-                    stream.write_all(&reply).await?;
+                    // Answered: a peer that does not read its reply is not busy (evictable at
+                    // the cap) and has the write timeout to drain it.
                     drop(busy);
+                    within(timing.write, stream.write_all(&reply))
+                        .await
+                        .map_err(|()| {
+                            ConnectionError::WriteTimeout(timing.write.as_secs_f64())
+                        })??;
                     if kill {
                         tracing::info!("zmq: kill requested: shutting the server down");
                         stop.trigger();
