@@ -133,6 +133,8 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
         warn_synthetic(&info);
     }
     warm_up(&engine, &info)?;
+    // Clients' frames only: the warm-up's shipped demo frames are ours.
+    gr00t_embodiment::image::decode::set_max_pixels(opts.connections.max_image_pixels);
     // Shared with the metrics, which read the vision cache's counters at scrape time.
     let engine = std::sync::Arc::new(engine);
     let probe = engine.clone();

@@ -381,3 +381,21 @@ fn pull_fails_fast_offline() {
     }
     assert!(!home.exists(), "an offline pull must not create the cache");
 }
+
+#[test]
+fn frames_over_max_image_pixels_are_refused_from_their_header_naming_the_view() {
+    // case0's frames are 320×180 = 57 600 pixels: under a cap of 50 000 they are refused.
+    let s = Server::start(&["--max-image-pixels", "50000"]);
+    let body = serde_json::to_vec(&case0()).unwrap();
+    let r = s.post(&body);
+    let text = r.text();
+    assert_eq!(r.status, 400, "{text}");
+    assert!(
+        text.contains("57600 pixels, more than 50000 (--max-image-pixels)"),
+        "{text}"
+    );
+    assert!(text.contains("images."), "names the view: {text}");
+    // At the default cap the same request is served.
+    let s = Server::start(&[]);
+    assert_eq!(s.post(&body).status, 200);
+}

@@ -13,12 +13,30 @@ use base64::engine::general_purpose::STANDARD_PAD_INDIFFERENT;
 use base64::Engine;
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits};
 use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Largest accepted width or height, checked on the declared size before any pixel is decoded.
 pub const MAX_DECODE_DIMENSION: u32 = 8192;
 
 /// Largest decoder allocation (a 8192×8192 RGBA16 image needs 512 MiB; RGB8 192 MiB).
 const MAX_DECODE_ALLOC: u64 = 512 * 1024 * 1024;
+
+/// Pixels an image may declare unless `--max-image-pixels` says otherwise: 4096×4096 (a 4K
+/// camera frame is 8.3 M; one such frame decodes to 48 MiB of RGB8).
+pub const DEFAULT_MAX_PIXELS: u64 = 4096 * 4096;
+
+/// The process's pixel cap (`--max-image-pixels`), checked on the header before decoding.
+static MAX_PIXELS: AtomicU64 = AtomicU64::new(DEFAULT_MAX_PIXELS);
+
+/// Sets the pixel cap every later header check applies (the server's start-up).
+pub fn set_max_pixels(pixels: u64) {
+    MAX_PIXELS.store(pixels.max(1), Ordering::Relaxed);
+}
+
+/// The pixel cap in force.
+pub fn max_pixels() -> u64 {
+    MAX_PIXELS.load(Ordering::Relaxed)
+}
 
 /// Decodes a base64 string (standard alphabet, padding optional) holding PNG or JPEG bytes.
 pub fn decode_base64_frame(s: &str) -> Result<Frame, ImageError> {
@@ -68,6 +86,13 @@ impl<'a> EncodedFrame<'a> {
         // limit is checked here on the declared size, as `decode` would before allocating.
         let decoder = reader(bytes, format).into_decoder().map_err(decode_error)?;
         let (width, height) = decoder.dimensions();
+        let pixels = u64::from(width) * u64::from(height);
+        if pixels > max_pixels() {
+            return Err(ImageError::TooLarge(format!(
+                "{width}x{height} is {pixels} pixels, more than {} (--max-image-pixels)",
+                max_pixels()
+            )));
+        }
         if decoder.total_bytes() > MAX_DECODE_ALLOC {
             return Err(ImageError::TooLarge(format!(
                 "{width}x{height} needs {} bytes, more than {MAX_DECODE_ALLOC}",

@@ -61,6 +61,12 @@ pub struct ConnectionOptions {
     /// slower one closes the connection (and while it drains, the connection can be evicted).
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     pub write_timeout_s: f64,
+    /// Pixels (width × height) a PNG or JPEG frame may declare; a larger one is refused from
+    /// its header, before it is decoded (a decoded frame is 3 bytes a pixel, and a session keeps
+    /// up to 15 per view).
+    #[arg(long, value_name = "PIXELS",
+          default_value_t = gr00t_embodiment::image::decode::DEFAULT_MAX_PIXELS)]
+    pub max_image_pixels: u64,
 }
 
 impl Default for ConnectionOptions {
@@ -73,6 +79,7 @@ impl Default for ConnectionOptions {
             handshake_timeout_s: 10.0,
             body_timeout_s: 30.0,
             write_timeout_s: 10.0,
+            max_image_pixels: gr00t_embodiment::image::decode::DEFAULT_MAX_PIXELS,
         }
     }
 }
