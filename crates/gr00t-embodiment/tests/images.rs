@@ -608,13 +608,20 @@ fn jpeg_declaring(w: u16, h: u16) -> Vec<u8> {
 #[test]
 fn frame_sizes_are_refused_from_the_header_before_any_pixel_is_decoded() {
     // The header alone gives the size: this file has no decodable pixel data.
-    let bomb = png_declaring(8192, 8192);
+    let bomb = png_declaring(4096, 4096);
     let header = EncodedFrame::read_header(&bomb).unwrap();
-    assert_eq!((header.width(), header.height()), (8192, 8192));
+    assert_eq!((header.width(), header.height()), (4096, 4096));
     assert!(matches!(header.decode(), Err(ImageError::Decode(_))));
-    let jpeg = jpeg_declaring(8000, 4000);
+    let jpeg = jpeg_declaring(4000, 2000);
     let header = EncodedFrame::read_header(&jpeg).unwrap();
-    assert_eq!((header.width(), header.height()), (8000, 4000));
+    assert_eq!((header.width(), header.height()), (4000, 2000));
+    // Over the pixel cap (4096 × 4096 by default): refused from the header, naming the flag.
+    for file in [png_declaring(8192, 8192), jpeg_declaring(8000, 4000)] {
+        match EncodedFrame::read_header(&file) {
+            Err(ImageError::TooLarge(m)) => assert!(m.contains("--max-image-pixels"), "{m}"),
+            other => panic!("{:?}", other.map(|h| (h.width(), h.height()))),
+        }
+    }
 
     let ckpt = Checkpoint::open(tiny_checkpoint()).unwrap();
     let prompt = PromptEncoder::load(tokenizer_path()).unwrap();
@@ -622,12 +629,13 @@ fn frame_sizes_are_refused_from_the_header_before_any_pixel_is_decoded() {
     let field = "images.exterior_image_1_left[0]";
     // Wrong aspect: the geometry 400. Decoding it would have failed with `cannot decode`
     // (its IDAT is not zlib), so this error shows that no decode was attempted.
-    // Over the decoder limit with a 16:9 shape: refused from the header too.
+    // Over the pixel cap or the decoder limit with a 16:9 shape: refused from the header too.
     // A 16:9 frame the contract accepts goes on to the pixel decode (which fails here).
     for (file, refusal) in [
-        (png_declaring(8192, 8192), "bad image geometry: frame "),
-        (png_declaring(8192, 2048), "bad image geometry: frame "),
-        (jpeg_declaring(8000, 4000), "bad image geometry: frame "),
+        (png_declaring(4096, 4096), "bad image geometry: frame "),
+        (png_declaring(4096, 1024), "bad image geometry: frame "),
+        (jpeg_declaring(4000, 2000), "bad image geometry: frame "),
+        (png_declaring(8192, 4608), "image too large"),
         (png_declaring(16384, 9216), "image too large"),
         (png_declaring(320, 180), "cannot decode image"),
     ] {

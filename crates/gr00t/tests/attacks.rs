@@ -389,3 +389,26 @@ fn a_zmq_peer_that_never_reads_its_replies_is_closed_after_the_write_timeout() {
     println!("stalled reply closed after {:?}", t0.elapsed());
     both_answer_within_a_second(&s);
 }
+
+#[test]
+fn http_bodies_that_never_come_do_not_pin_the_door() {
+    let s = start(&["--max-connections", "16"]);
+    // Every slot holds a POST head declaring a body that never comes (under the 30 s body
+    // timeout): the connections are not busy, so a new one evicts one of them.
+    let head = format!(
+        "POST /predict HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100000\r\n\r\n",
+        s.http
+    );
+    let mut stalled = Vec::new();
+    for _ in 0..16 {
+        let mut c = TcpStream::connect(&s.http).unwrap();
+        c.write_all(head.as_bytes()).unwrap();
+        stalled.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(300)); // the heads are read
+    for _ in 0..3 {
+        both_answer_within_a_second(&s);
+    }
+    drop(stalled);
+}

@@ -10,7 +10,7 @@
 
 use super::errors::ApiError;
 use crate::doors::browser::{self, BrowserRules, Verdict};
-use crate::doors::connections::conn_of;
+use crate::doors::connections::{conn_of, ConnState};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
@@ -32,15 +32,14 @@ pub struct Guard {
     pub browser: Arc<BrowserRules>,
 }
 
-/// Busy marking, the browser rules, the token check and the body deadline, in that order,
+/// The browser rules, the token check, the body deadline and busy marking, in that order,
 /// before the router.
 pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
     let conn = conn_of(&req);
-    let _busy = conn.as_ref().map(|state| {
+    if let Some(state) = &conn {
         state.mark_greeted();
         state.set_linger(false);
-        state.busy()
-    });
+    }
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let refuse = |e: ApiError| {
         // These never reach the router's request log, so they are logged here.
@@ -79,20 +78,23 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
         Ok(Verdict::Preflight(r)) => return r,
         Ok(Verdict::Pass(cors)) => cors,
     };
-    let mut r = guarded(&g, req, next, &refuse).await;
+    let mut r = guarded(&g, conn.as_ref(), req, next, &refuse).await;
     if let Some(origin) = cors {
         browser::allow_origin(&mut r, origin);
     }
     r
 }
 
-/// The token check and the body deadline.
+/// The token check and the body deadline; the connection is busy (spared by the idle timer and
+/// eviction) only once its request is whole: a body that never comes does not pin a slot.
 async fn guarded(
     g: &Guard,
+    conn: Option<&Arc<ConnState>>,
     req: Request,
     next: Next,
     refuse: &impl Fn(ApiError) -> Response,
 ) -> Response {
+    let busy = || conn.map(|state| state.busy());
     let path = req.uri().path().to_string();
     if let Some(token) = &g.api_token {
         if path != "/health" && !bearer_matches(req.headers(), token) {
@@ -103,6 +105,7 @@ async fn guarded(
         }
     }
     if req.method() == Method::GET || req.method() == Method::HEAD {
+        let _busy = busy();
         return next.run(req).await;
     }
     // A declared oversize body is refused before any of it is read.
@@ -120,6 +123,7 @@ async fn guarded(
     let limit = g.max_body_bytes.saturating_add(1);
     match tokio::time::timeout(g.body_timeout, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => {
+            let _busy = busy();
             next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
