@@ -162,18 +162,7 @@ static SELECTED: OnceLock<Int8Kernel> = OnceLock::new();
 /// Fixes the process's int8 kernel to the best this CPU runs capped by `cap` (`--cpu-kernel`'s
 /// int8 part), unless already fixed; returns the kernel in use.
 pub fn select(cap: Option<Int8Kernel>) -> Int8Kernel {
-    *SELECTED.get_or_init(|| capped(cap, Int8Kernel::available))
-}
-
-/// The fastest kernel at most `cap` that `runs` (AVX-VNNI is not a part of AVX512-VNNI: an
-/// AVX-512 CPU without it capped to `avxvnni` runs AVX2).
-fn capped(cap: Option<Int8Kernel>, runs: impl Fn(Int8Kernel) -> bool) -> Int8Kernel {
-    Int8Kernel::ALL
-        .into_iter()
-        .rev()
-        .filter(|&k| cap.is_none_or(|c| k <= c))
-        .find(|&k| runs(k))
-        .unwrap_or(Int8Kernel::Scalar)
+    *SELECTED.get_or_init(|| Int8Kernel::fastest(cap, Int8Kernel::available))
 }
 
 /// The int8 kernel of this process (the best this CPU runs, unless [`select`] capped it).
@@ -283,17 +272,17 @@ mod tests {
     fn a_cap_lowers_the_kernel_to_one_the_cpu_runs() {
         use Int8Kernel::*;
         let every = |_| true;
-        assert_eq!(capped(None, every), Avx512Vnni);
+        assert_eq!(Int8Kernel::fastest(None, every), Avx512Vnni);
         for cap in Int8Kernel::ALL {
-            assert_eq!(capped(Some(cap), every), cap);
+            assert_eq!(Int8Kernel::fastest(Some(cap), every), cap);
             // An AVX2-only CPU (Zen 3).
-            assert_eq!(capped(Some(cap), |k| k <= Avx2), cap.min(Avx2));
+            assert_eq!(Int8Kernel::fastest(Some(cap), |k| k <= Avx2), cap.min(Avx2));
         }
         // AVX-512 with VNNI but no AVX-VNNI (Ice Lake, Zen 4).
         let no_avxvnni = |k| k != AvxVnni;
-        assert_eq!(capped(None, no_avxvnni), Avx512Vnni);
-        assert_eq!(capped(Some(AvxVnni), no_avxvnni), Avx2);
-        assert_eq!(capped(Some(Scalar), no_avxvnni), Scalar);
+        assert_eq!(Int8Kernel::fastest(None, no_avxvnni), Avx512Vnni);
+        assert_eq!(Int8Kernel::fastest(Some(AvxVnni), no_avxvnni), Avx2);
+        assert_eq!(Int8Kernel::fastest(Some(Scalar), no_avxvnni), Scalar);
     }
 
     #[test]

@@ -133,11 +133,10 @@ impl BrowserRules {
             status: StatusCode::MISDIRECTED_REQUEST,
             field: "host",
             message: format!(
-                "host: {:?} is not a name of this server (a page of another site may have \
+                "host: {quoted:?} is not a name of this server (a page of another site may have \
                  pointed its name here: DNS rebinding); start the server with --allowed-host \
-                 {} if clients reach it by that name, or use --api-token",
-                excerpt(&name),
-                excerpt(&name),
+                 {quoted} if clients reach it by that name, or use --api-token",
+                quoted = excerpt(&name),
             ),
         })
     }

@@ -73,10 +73,17 @@ impl Int8Kernel {
 
     /// The fastest kernel this CPU runs.
     pub fn detected() -> Int8Kernel {
+        Int8Kernel::fastest(None, Int8Kernel::available)
+    }
+
+    /// The fastest kernel at most `cap` that `runs` (AVX-VNNI is not a part of AVX512-VNNI: an
+    /// AVX-512 CPU without it capped to `avxvnni` runs AVX2).
+    pub fn fastest(cap: Option<Int8Kernel>, runs: impl Fn(Int8Kernel) -> bool) -> Int8Kernel {
         Int8Kernel::ALL
             .into_iter()
             .rev()
-            .find(|k| k.available())
+            .filter(|&k| cap.is_none_or(|c| k <= c))
+            .find(|&k| runs(k))
             .unwrap_or(Int8Kernel::Scalar)
     }
 

@@ -209,6 +209,15 @@ async fn browser_rules(
     }
 }
 
+/// Both dialects' refusal of an `endpoint` other than `infer` and `reset` (upstream's words),
+/// quoting a long one by its start and length.
+fn unknown_endpoint(name: &str) -> String {
+    format!(
+        "endpoint must be 'infer' or 'reset'. Got '{}'",
+        super::excerpt::excerpt(name)
+    )
+}
+
 /// A websocket handshake: the vLLM-Omni dialect when `VLLM_OMNI`, else openpi's.
 async fn upgrade<const VLLM_OMNI: bool>(
     State(ctx): State<Arc<WsContext>>,

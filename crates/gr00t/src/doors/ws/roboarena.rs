@@ -56,13 +56,7 @@ pub fn endpoint(v: &Value) -> Result<Endpoint, WireError> {
     match name {
         Some("infer") => Ok(Endpoint::Infer),
         Some("reset") => Ok(Endpoint::Reset),
-        Some(other) => Err(WireError::field(
-            "endpoint",
-            format!(
-                "endpoint must be 'infer' or 'reset'. Got '{}'",
-                crate::doors::excerpt::excerpt(other)
-            ),
-        )),
+        Some(other) => Err(WireError::field("endpoint", super::unknown_endpoint(other))),
         None => Err(WireError::field(
             "endpoint",
             format!("endpoint must be 'infer' or 'reset'. Got {}", type_name(v)),

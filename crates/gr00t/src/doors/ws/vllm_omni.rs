@@ -96,11 +96,7 @@ async fn answer(ctx: &WsContext, bytes: &[u8]) -> Answer<Value> {
     match endpoint {
         "reset" => Ok((str_map([("status", Value::from("reset successful"))]), None)),
         "infer" => infer_actions(ctx, &v, m).await.map(|(a, r)| (a, Some(r))),
-        other => Err(format!(
-            "endpoint must be 'infer' or 'reset'. Got '{}'",
-            crate::doors::excerpt::excerpt(other)
-        )
-        .into()),
+        other => Err(super::unknown_endpoint(other).into()),
     }
 }
 

@@ -138,11 +138,16 @@ const MAX_ROUTING_FRAMES: usize = 4;
 /// Bytes of one routing frame: ZMQ routing ids are at most 255 bytes.
 const MAX_ROUTING_FRAME_BYTES: usize = 255;
 
-/// Refuses an envelope no proxy makes: the reply echoes it, so a large one would turn a
-/// client's bytes into the server's memory and write time (issue 43).
-fn check_envelope(frames: &[Vec<u8>]) -> Result<(), ConnectionError> {
+/// The frames a reply echoes first: the routing ids and the delimiter.
+type Envelope = Vec<Vec<u8>>;
+
+/// A message split into its envelope (every frame up to and with the empty delimiter a REQ
+/// puts first; none for a bare DEALER, whose message is all body) and its body. An envelope no
+/// proxy makes is refused: the reply echoes it, so a large one would turn a client's bytes into
+/// the server's memory and write time (issue 43).
+fn split_envelope(mut frames: Vec<Vec<u8>>) -> Result<(Envelope, Vec<Vec<u8>>), ConnectionError> {
     let Some(routing) = frames.iter().position(Vec::is_empty) else {
-        return Ok(()); // a bare DEALER: all body, nothing echoed
+        return Ok((Vec::new(), frames));
     };
     let largest = frames[..routing].iter().map(Vec::len).max().unwrap_or(0);
     if routing > MAX_ROUTING_FRAMES || largest > MAX_ROUTING_FRAME_BYTES {
@@ -151,7 +156,8 @@ fn check_envelope(frames: &[Vec<u8>]) -> Result<(), ConnectionError> {
             largest,
         });
     }
-    Ok(())
+    let body = frames.split_off(routing + 1);
+    Ok((frames, body))
 }
 
 /// A connection's deadlines: a message once begun, a reply once written.
@@ -204,9 +210,9 @@ async fn connection(
                 zmtp::Event::Ping(context) => stream.write_all(&zmtp::pong(&context)).await?,
                 zmtp::Event::Message(frames) => {
                     ended = true;
-                    check_envelope(&frames)?;
+                    let (envelope, body) = split_envelope(frames)?;
                     let busy = state.busy();
-                    let (reply, kill) = answer(ctx, frames).await;
+                    let (reply, kill) = answer(ctx, &envelope, &body).await;
                     // Answered: a peer that does not read its reply is not busy (evictable at
                     // the cap) and has the write timeout to drain it.
                     drop(busy);
@@ -234,14 +240,9 @@ async fn connection(
 }
 
 /// A message's reply on the wire (its envelope, then the reply), and whether the server should
-/// stop afterwards (`kill`). The envelope is every frame up to the empty delimiter a REQ puts
-/// first; a message without one (a bare DEALER) is all body.
-async fn answer(ctx: &ZmqContext, mut frames: Vec<Vec<u8>>) -> (Vec<u8>, bool) {
-    let body = match frames.iter().position(Vec::is_empty) {
-        Some(i) => frames.split_off(i + 1),
-        None => std::mem::take(&mut frames),
-    };
-    let (reply, kill) = match body.as_slice() {
+/// stop afterwards (`kill`).
+async fn answer(ctx: &ZmqContext, envelope: &[Vec<u8>], body: &[Vec<u8>]) -> (Vec<u8>, bool) {
+    let (reply, kill) = match body {
         [one] => handle(ctx, one).await,
         _ => (
             error(format!(
@@ -252,7 +253,7 @@ async fn answer(ctx: &ZmqContext, mut frames: Vec<Vec<u8>>) -> (Vec<u8>, bool) {
         ),
     };
     let reply = pack(&reply);
-    let mut parts: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    let mut parts: Vec<&[u8]> = envelope.iter().map(Vec::as_slice).collect();
     parts.push(&reply);
     (zmtp::message(&parts), kill)
 }
