@@ -7,7 +7,11 @@ Each answer carries the session's `session_token`; the client echoes it on its n
 the server no longer holds that session (it expired or was reset, the server restarted, or a
 balancer sent the step to another replica), it answers 409 `session restarted` instead of
 continuing something else: the client resets the session and sends the whole observation
-again. A session's first step must be step 1 (a replica may still hold an earlier visit's
+again. Once a step has echoed the token the session is locked to it: requests and resets
+without it are refused (409 `session locked`), so another client that learns the session id
+cannot drive or reset the robot's session; a client that meets such a refusal itself (it lost
+the token: restarted, or an earlier visit's session on a replica) moves to a new session id
+(`<robot>.<n>`). A session's first step must be step 1 (a replica may still hold an earlier visit's
 state under the same id: then that is reset too). Uses only the standard library.
 
 Usage: python3 examples/http_session_client.py [--url http://127.0.0.1:20000] [--robot franka-1]
@@ -45,15 +49,28 @@ class SessionRobot:
 
     def __init__(self, url, session):
         self.url, self.session, self.step = url, session, 0
+        self.base, self.moves = session, 0
         # The token of the session the last answer was in (echoed on the next step).
         self.token = None
         self.resets = 0
 
     def reset(self):
-        status, reply, _ = post(self.url, "/reset", {"session_id": self.session}, self.session)
-        assert status == 200, reply
+        # Once a step echoed the token the session is locked to it: a reset must carry it too.
+        body = {"session_id": self.session, "session_token": self.token}
+        status, reply, _ = post(self.url, "/reset", body, self.session)
+        if status == 409 and reply.get("error", "").startswith("session locked"):
+            self.move_on()
+        else:
+            assert status == 200, reply
         self.step, self.token = 0, None
         self.resets += 1
+
+    def move_on(self):
+        """Leaves a session locked to a token this client does not hold (an earlier run's, or
+        a replica's from an earlier visit) for a fresh id; the old one expires on the server."""
+        self.moves += 1
+        self.session = f"{self.base}.{self.moves}"
+        self.step, self.token = 0, None
 
     def act(self, observation):
         """The answer to `observation` (a /predict body with [t−15, t] frames)."""
@@ -65,7 +82,12 @@ class SessionRobot:
             status, reply, _ = post(self.url, "/predict", body, self.session)
             if status == 409 and reply.get("error", "").startswith("session restarted"):
                 # The server does not hold our session any more: start it over, whole.
+                self.token = None
                 self.reset()
+                continue
+            if status == 409 and reply.get("error", "").startswith("session locked"):
+                # This id's session is locked to a token we do not hold: use another id.
+                self.move_on()
                 continue
             if status == 409:
                 # A newer observation of this session replaced this one: it was not computed.

@@ -2,8 +2,9 @@
 """examples/http_session_client.py against the server: a session's first step is the whole
 observation without RTC, the next ones send the frame at t only and join onto the session's
 last chunk; two robots doing the same get the same answers; a session reset behind the
-client's back is reported by the 409 its echoed `session_token` gets, and started over, giving
-the first answer again; so is another replica's session of the same name; the example runs end
+client's back (by the holder of its token: without it the reset is refused, the session being
+locked to the token the client echoed) is reported by the 409 its echoed `session_token` gets,
+and started over, giving the first answer again; so is another replica's session of the same name; the example runs end
 to end. Prints `N passed, M failed`.
 """
 import subprocess
@@ -54,8 +55,13 @@ def checks(server):
         tp.assert_equal(groups(r), groups(answers["a"][0]), what)
 
     def a_lost_session_is_started_over():
-        # The server forgets robot a (as a restarted or another replica would).
+        # Robot a echoed its token, so its session is locked to it: another client that
+        # knows only the id cannot reset it.
         status, reply, _ = hsc.post(url, "/reset", {"session_id": "py-arm-a"}, "py-arm-a")
+        assert status == 409 and reply["error"].startswith("session locked"), reply
+        # The server forgets robot a (as a restarted or another replica would).
+        body_reset = {"session_id": "py-arm-a", "session_token": a.token}
+        status, reply, _ = hsc.post(url, "/reset", body_reset, "py-arm-a")
         assert status == 200 and reply["reset"] is True, reply
         acts_started_over("after the reset")
 

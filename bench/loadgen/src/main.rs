@@ -10,13 +10,16 @@
 //! answer, and `--answers-out FILE` writes one JSON line per answer for the fault analysis.
 //!
 //! `--episode N`: each robot runs episodes of N steps in its server-side session, every step
-//! with RTC against the session's last chunk (no chunk sent), and `POST /reset` between
-//! episodes. Every step after an episode's first echoes the `session_token` of the answer
-//! before: when the server no longer holds that session (another replica, or a restarted one)
-//! it answers 409 `session restarted`, and the robot starts a new episode (reset, then a first
-//! step without the token). An episode's first step must be step 1 of a fresh session; one
-//! that lands on an earlier visit's state (a replica that still holds it) is reset and sent
-//! again. An answer is right when it equals the solo answer of that step.
+//! with RTC against the session's last chunk (no chunk sent), and `POST /reset` (with the
+//! session's token) between episodes. Every step after an episode's first echoes the
+//! `session_token` of the answer before, which locks the session to it: when the server no
+//! longer holds that session (another replica, or a restarted one) it answers 409 `session
+//! restarted`, and the robot starts a new episode under a new session id (`robot-<k>.<n>`: a
+//! replica may still hold the old one, locked to a token the robot no longer has, until it
+//! expires). An episode's first step must be step 1 of a fresh session; one that lands on an
+//! earlier visit's state (a replica that still holds it) is reset and sent again, or, locked
+//! (409 `session locked`), moves to a new session id. An answer is right when it equals the
+//! solo answer of that step.
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -178,9 +181,15 @@ fn client_request(fixtures: &str, k: usize, rtc: bool) -> Result<Vec<u8>, String
     serde_json::to_vec(&v).map_err(|e| e.to_string())
 }
 
-/// `POST /reset` of `session`, retried like a request; whether it was answered.
-fn reset(addr: &str, token: Option<&str>, session: &str, max_attempts: usize) -> bool {
-    let body = json!({ "session_id": session }).to_string();
+/// `POST /reset` of `session` (carrying its `session_token`, which a locked session needs),
+/// retried like a request; whether it was answered.
+fn reset(
+    addr: &str,
+    token: Option<&str>,
+    (session, session_token): (&str, Option<&str>),
+    max_attempts: usize,
+) -> bool {
+    let body = json!({ "session_id": session, "session_token": session_token }).to_string();
     for _ in 0..max_attempts {
         match http(
             addr,
@@ -267,6 +276,15 @@ fn session_id(k: usize) -> String {
     format!("robot-{k}")
 }
 
+/// Robot `k`'s session id after it moved on `moves` times (a locked or lost session left
+/// behind).
+fn moved_session_id(k: usize, moves: usize) -> String {
+    match moves {
+        0 => session_id(k),
+        n => format!("{}.{n}", session_id(k)),
+    }
+}
+
 fn main() {
     let a = match args() {
         Ok(a) => a,
@@ -286,7 +304,7 @@ fn main() {
         let body = client_request(&a.fixtures, k, a.episode > 0).unwrap_or_else(|e| panic!("{e}"));
         let session = (a.episode > 0).then(|| format!("solo-{}", session_id(k)));
         if let Some(id) = &session {
-            assert!(reset(&solo_addr, token, id, 1), "solo reset {id}");
+            assert!(reset(&solo_addr, token, (id, None), 1), "solo reset {id}");
         }
         let mut answers = Vec::new();
         for _ in 0..steps {
@@ -353,10 +371,13 @@ fn main() {
             let (answers, paths) = (answers.clone(), paths.clone());
             let (max_s, max_attempts, episode) = (a.max_seconds, a.max_attempts, a.episode);
             std::thread::spawn(move || {
-                let session = session_id(k);
-                // Resets the session for a new episode; whether the reset was answered.
-                let start_over = |mine: &mut Tally| {
-                    let done = reset(&addr, token.as_deref(), &session, max_attempts);
+                let mut session = session_id(k);
+                let mut moves = 0;
+                // Resets the session for a new episode (with its token); whether the reset
+                // was answered.
+                let start_over = |mine: &mut Tally, session: &str, session_token: Option<&str>| {
+                    let held = (session, session_token);
+                    let done = reset(&addr, token.as_deref(), held, max_attempts);
                     if done {
                         mine.resets += 1;
                     } else {
@@ -370,12 +391,12 @@ fn main() {
                 // Steps answered in this episode, and the token its last answer carried.
                 let mut done_steps = 0;
                 let mut token_of_session: Option<String> = None;
-                if episode > 0 && !reset(&addr, token.as_deref(), &session, max_attempts) {
+                if episode > 0 && !reset(&addr, token.as_deref(), (&session, None), max_attempts) {
                     mine.other.push(format!("{session}: reset not answered"));
                 }
                 for _ in 0..n {
                     if episode > 0 && done_steps == episode {
-                        start_over(&mut mine);
+                        start_over(&mut mine, &session, token_of_session.as_deref());
                         done_steps = 0;
                         token_of_session = None;
                     }
@@ -414,7 +435,7 @@ fn main() {
                                 let fresh_needed = token_of_session.is_none();
                                 if episode > 0 && fresh_needed && step != 1 {
                                     mine.stale += 1;
-                                    if !start_over(&mut mine) {
+                                    if !start_over(&mut mine, &session, None) {
                                         break;
                                     }
                                     done_steps = 0;
@@ -462,14 +483,26 @@ fn main() {
                                     && String::from_utf8_lossy(&r.body)
                                         .contains("session restarted") =>
                             {
-                                // The session is gone here (another or a restarted replica):
-                                // a new episode, from a reset session.
+                                // The session is gone here (another or a restarted replica,
+                                // which may hold an earlier visit's session locked to a token
+                                // this robot no longer has): a new episode in a new session.
                                 mine.restarted += 1;
-                                if !start_over(&mut mine) {
-                                    break;
-                                }
+                                moves += 1;
+                                session = moved_session_id(k, moves);
                                 done_steps = 0;
                                 token_of_session = None;
+                            }
+                            Ok(r)
+                                if r.status == 409
+                                    && token_of_session.is_none()
+                                    && String::from_utf8_lossy(&r.body)
+                                        .contains("session locked") =>
+                            {
+                                // An earlier visit's session, locked to its token: move on.
+                                mine.stale += 1;
+                                moves += 1;
+                                session = moved_session_id(k, moves);
+                                done_steps = 0;
                             }
                             Ok(r) if r.status == 503 => {
                                 mine.busy_503 += 1;

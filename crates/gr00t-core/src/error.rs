@@ -30,6 +30,10 @@ pub enum InferError {
     /// holds another one of its name (HTTP 409); the text says which.
     #[error("session restarted: {0}")]
     SessionRestarted(String),
+    /// The session is locked to the token an earlier request of it carried, and this request
+    /// (or reset) did not carry it (HTTP 409).
+    #[error("session locked: {0}")]
+    SessionLocked(String),
     /// The inference thread is gone (HTTP 500).
     #[error("internal error: the inference worker has stopped")]
     Stopped,

@@ -13,7 +13,7 @@ use crate::error::InferError;
 use crate::request::Request;
 use crate::response::{PredictResponse, SessionReply};
 use crate::rtc::RtcPlan;
-use crate::session::{LastChunk, Restarted, SessionKey, SessionStats, Sessions};
+use crate::session::{LastChunk, Refusal, SessionKey, SessionStats, Sessions};
 use gr00t_embodiment::frame_history::FrameHistory;
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -236,7 +236,7 @@ fn in_session(
     let token = request.session_token.take();
     let mut view = match sessions.begin(key, token.as_deref(), now) {
         Ok(view) => view,
-        Err(why) => return Err(restarted(key, why)),
+        Err(why) => return Err(refused(key, why)),
     };
     if let Some(RtcPlan::SessionChunk { last, .. }) = request.rtc.as_mut() {
         *last = view.last_chunk.take();
@@ -259,19 +259,23 @@ fn in_session(
     Ok(response)
 }
 
-/// The refusal of a request whose session token no longer names a session held here.
-fn restarted(key: &SessionKey, why: Restarted) -> InferError {
+/// The refusal of a request (or reset) whose session token does not let it touch its session.
+fn refused(key: &SessionKey, why: Refusal) -> InferError {
     let id = key.id();
-    InferError::SessionRestarted(match why {
-        Restarted::Unknown => format!(
+    match why {
+        Refusal::Unknown => InferError::SessionRestarted(format!(
             "this server holds no session {id:?} (it expired, was reset or evicted, or this is \
              another or a restarted server): start over without session_token"
-        ),
-        Restarted::Replaced => format!(
+        )),
+        Refusal::Replaced => InferError::SessionRestarted(format!(
             "the session {id:?} held here is another one than session_token names (it was \
-             reset and began again): start over without session_token"
-        ),
-    })
+             reset and began again, or the token is not its): start over without session_token"
+        )),
+        Refusal::Locked => InferError::SessionLocked(format!(
+            "the session {id:?} is locked to the session_token its client echoed: send that \
+             token, or use another session_id"
+        )),
+    }
 }
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
@@ -317,6 +321,14 @@ impl Queue {
             span,
             wait,
         };
+        // The token is checked before the request can take a waiting one's place.
+        let token = job.request.session_token.as_deref();
+        if let Some(key) = &job.session {
+            self.shared
+                .sessions
+                .admit(key, token)
+                .map_err(|why| refused(key, why))?;
+        }
         let mut jobs = self.shared.lock();
         if jobs.stopped {
             return Err(InferError::Stopped);
@@ -326,6 +338,20 @@ impl Queue {
                 .iter()
                 .position(|j| j.session.as_ref() == Some(key))
         });
+        // A waiting request that carries a token (locking the session once it runs) is
+        // replaced only by one carrying the same token.
+        if let (Some(i), Some(key)) = (older, &job.session) {
+            let theirs = jobs.waiting[i].request.session_token.as_deref();
+            if theirs.is_some() && theirs != token {
+                drop(jobs);
+                let why = if token.is_some() {
+                    Refusal::Replaced
+                } else {
+                    Refusal::Locked
+                };
+                return Err(refused(key, why));
+            }
+        }
         if let Some(i) = older {
             let old = std::mem::replace(&mut jobs.waiting[i], job);
             drop(jobs);
@@ -385,9 +411,13 @@ impl Queue {
         self.shared.sessions.stats()
     }
 
-    /// Clears session `key` (a request of it computing now keeps nothing); whether it existed.
-    pub fn reset_session(&self, key: &SessionKey) -> bool {
-        self.shared.sessions.reset(key)
+    /// Clears session `key` for a client carrying `token` (a request of it computing now keeps
+    /// nothing); whether it existed. A locked session needs its token (409 otherwise).
+    pub fn reset_session(&self, key: &SessionKey, token: Option<&str>) -> Result<bool, InferError> {
+        self.shared
+            .sessions
+            .reset(key, token)
+            .map_err(|why| refused(key, why))
     }
 
     /// Drops session `key`, whose connection ended.
@@ -622,7 +652,7 @@ mod tests {
         let a2s = a2.session.unwrap();
         assert_eq!(a2s.step, 2);
         assert!(a2s.since_last_ms.is_some());
-        assert!(handle.reset_session(&key("A")));
+        assert_eq!(handle.reset_session(&key("A"), None), Ok(true));
         let a3 = wait(handle.submit(rtc(b"d", "A")).unwrap()).unwrap();
         assert_eq!((a3.seq_len, a3.session.map(|s| s.step)), (0, Some(1)));
         let st = handle.session_stats();
@@ -657,20 +687,63 @@ mod tests {
             (second.session.unwrap().step, second.session_token),
             (2, Some(token.clone()))
         );
-        // Gone, or another incarnation: 409-style refusals naming the session.
-        assert!(handle.reset_session(&key("A")));
-        match wait(handle.submit(echo(b"c", "A", &token)).unwrap()) {
+        // Gone, or another incarnation: 409-style refusals naming the session, at once.
+        assert_eq!(handle.reset_session(&key("A"), Some(&token)), Ok(true));
+        match handle.submit(echo(b"c", "A", &token)) {
             Err(InferError::SessionRestarted(m)) => assert!(m.contains("\"A\""), "{m}"),
             other => panic!("expected a restart, got {other:?}"),
         }
         let fresh = wait(handle.submit(in_session(b"d", "A")).unwrap()).unwrap();
         assert_ne!(fresh.session_token, Some(token.clone()));
         assert!(matches!(
-            wait(handle.submit(echo(b"f", "A", &token)).unwrap()),
+            handle.submit(echo(b"f", "A", &token)),
             Err(InferError::SessionRestarted(_))
         ));
         let st = handle.session_stats();
         assert_eq!((st.active, st.created, st.restarted), (1, 2, 2));
+        drop(handle);
+        worker.join();
+    }
+    #[test]
+    fn without_its_token_a_locked_session_is_refused_before_it_replaces_a_waiting_step() {
+        let (f, started, release) = blocking_on(b'b');
+        let (worker, handle) = start(f, 4).unwrap();
+        let first = wait(handle.submit(in_session(b"a", "R")).unwrap()).unwrap();
+        let token = first.session_token.unwrap();
+        let echo =
+            |tag: &[u8], t: &str| in_session(tag, "R").with_session_token(Some(t.to_string()));
+        // The robot's step computes; its next step waits behind it.
+        let computing = handle.submit(echo(b"b", &token)).unwrap();
+        started.recv().unwrap();
+        let next = handle.submit(echo(b"n", &token)).unwrap();
+        // Another client that knows only the id: a forged token, then none. Neither takes
+        // the robot's waiting step's place.
+        assert!(matches!(
+            handle.submit(echo(b"x", "forged")),
+            Err(InferError::SessionRestarted(_))
+        ));
+        match handle.submit(in_session(b"y", "R")) {
+            Err(InferError::SessionLocked(m)) => assert!(m.contains("\"R\""), "{m}"),
+            other => panic!("expected a locked session, got {other:?}"),
+        }
+        assert!(matches!(
+            handle.reset_session(&key("R"), None),
+            Err(InferError::SessionLocked(_))
+        ));
+        assert_eq!(handle.state().superseded, 0);
+        // The holder's own newer step still replaces its waiting one.
+        let newer = handle.submit(echo(b"m", &token)).unwrap();
+        assert_eq!(wait(next), Err(InferError::Superseded));
+        release.send(()).unwrap();
+        assert_eq!(wait(computing).unwrap().session.unwrap().step, 2);
+        let newer = wait(newer).unwrap();
+        assert_eq!(
+            (newer.seq_len, newer.session.unwrap().step),
+            (b'm' as usize, 3)
+        );
+        assert_eq!(handle.reset_session(&key("R"), Some(&token)), Ok(true));
+        let st = handle.session_stats();
+        assert_eq!((st.locked, st.restarted, st.resets), (2, 1, 1));
         drop(handle);
         worker.join();
     }

@@ -6,9 +6,12 @@
 //! are bounded, the least recently used evicted first. A session exists from its first
 //! answered observation: a refused one neither creates nor touches it. Each carries a token
 //! drawn at creation; a client that echoes it learns when the server no longer holds the
-//! session it was in ([`Restarted`]). Only the inference thread changes a session's
-//! contents; the doors reset and count them.
+//! session it was in ([`Refusal::Unknown`], [`Refusal::Replaced`]), and once a request has
+//! carried it the session is locked to it: a request or reset without it is refused
+//! ([`Refusal::Locked`]), so a client that knows only the id cannot drive a robot's session.
+//! Only the inference thread changes a session's contents; the doors reset and count them.
 
+use crate::auth::token_matches;
 use gr00t_embodiment::frame_history::FrameHistory;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -119,15 +122,18 @@ impl fmt::Display for SessionKey {
     }
 }
 
-/// Why a request that echoed a session token cannot continue its session.
+/// Why a request (or reset) may not touch the session it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Restarted {
-    /// The server holds no session of that name (expired, evicted, reset, or never here:
-    /// another replica or a restarted one).
+pub enum Refusal {
+    /// It echoed a token, and the server holds no session of that name (expired, evicted,
+    /// reset, or never here: another replica or a restarted one).
     Unknown,
-    /// The server holds a session of that name, but another one (it was reset and began
-    /// again, or another client created it).
+    /// It echoed a token, and the server holds a session of that name, but another one (it
+    /// was reset and began again, or another client created it), or the token is not its.
     Replaced,
+    /// It carried no token, and the session is locked to the token an earlier request
+    /// carried.
+    Locked,
 }
 
 /// The last chunk a session was answered.
@@ -149,6 +155,8 @@ struct Session {
     epoch: u64,
     /// Drawn at creation, echoed by clients that want to know of a restart.
     token: String,
+    /// A request has carried the token: from then on every request and reset must.
+    locked: bool,
     last_chunk: Option<LastChunk>,
     /// Earlier frames of each view.
     frames: FrameHistory,
@@ -199,6 +207,9 @@ pub struct SessionStats {
     pub resets: u64,
     /// Requests refused because the session their token named is gone or another one.
     pub restarted: u64,
+    /// Requests and resets refused because their session is locked to a token they did not
+    /// carry.
+    pub locked: u64,
 }
 
 #[derive(Debug, Default)]
@@ -256,22 +267,29 @@ impl Sessions {
         t.stats.expired += (before - t.map.len()) as u64;
     }
 
+    /// Whether a request (or reset) carrying `token` may touch the session `key`: the check
+    /// the queue makes before the request takes a waiting one's place, and [`Sessions::begin`]
+    /// again when it runs. A refusal is counted.
+    pub fn admit(&self, key: &SessionKey, token: Option<&str>) -> Result<(), Refusal> {
+        let mut t = self.lock();
+        self.expire(&mut t, Instant::now());
+        admit(&mut t, key, token)
+    }
+
     /// The session `key` as a request starts at `now`. With the client's `token`, a session
-    /// that is gone or another one is refused ([`Restarted`]); without, a missing session is
-    /// begun, and created only once the request is answered ([`Sessions::record`]).
+    /// that is gone or another one is refused, and a session it names is locked to it from
+    /// now on; without, a locked session is refused, and a missing one is begun, and created
+    /// only once the request is answered ([`Sessions::record`]).
     pub fn begin(
         &self,
         key: &SessionKey,
         token: Option<&str>,
         now: Instant,
-    ) -> Result<SessionView, Restarted> {
+    ) -> Result<SessionView, Refusal> {
         let mut t = self.lock();
         self.expire(&mut t, now);
+        admit(&mut t, key, token)?;
         let Some(s) = t.map.get_mut(key) else {
-            if token.is_some() {
-                t.stats.restarted += 1;
-                return Err(Restarted::Unknown);
-            }
             // A token the client can echo from this answer on; drawing it cannot fail in
             // practice, and a session without one still serves clients that send none.
             let token = random_id().unwrap_or_default();
@@ -285,10 +303,7 @@ impl Sessions {
                 began: now,
             });
         };
-        if token.is_some_and(|given| given != s.token) {
-            t.stats.restarted += 1;
-            return Err(Restarted::Replaced);
-        }
+        s.locked |= token.is_some();
         s.busy = true;
         let since_last = (s.step > 0).then(|| now.saturating_duration_since(s.last_seen));
         Ok(SessionView {
@@ -342,6 +357,7 @@ impl Sessions {
                 Session {
                     epoch,
                     token: view.token,
+                    locked: false,
                     last_chunk: Some(chunk),
                     frames: view.frames,
                     step: 1,
@@ -361,14 +377,18 @@ impl Sessions {
         Some(s.step)
     }
 
-    /// Clears the session `key`; whether it existed.
-    pub fn reset(&self, key: &SessionKey) -> bool {
+    /// Clears the session `key` for a client carrying `token`; whether it existed. A locked
+    /// session is cleared only with its token, and a token that is not the session's clears
+    /// nothing ([`Refusal::Locked`], [`Refusal::Replaced`]).
+    pub fn reset(&self, key: &SessionKey, token: Option<&str>) -> Result<bool, Refusal> {
         let mut t = self.lock();
-        let existed = t.map.remove(key).is_some();
-        if existed {
-            t.stats.resets += 1;
+        if !t.map.contains_key(key) {
+            return Ok(false);
         }
-        existed
+        admit(&mut t, key, token)?;
+        t.map.remove(key);
+        t.stats.resets += 1;
+        Ok(true)
     }
 
     /// Drops the session `key` because its connection ended (not counted as a reset).
@@ -385,6 +405,23 @@ impl Sessions {
             ..t.stats.clone()
         }
     }
+}
+
+/// [`Sessions::admit`] on the locked table.
+fn admit(t: &mut Table, key: &SessionKey, token: Option<&str>) -> Result<(), Refusal> {
+    let refusal = match (t.map.get(key), token) {
+        (None, Some(_)) => Refusal::Unknown,
+        (Some(s), Some(given)) if !token_matches(given.as_bytes(), s.token.as_bytes()) => {
+            Refusal::Replaced
+        }
+        (Some(s), None) if s.locked => Refusal::Locked,
+        _ => return Ok(()),
+    };
+    match refusal {
+        Refusal::Locked => t.stats.locked += 1,
+        Refusal::Unknown | Refusal::Replaced => t.stats.restarted += 1,
+    }
+    Err(refusal)
 }
 
 #[cfg(test)]
@@ -506,26 +543,57 @@ mod tests {
         s.record(&key("a"), v, Some(chunk(2.0)));
         assert_eq!(
             s.begin(&key("a"), Some("not-it"), now).unwrap_err(),
-            Restarted::Replaced
+            Refusal::Replaced
         );
-        // Reset and begun again without the token: a new token; the old one is refused.
-        assert!(s.reset(&key("a")));
+        // Reset (with the token: it locked the session) and begun again without it: a new
+        // token; the old one is refused.
+        assert_eq!(s.reset(&key("a"), Some(&token)), Ok(true));
         assert_eq!(
             s.begin(&key("a"), Some(&token), now).unwrap_err(),
-            Restarted::Unknown
+            Refusal::Unknown
         );
         answer(&s, "a", 3.0, now);
         assert_eq!(
             s.begin(&key("a"), Some(&token), now).unwrap_err(),
-            Restarted::Replaced
+            Refusal::Replaced
         );
         // Another server's (or this one before a restart) token for a name it never held.
         assert_eq!(
             s.begin(&key("b"), Some(&token), now).unwrap_err(),
-            Restarted::Unknown
+            Refusal::Unknown
         );
         let st = s.stats();
         assert_eq!((st.restarted, st.active), (4, 1));
+    }
+
+    #[test]
+    fn a_session_whose_token_came_back_is_locked_to_it() {
+        let s = Sessions::default();
+        let now = Instant::now();
+        let v = s.begin(&key("a"), None, now).unwrap();
+        let token = v.token.clone();
+        s.record(&key("a"), v, Some(chunk(1.0)));
+        // Never echoed yet: a client without the token is served, as before.
+        assert_eq!(s.admit(&key("a"), None), Ok(()));
+        assert_eq!(answer(&s, "a", 2.0, now), Some(2));
+        let v = s.begin(&key("a"), Some(&token), now).unwrap();
+        s.record(&key("a"), v, Some(chunk(3.0)));
+        // From now on neither a request nor a reset without it touches the session.
+        assert_eq!(s.admit(&key("a"), None), Err(Refusal::Locked));
+        assert_eq!(s.begin(&key("a"), None, now).unwrap_err(), Refusal::Locked);
+        assert_eq!(s.reset(&key("a"), None), Err(Refusal::Locked));
+        assert_eq!(s.reset(&key("a"), Some("forged")), Err(Refusal::Replaced));
+        let v = s.begin(&key("a"), Some(&token), now).unwrap();
+        assert_eq!((v.step, v.last_chunk.clone()), (3, Some(chunk(3.0))));
+        assert_eq!(s.record(&key("a"), v, Some(chunk(4.0))), Some(4));
+        let st = s.stats();
+        assert_eq!((st.locked, st.restarted, st.resets), (3, 1, 0));
+        // Its holder resets it; the next session under that id starts unlocked.
+        assert_eq!(s.reset(&key("a"), Some(&token)), Ok(true));
+        assert_eq!(answer(&s, "a", 5.0, now), Some(1));
+        assert_eq!(s.admit(&key("a"), None), Ok(()));
+        // Other sessions were never locked by it.
+        assert_eq!(answer(&s, "b", 6.0, now), Some(1));
     }
 
     #[test]
@@ -534,8 +602,8 @@ mod tests {
         let now = Instant::now();
         answer(&s, "a", 0.0, now);
         let v = s.begin(&key("a"), None, now).unwrap();
-        assert!(s.reset(&key("a")));
-        assert!(!s.reset(&key("a")));
+        assert_eq!(s.reset(&key("a"), None), Ok(true));
+        assert_eq!(s.reset(&key("a"), None), Ok(false));
         // The request that began before the reset finishes after it.
         assert_eq!(s.record(&key("a"), v, Some(chunk(1.0))), None);
         let fresh = s.begin(&key("a"), None, now).unwrap();

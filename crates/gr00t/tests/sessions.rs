@@ -295,9 +295,30 @@ fn an_echoed_session_token_tells_a_client_its_session_restarted() {
         (r.status, r.json()["field"].clone()),
         (409, json!("session_token"))
     );
-    // Reset: the old token names a session the server no longer holds.
+    // The token came back once: the session is locked to it. Another client that knows only
+    // the id neither advances nor resets it (409 naming session_token, nothing computed).
+    let r = step(&s, 2, None);
+    assert_eq!(
+        (r.status, r.json()["field"].clone()),
+        (409, json!("session_token")),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("session locked"), "{}", r.text());
     let reset = test_client::post_json(&s.http, "/reset", br#"{"session_id": "arm"}"#).unwrap();
-    assert_eq!(reset.json()["reset"], json!(true));
+    assert_eq!(reset.status, 409, "{}", reset.text());
+    assert!(reset.text().contains("session locked"), "{}", reset.text());
+    let info = test_client::get(&s.http, "/info").unwrap().json();
+    assert_eq!(
+        u64s(&info["sessions"], &["locked", "restarted"]),
+        [Some(2), Some(1)]
+    );
+    let third = step(&s, 2, Some(&token)).json();
+    assert_eq!(third["session"]["step"], json!(3));
+    // Reset with the token: the old token names a session the server no longer holds.
+    let body = json!({"session_id": "arm", "session_token": token}).to_string();
+    let reset = test_client::post_json(&s.http, "/reset", body.as_bytes()).unwrap();
+    assert_eq!(reset.json()["reset"], json!(true), "{}", reset.text());
     let r = step(&s, 2, Some(&token));
     assert_eq!(r.status, 409, "{}", r.text());
     assert!(r.json()["error"]

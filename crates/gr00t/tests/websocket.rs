@@ -406,10 +406,39 @@ fn websocket_roboarena_sessions_are_core_sessions() {
     assert!(matches!(b.read().unwrap(), Message::Text(_)));
     assert_eq!(metric(&metrics(), "gr00t_sessions_reset_total"), 1.0);
     // Reset, the session starts over: t0 is paired with itself, as t-15 was at first.
-    let fresh = groups(&infer(&mut b, &arena("t0", "ep")));
+    let fresh_reply = infer(&mut b, &arena("t0", "ep"));
+    let fresh = groups(&fresh_reply);
     assert_ne!(fresh, ours, "the reset kept the session's frames");
     assert_ne!(fresh, first);
     assert_eq!(sessions()["active"].as_u64(), Some(1));
+    // Echoing the session's token locks the session to it: another connection that names
+    // "ep" without the token can neither step nor reset it; the holder can.
+    let token = get(fresh_reply.as_map().unwrap(), "server_timing")
+        .and_then(|t| get(t.as_map()?, "session_token"))
+        .and_then(Value::as_str)
+        .expect("server_timing.session_token")
+        .to_string();
+    let with_token = |mut v: Value| {
+        if let Value::Map(m) = &mut v {
+            m.push((Value::from("session_token"), Value::from(token.as_str())));
+        }
+        v
+    };
+    infer(&mut b, &with_token(arena("t0", "ep")));
+    let (mut c, _) = connect(&addr, Some("k3y")).unwrap();
+    let e = expect_error(&mut c, Message::Binary(pack(&arena("t0", "ep")).into()));
+    assert!(e.contains("session locked"), "{e}");
+    let (mut c, _) = connect(&addr, Some("k3y")).unwrap();
+    let e = expect_error(&mut c, Message::Binary(pack(&ws_reset).into()));
+    assert!(e.contains("session locked"), "{e}");
+    b.send(Message::Binary(pack(&with_token(ws_reset.clone())).into()))
+        .unwrap();
+    assert!(matches!(b.read().unwrap(), Message::Text(_)));
+    assert_eq!(metric(&metrics(), "gr00t_sessions_reset_total"), 2.0);
+    assert_eq!(
+        metric(&metrics(), "gr00t_sessions_locked_refusals_total"),
+        2.0
+    );
 }
 
 #[test]

@@ -232,14 +232,19 @@ fn zmq_get_action_matches_fixture_and_http_and_survives_bad_requests() {
         serde_json::json!(false),
         "HTTP reached ZMQ's session"
     );
-    let r = c.call(
-        "reset",
-        Some(str_map([(
-            "options",
-            str_map([("session_id", Value::from("arm"))]),
-        )])),
-        None,
-    );
+    // The echoed token locked the session: without it no step and no reset touch it.
+    let e = error_text(&c.call("get_action", Some(in_session(None)), None));
+    assert!(e.starts_with("session locked:"), "{e}");
+    let reset_with = |token: Option<&str>| {
+        let mut o = vec![("session_id", Value::from("arm"))];
+        if let Some(t) = token {
+            o.push(("session_token", Value::from(t)));
+        }
+        Some(str_map([("options", str_map(o))]))
+    };
+    let e = error_text(&c.call("reset", reset_with(None), None));
+    assert!(e.starts_with("session locked:"), "{e}");
+    let r = c.call("reset", reset_with(Some(&token)), None);
     assert_eq!(
         get(r.as_map().unwrap(), "reset"),
         Some(&Value::Boolean(true))

@@ -252,7 +252,9 @@ impl Outcome {
         match e {
             InferError::Invalid(f) => Outcome::BadRequest(field_label(&f.field)),
             InferError::Busy { .. } => Outcome::Busy,
-            InferError::Superseded | InferError::SessionRestarted(_) => Outcome::Other(409),
+            InferError::Superseded
+            | InferError::SessionRestarted(_)
+            | InferError::SessionLocked(_) => Outcome::Other(409),
             InferError::Stopped | InferError::Internal(_) => Outcome::Internal,
         }
     }

@@ -329,7 +329,10 @@ pub fn session_key(id: &str) -> SessionKey {
 }
 
 /// The body's `session_token` (null counting as absent): only beside a session.
-fn session_token_of(value: &Value, in_session: bool) -> Result<Option<String>, RequestError> {
+pub(crate) fn session_token_of(
+    value: &Value,
+    in_session: bool,
+) -> Result<Option<String>, RequestError> {
     match value.get("session_token") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(_)) if !in_session => Err(RequestError::new(

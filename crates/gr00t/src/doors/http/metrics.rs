@@ -151,7 +151,7 @@ impl Metrics {
             );
         }
 
-        let gauges: [(&str, &str, &str, f64); 14] = [
+        let gauges: [(&str, &str, &str, f64); 15] = [
             (
                 "gr00t_queue_depth",
                 "gauge",
@@ -236,6 +236,13 @@ impl Metrics {
                 "Requests answered 409 session restarted: their session_token named a session \
                  this server no longer holds.",
                 g.sessions.restarted as f64,
+            ),
+            (
+                "gr00t_sessions_locked_refusals_total",
+                "counter",
+                "Requests and resets answered 409 session locked: their session is locked to \
+                 the session_token an earlier request carried, and they did not carry it.",
+                g.sessions.locked as f64,
             ),
         ];
         for (name, kind, help, value) in gauges {
@@ -548,6 +555,7 @@ mod tests {
                 evicted: 1,
                 resets: 4,
                 restarted: 7,
+                locked: 5,
                 ..Default::default()
             },
         };
@@ -564,6 +572,7 @@ mod tests {
         assert_eq!(v("gr00t_sessions_dropped_total"), 4.0);
         assert_eq!(v("gr00t_sessions_reset_total"), 4.0);
         assert_eq!(v("gr00t_sessions_restarted_total"), 7.0);
+        assert_eq!(v("gr00t_sessions_locked_refusals_total"), 5.0);
         assert_eq!(v("gr00t_vision_cache_hits_total"), 5.0);
         assert_eq!(v("gr00t_vision_cache_misses_total"), 2.0);
         assert_eq!(v("gr00t_model_load_seconds"), 1.25);

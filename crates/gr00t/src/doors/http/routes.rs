@@ -196,6 +196,10 @@ fn api_error(e: InferError) -> ApiError {
             field: Some("session_token".into()),
             ..ApiError::new(StatusCode::CONFLICT, format!("session restarted: {m}"))
         },
+        InferError::SessionLocked(m) => ApiError {
+            field: Some("session_token".into()),
+            ..ApiError::new(StatusCode::CONFLICT, format!("session locked: {m}"))
+        },
         InferError::Stopped => ApiError::internal("the inference worker has stopped"),
         InferError::Internal(m) => ApiError::internal(format!("internal error: {m}")),
     }
@@ -211,7 +215,8 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-/// `POST /reset`: clears the session the body's `session_id` or the [`SESSION_HEADER`] names.
+/// `POST /reset`: clears the session the body's `session_id` or the [`SESSION_HEADER`] names
+/// (a locked one only with the body's `session_token`).
 async fn reset(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     match reset_session(&app, &headers, &body) {
         Ok(r) => r,
@@ -235,7 +240,13 @@ fn reset_session(app: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Res
                 format!("is required (in the body or the {SESSION_HEADER} header)"),
             )
         })?;
-    let existed = app.0.worker.reset_session(&super::body::session_key(&id));
+    let token = super::body::session_token_of(&value, true)
+        .map_err(|e| ApiError::bad_field(&e.field, e.message))?;
+    let existed = app
+        .0
+        .worker
+        .reset_session(&super::body::session_key(&id), token.as_deref())
+        .map_err(api_error)?;
     Ok(json_response(
         StatusCode::OK,
         &json!({ "session_id": id, "reset": existed }),

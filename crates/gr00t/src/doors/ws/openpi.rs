@@ -168,8 +168,13 @@ impl Connection {
                 let session = session_id(m, "")?.map(|id| self.arena_key(&id));
                 match roboarena::endpoint(e)? {
                     Endpoint::Reset => {
+                        let token = session_token(m, "", session.is_some())?;
                         ctx.worker
-                            .reset_session(session.as_ref().unwrap_or(&self.session));
+                            .reset_session(
+                                session.as_ref().unwrap_or(&self.session),
+                                token.as_deref(),
+                            )
+                            .map_err(Refusal::infer)?;
                         return Ok((Message::Text(roboarena::RESET_REPLY.into()), None));
                     }
                     Endpoint::Infer if nested => {

@@ -25,7 +25,7 @@ use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_
 use super::wire::observation::parse;
 use super::wire::reply::action_reply;
 use super::wire::schema::{pick_schema, Schema};
-use super::wire::session::session_id;
+use super::wire::session::{session_id, session_token};
 use super::{DoorLimits, Stop};
 use gr00t_core::auth::token_matches;
 use gr00t_core::response::PredictResponse;
@@ -341,7 +341,8 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
     }
 }
 
-/// `reset` with `{"options": {"session_id": ...}}` clears that session; without one there is
+/// `reset` with `{"options": {"session_id": ...}}` clears that session (a locked one only
+/// with `options.session_token`); without one there is
 /// nothing to clear (the policy keeps no other state), as upstream.
 fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
     let options = match data.and_then(|d| get(d, "options")) {
@@ -349,15 +350,19 @@ fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
         Some(Value::Map(m)) => m.as_slice(),
         Some(v) => return error(format!("options must be a dict. Got {}", type_name(v))),
     };
-    match session_id(options, "options.") {
-        Ok(Some(id)) => {
-            let existed = ctx.worker.reset_session(&SessionKey::named(SESSIONS, &id));
-            str_map([
-                ("session_id", Value::from(id)),
-                ("reset", Value::Boolean(existed)),
-            ])
+    let token = |id: &Option<String>| session_token(options, "options.", id.is_some());
+    match session_id(options, "options.").and_then(|id| Ok((token(&id)?, id))) {
+        Ok((token, Some(id))) => {
+            let key = SessionKey::named(SESSIONS, &id);
+            match ctx.worker.reset_session(&key, token.as_deref()) {
+                Ok(existed) => str_map([
+                    ("session_id", Value::from(id)),
+                    ("reset", Value::Boolean(existed)),
+                ]),
+                Err(e) => error(e),
+            }
         }
-        Ok(None) => Value::Map(vec![]),
+        Ok((_, None)) => Value::Map(vec![]),
         Err(e) => error(e),
     }
 }
