@@ -24,16 +24,21 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_TTL_S: u64 = 300;
 /// Default `--max-sessions`.
 pub const DEFAULT_MAX_SESSIONS: usize = 256;
+/// Default `--max-history-mb`.
+pub const DEFAULT_MAX_HISTORY_MB: u64 = 1536;
 /// Longest accepted session id (and session token), in bytes.
 pub const MAX_SESSION_ID_BYTES: usize = 256;
 
-/// How long sessions live and how many are kept.
+/// How long sessions live and how much they keep.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SessionLimits {
     /// A session unused this long is dropped.
     pub ttl: Duration,
     /// Sessions kept at most (at least 1); the least recently used goes first.
     pub max: usize,
+    /// Bytes of decoded frames all sessions' frame histories hold together at most; beyond
+    /// it the least recently used sessions are dropped.
+    pub max_history_bytes: u64,
 }
 
 impl Default for SessionLimits {
@@ -41,6 +46,7 @@ impl Default for SessionLimits {
         SessionLimits {
             ttl: Duration::from_secs(DEFAULT_TTL_S),
             max: DEFAULT_MAX_SESSIONS,
+            max_history_bytes: DEFAULT_MAX_HISTORY_MB << 20,
         }
     }
 }
@@ -201,8 +207,16 @@ pub struct SessionStats {
     pub created: u64,
     /// Sessions dropped after their time-to-live.
     pub expired: u64,
-    /// Sessions dropped to make room (least recently used).
+    /// Sessions dropped to make room (least recently used), for `--max-sessions` or for
+    /// `--max-history-mb`.
     pub evicted: u64,
+    /// Of those, dropped because the frame histories together exceeded `--max-history-mb`.
+    pub evicted_for_history: u64,
+    /// Bytes of decoded frames the sessions' histories hold now (a request computing holds
+    /// its session's meanwhile).
+    pub history_bytes: u64,
+    /// `--max-history-mb`.
+    pub max_history_mb: u64,
     /// Sessions cleared by a client's reset.
     pub resets: u64,
     /// Requests refused because the session their token named is gone or another one.
@@ -242,6 +256,7 @@ impl Sessions {
         let stats = SessionStats {
             max: limits.max,
             ttl_s: limits.ttl.as_secs(),
+            max_history_mb: limits.max_history_bytes >> 20,
             ..Default::default()
         };
         Sessions {
@@ -322,16 +337,44 @@ impl Sessions {
         if t.map.len() < self.limits.max {
             return;
         }
-        let oldest = t
-            .map
-            .iter()
-            .filter(|(_, s)| !s.busy)
-            .min_by_key(|(_, s)| s.last_seen)
-            .map(|(k, _)| k.clone());
-        if let Some(k) = oldest {
+        if let Some(k) = least_recently_used(t) {
             t.map.remove(&k);
             t.stats.evicted += 1;
             tracing::info!("session {k} evicted (--max-sessions {})", self.limits.max);
+        }
+    }
+
+    /// Evicts the least recently used sessions (never one computing) while the frame
+    /// histories together hold more than `--max-history-mb`; first `recorded` (the session
+    /// just answered) if its history alone holds more, so one client's frames never flush
+    /// every other session.
+    fn trim_history(&self, t: &mut Table, recorded: &SessionKey) {
+        let budget = self.limits.max_history_bytes;
+        let mut held = history_bytes(t);
+        let too_big = |t: &Table| {
+            t.map
+                .get(recorded)
+                .is_some_and(|s| s.frames.bytes() as u64 > budget)
+        };
+        while held > budget {
+            let next = if too_big(t) {
+                Some(recorded.clone())
+            } else {
+                least_recently_used(t)
+            };
+            let Some(k) = next else {
+                return;
+            };
+            if let Some(s) = t.map.remove(&k) {
+                held -= s.frames.bytes() as u64;
+            }
+            t.stats.evicted += 1;
+            t.stats.evicted_for_history += 1;
+            tracing::info!(
+                "session {k} evicted (--max-history-mb {}: the frame histories held {} MB)",
+                self.limits.max_history_bytes >> 20,
+                held >> 20
+            );
         }
     }
 
@@ -365,16 +408,22 @@ impl Sessions {
                     busy: false,
                 },
             );
+            self.trim_history(&mut t, key);
             return Some(1);
         };
         let s = t.map.get_mut(key).filter(|s| s.epoch == epoch)?;
         s.frames = view.frames;
         s.busy = false;
-        let chunk = chunk?;
+        let Some(chunk) = chunk else {
+            self.trim_history(&mut t, key);
+            return None;
+        };
         s.last_chunk = Some(chunk);
         s.step += 1;
         s.last_seen = view.began;
-        Some(s.step)
+        let step = s.step;
+        self.trim_history(&mut t, key);
+        Some(step)
     }
 
     /// Clears the session `key` for a client carrying `token`; whether it existed. A locked
@@ -402,9 +451,24 @@ impl Sessions {
         self.expire(&mut t, Instant::now());
         SessionStats {
             active: t.map.len(),
+            history_bytes: history_bytes(&t),
             ..t.stats.clone()
         }
     }
+}
+
+/// The least recently used session not computing now.
+fn least_recently_used(t: &Table) -> Option<SessionKey> {
+    t.map
+        .iter()
+        .filter(|(_, s)| !s.busy)
+        .min_by_key(|(_, s)| s.last_seen)
+        .map(|(k, _)| k.clone())
+}
+
+/// Bytes of decoded frames the sessions' histories hold.
+fn history_bytes(t: &Table) -> u64 {
+    t.map.values().map(|s| s.frames.bytes() as u64).sum()
 }
 
 /// [`Sessions::admit`] on the locked table.
@@ -445,6 +509,7 @@ mod tests {
         Sessions::new(SessionLimits {
             ttl: Duration::from_secs(10),
             max,
+            ..SessionLimits::default()
         })
     }
 
@@ -594,6 +659,50 @@ mod tests {
         assert_eq!(s.admit(&key("a"), None), Ok(()));
         // Other sessions were never locked by it.
         assert_eq!(answer(&s, "b", 6.0, now), Some(1));
+    }
+
+    /// An answered observation of `id` at `at` that leaves `mb` MiB of frames in its history.
+    fn answer_with_frames(s: &Sessions, id: &str, mb: usize, at: Instant) -> Option<u64> {
+        use gr00t_embodiment::image::Frame;
+        let mut view = s.begin(&key(id), None, at).unwrap();
+        let side = 1024 * mb;
+        let frame = Frame::new(side, 1024 / 3 + 1, vec![0; side * (1024 / 3 + 1) * 3]).unwrap();
+        let mut images = vec![("cam".to_string(), vec![frame])];
+        let currents = view.frames.fill(&mut images, &[-1, 0]).unwrap().unwrap();
+        view.frames.record(currents, &[-1, 0]);
+        s.record(&key(id), view, Some(chunk(0.0)))
+    }
+
+    #[test]
+    fn frame_histories_beyond_the_budget_drop_the_least_recently_used_sessions() {
+        let s = Sessions::new(SessionLimits {
+            ttl: Duration::from_secs(10),
+            max: 16,
+            max_history_bytes: 10 << 20,
+        });
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mb = |s: &Sessions| s.stats().history_bytes as f64 / f64::from(1 << 20);
+        // A robot's small history, then a client's large ones.
+        assert_eq!(answer_with_frames(&s, "robot", 1, at(0)), Some(1));
+        assert!((mb(&s) - 1.0).abs() < 0.01, "{}", mb(&s));
+        assert_eq!(answer_with_frames(&s, "big-1", 4, at(10)), Some(1));
+        assert_eq!(answer_with_frames(&s, "robot", 1, at(20)), Some(2));
+        assert_eq!(answer_with_frames(&s, "big-2", 4, at(30)), Some(1));
+        assert_eq!(s.stats().evicted, 0);
+        // Over 10 MiB: the least recently used (big-1) goes, the robot stays.
+        assert_eq!(answer_with_frames(&s, "big-3", 4, at(40)), Some(1));
+        let st = s.stats();
+        assert_eq!((st.active, st.evicted, st.evicted_for_history), (3, 1, 1));
+        assert!(st.history_bytes <= 10 << 20, "{}", st.history_bytes);
+        assert_eq!(answer_with_frames(&s, "robot", 1, at(50)), Some(3));
+        assert_eq!(answer_with_frames(&s, "big-1", 4, at(60)), Some(1));
+        // big-2 went this time. A history larger than the whole budget is dropped alone.
+        assert_eq!(answer_with_frames(&s, "huge", 11, at(70)), Some(1));
+        let st = s.stats();
+        assert_eq!((st.active, st.evicted, st.max_history_mb), (3, 3, 10));
+        assert_eq!(s.begin(&key("huge"), None, at(80)).unwrap().step, 0);
+        assert_eq!(answer_with_frames(&s, "robot", 1, at(90)), Some(4));
     }
 
     #[test]

@@ -58,6 +58,14 @@ impl FrameHistory {
         Ok(Some(currents))
     }
 
+    /// Bytes of the decoded frames kept.
+    pub fn bytes(&self) -> usize {
+        self.views
+            .values()
+            .flat_map(|kept| kept.iter().map(|f| f.data.len()))
+            .sum()
+    }
+
     /// Records an answered observation's current frames ([`Self::fill`]'s), keeping as many
     /// per view as the largest offset of `deltas` reaches back.
     pub fn record(&mut self, currents: Vec<(String, Frame)>, deltas: &[i64]) {

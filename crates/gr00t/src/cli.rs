@@ -54,6 +54,11 @@ enum Command {
         #[arg(long, default_value_t = gr00t_core::session::DEFAULT_MAX_SESSIONS as u32,
               value_parser = clap::value_parser!(u32).range(1..))]
         max_sessions: u32,
+        /// MiB of decoded frames all sessions' frame histories may hold together; beyond it
+        /// the least recently used sessions are dropped (/info sessions.history_bytes).
+        #[arg(long, default_value_t = gr00t_core::session::DEFAULT_MAX_HISTORY_MB,
+              value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+        max_history_mb: u64,
         /// Largest /predict body in MiB; larger ones get 413.
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
         max_body_mb: u32,
@@ -216,6 +221,7 @@ pub fn run(cli: Cli) -> i32 {
             queue,
             session_ttl_s,
             max_sessions,
+            max_history_mb,
             max_body_mb,
             no_ui,
             history,
@@ -235,6 +241,7 @@ pub fn run(cli: Cli) -> i32 {
             sessions: gr00t_core::session::SessionLimits {
                 ttl: std::time::Duration::from_secs(session_ttl_s),
                 max: max_sessions as usize,
+                max_history_bytes: max_history_mb << 20,
             },
             max_body_mb: max_body_mb as usize,
             history: if no_ui { 0 } else { history as usize },

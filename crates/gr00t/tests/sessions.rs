@@ -350,3 +350,51 @@ fn an_echoed_session_token_tells_a_client_its_session_restarted() {
         "{metrics}"
     );
 }
+
+#[test]
+fn frame_histories_stay_within_their_budget_dropping_the_least_recently_used() {
+    let s = Server::start(&["--max-history-mb", "1"]);
+    let case0 = request("case0");
+    let lone = |id: &str| {
+        let mut b = case0.clone();
+        for cam in test_server::CAMERAS {
+            let f = b["images"][cam][1].clone();
+            b["images"][cam] = json!([f]);
+        }
+        b["session_id"] = json!(id);
+        b
+    };
+    let sessions = || test_client::get(&s.http, "/info").unwrap().json()["sessions"].clone();
+    let first = s.predict_json(&lone("robot-0"));
+    let token = token_of(&first);
+    let per_session = sessions()["history_bytes"].as_u64().unwrap();
+    assert!(per_session > 0, "{}", sessions());
+    assert_eq!(sessions()["max_history_mb"], json!(1));
+    // One more session than 1 MiB of histories holds: the least recently used goes.
+    let fit = (1u64 << 20) / per_session;
+    for i in 1..=fit {
+        s.predict_json(&lone(&format!("robot-{i}")));
+    }
+    let st = sessions();
+    assert!(
+        st["history_bytes"].as_u64().unwrap() <= 1 << 20,
+        "{st} (one session holds {per_session} bytes)"
+    );
+    assert_eq!(
+        u64s(&st, &["active", "evicted", "evicted_for_history"]),
+        [Some(fit), Some(1), Some(1)],
+        "{st}"
+    );
+    // robot-0 was the one dropped: its token says so.
+    let mut next = lone("robot-0");
+    next["session_token"] = json!(token);
+    let r = s.post_predict(&next);
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("holds no session"), "{}", r.text());
+    let metrics = test_client::get(&s.http, "/metrics").unwrap().text();
+    let held = st["history_bytes"].as_u64().unwrap();
+    assert!(
+        metrics.contains(&format!("gr00t_sessions_history_bytes {held}")),
+        "{metrics}"
+    );
+}

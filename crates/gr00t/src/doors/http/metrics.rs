@@ -151,7 +151,7 @@ impl Metrics {
             );
         }
 
-        let gauges: [(&str, &str, &str, f64); 15] = [
+        let gauges: [(&str, &str, &str, f64); 16] = [
             (
                 "gr00t_queue_depth",
                 "gauge",
@@ -236,6 +236,13 @@ impl Metrics {
                 "Requests answered 409 session restarted: their session_token named a session \
                  this server no longer holds.",
                 g.sessions.restarted as f64,
+            ),
+            (
+                "gr00t_sessions_history_bytes",
+                "gauge",
+                "Bytes of decoded frames the sessions' frame histories hold (--max-history-mb \
+                 bounds them).",
+                g.sessions.history_bytes as f64,
             ),
             (
                 "gr00t_sessions_locked_refusals_total",
@@ -556,6 +563,7 @@ mod tests {
                 resets: 4,
                 restarted: 7,
                 locked: 5,
+                history_bytes: 3 << 20,
                 ..Default::default()
             },
         };
@@ -573,6 +581,7 @@ mod tests {
         assert_eq!(v("gr00t_sessions_reset_total"), 4.0);
         assert_eq!(v("gr00t_sessions_restarted_total"), 7.0);
         assert_eq!(v("gr00t_sessions_locked_refusals_total"), 5.0);
+        assert_eq!(v("gr00t_sessions_history_bytes"), 3_145_728.0);
         assert_eq!(v("gr00t_vision_cache_hits_total"), 5.0);
         assert_eq!(v("gr00t_vision_cache_misses_total"), 2.0);
         assert_eq!(v("gr00t_model_load_seconds"), 1.25);
