@@ -338,18 +338,12 @@ impl Queue {
                 .iter()
                 .position(|j| j.session.as_ref() == Some(key))
         });
-        // A waiting request that carries a token (locking the session once it runs) is
-        // replaced only by one carrying the same token.
+        // A waiting request that carries a token (locking the session once it runs) is not
+        // replaced by one without (one with a wrong token was refused above).
         if let (Some(i), Some(key)) = (older, &job.session) {
-            let theirs = jobs.waiting[i].request.session_token.as_deref();
-            if theirs.is_some() && theirs != token {
+            if token.is_none() && jobs.waiting[i].request.session_token.is_some() {
                 drop(jobs);
-                let why = if token.is_some() {
-                    Refusal::Replaced
-                } else {
-                    Refusal::Locked
-                };
-                return Err(refused(key, why));
+                return Err(refused(key, Refusal::Locked));
             }
         }
         if let Some(i) = older {

@@ -365,16 +365,16 @@ impl Sessions {
             let Some(k) = next else {
                 return;
             };
+            tracing::info!(
+                "session {k} evicted (--max-history-mb {}: the frame histories held {} MB)",
+                budget >> 20,
+                held >> 20
+            );
             if let Some(s) = t.map.remove(&k) {
                 held -= s.frames.bytes() as u64;
             }
             t.stats.evicted += 1;
             t.stats.evicted_for_history += 1;
-            tracing::info!(
-                "session {k} evicted (--max-history-mb {}: the frame histories held {} MB)",
-                self.limits.max_history_bytes >> 20,
-                held >> 20
-            );
         }
     }
 
@@ -414,10 +414,8 @@ impl Sessions {
         let s = t.map.get_mut(key).filter(|s| s.epoch == epoch)?;
         s.frames = view.frames;
         s.busy = false;
-        let Some(chunk) = chunk else {
-            self.trim_history(&mut t, key);
-            return None;
-        };
+        // Refused: the history is the one taken out at `begin`, already within the budget.
+        let chunk = chunk?;
         s.last_chunk = Some(chunk);
         s.step += 1;
         s.last_seen = view.began;

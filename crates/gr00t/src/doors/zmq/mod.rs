@@ -350,19 +350,25 @@ fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
         Some(Value::Map(m)) => m.as_slice(),
         Some(v) => return error(format!("options must be a dict. Got {}", type_name(v))),
     };
-    let token = |id: &Option<String>| session_token(options, "options.", id.is_some());
-    match session_id(options, "options.").and_then(|id| Ok((token(&id)?, id))) {
-        Ok((token, Some(id))) => {
-            let key = SessionKey::named(SESSIONS, &id);
-            match ctx.worker.reset_session(&key, token.as_deref()) {
-                Ok(existed) => str_map([
-                    ("session_id", Value::from(id)),
-                    ("reset", Value::Boolean(existed)),
-                ]),
-                Err(e) => error(e),
-            }
-        }
-        Ok((_, None)) => Value::Map(vec![]),
+    let id = match session_id(options, "options.") {
+        Ok(id) => id,
+        Err(e) => return error(e),
+    };
+    let token = match session_token(options, "options.", id.is_some()) {
+        Ok(token) => token,
+        Err(e) => return error(e),
+    };
+    let Some(id) = id else {
+        return Value::Map(vec![]);
+    };
+    match ctx
+        .worker
+        .reset_session(&SessionKey::named(SESSIONS, &id), token.as_deref())
+    {
+        Ok(existed) => str_map([
+            ("session_id", Value::from(id)),
+            ("reset", Value::Boolean(existed)),
+        ]),
         Err(e) => error(e),
     }
 }
