@@ -3,8 +3,8 @@
 //! Plain Rust loops compiled a second time with AVX-512 / AVX2+FMA enabled and picked at run
 //! time, so they vectorise whatever the build's target CPU.
 
+use crate::gemm::out_ptr::par_fresh;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Storage, Tensor};
-use rayon::prelude::*;
 
 /// Elements per parallel task of an elementwise op (large enough to amortise the scheduling).
 const CHUNK: usize = 1 << 16;
@@ -300,18 +300,18 @@ pub(crate) fn layer_norm(
         (candle_core::Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) => &v[a..b],
         _ => candle_core::bail!("layer norm: input must be a CPU f32 tensor"),
     };
-    let mut out = vec![0f32; src.len()];
-    if let Some(per_task) = CHUNK.checked_div(d) {
-        let rows = per_task.max(1) * d;
-        let affine = w.as_ref().map(|(w, b)| (&w[..], &b[..]));
-        out.par_chunks_mut(rows)
-            .zip(src.par_chunks(rows))
-            .for_each(|(o, s)| {
+    let out = match CHUNK.checked_div(d) {
+        Some(per_task) => {
+            let affine = w.as_ref().map(|(w, b)| (&w[..], &b[..]));
+            par_fresh(src.len(), per_task.max(1) * d, 0.0, |start, o| {
+                let s = &src[start..start + o.len()];
                 for (o, s) in o.chunks_exact_mut(d).zip(s.chunks_exact(d)) {
                     layer_norm_row(s, o, affine, eps as f32);
                 }
-            });
-    }
+            })
+        }
+        None => Vec::new(),
+    };
     drop(guard);
     Tensor::from_vec(out, x.shape(), x.device())
 }
@@ -340,10 +340,9 @@ impl CustomOp1 for GeluTanh {
             (CpuStorage::F32(_), None) => candle_core::bail!("gelu: input must be contiguous"),
             _ => candle_core::bail!("gelu: input must be f32"),
         };
-        let mut dst = vec![0f32; src.len()];
-        dst.par_chunks_mut(CHUNK)
-            .zip(src.par_chunks(CHUNK))
-            .for_each(|(d, s)| gelu_tanh_slice(s, d));
+        let dst = par_fresh(src.len(), CHUNK, 0.0, |start, d| {
+            gelu_tanh_slice(&src[start..start + d.len()], d)
+        });
         Ok((CpuStorage::F32(dst), l.shape().clone()))
     }
 }
@@ -376,13 +375,85 @@ pub(crate) fn silu_mul(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor
         ) => (&g[g0..g1], &u[u0..u1]),
         _ => candle_core::bail!("silu_mul: inputs must be contiguous CPU f32"),
     };
-    let mut out = vec![0f32; g.len()];
-    out.par_chunks_mut(CHUNK)
-        .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
-        .for_each(|(d, (g, u))| silu_mul_slice(g, u, d));
+    let out = par_fresh(g.len(), CHUNK, 0.0, |start, d| {
+        let end = start + d.len();
+        silu_mul_slice(&g[start..end], &u[start..end], d)
+    });
     let shape = gate.shape().clone();
     drop((gs, us));
     Tensor::from_vec(out, shape, &candle_core::Device::Cpu)
+}
+
+dispatch! {
+    /// One half-split rotated row: `x1·cos − x2·sin`, then `x1·sin + x2·cos` (`x1`, `x2` the
+    /// halves of `x`; candle's `rope` arithmetic, in its order).
+    rope_row(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+        let half = cos.len();
+        let (x1, x2) = x.split_at(half);
+        let (o1, o2) = out.split_at_mut(half);
+        for ((((o1, o2), (&a, &b)), &c), &s) in
+            o1.iter_mut().zip(o2).zip(x1.iter().zip(x2)).zip(cos).zip(sin)
+        {
+            *o1 = a * c - b * s;
+            *o2 = a * s + b * c;
+        }
+    }
+}
+
+/// Half-split rotary embedding of a CPU f32 `x` `[B, H, T, D]` read in place (any strides with
+/// a contiguous last dimension, so a head-split projection needs no copy first) into a fresh
+/// contiguous tensor; `cos`/`sin` are `[S ≥ T, D/2]` (row t for position t of every batch) or
+/// `[B, T, D/2]` (each batch its own rows), as candle's `rope` takes them, with the same
+/// arithmetic.
+pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+    let (b, h, t, d) = x.dims4()?;
+    let half = d / 2;
+    let x = if x.stride()[3] == 1 {
+        x.clone()
+    } else {
+        x.contiguous()?
+    };
+    let table = |c: &Tensor| -> candle_core::Result<(Vec<f32>, usize)> {
+        let per_batch = match *c.dims() {
+            [s, w] if s >= t && w == half => 0,
+            [cb, ct, w] if cb == b && ct == t && w == half => t * half,
+            _ => candle_core::bail!(
+                "rope: tables {:?} do not fit {:?} (want [S >= {t}, {half}] or [{b}, {t}, {half}])",
+                c.dims(),
+                x.dims()
+            ),
+        };
+        Ok((c.flatten_all()?.to_vec1::<f32>()?, per_batch))
+    };
+    let ((cos, cos_batch), (sin, _)) = (table(cos)?, table(sin)?);
+    if d % 2 != 0 {
+        candle_core::bail!("rope: odd head dim {d}");
+    }
+    let (guard, layout) = x.storage_and_layout();
+    let (src, st) = match (&*guard, layout.stride()) {
+        (Storage::Cpu(CpuStorage::F32(v)), &[s0, s1, s2, _]) => (v, [s0, s1, s2]),
+        _ => candle_core::bail!("rope: input must be a CPU f32 tensor"),
+    };
+    let off = layout.start_offset();
+    let out = match CHUNK.checked_div(d) {
+        Some(per_task) => par_fresh(b * h * t * d, per_task.max(1) * d, 0.0, |start, o| {
+            for (r, o) in (start / d..).zip(o.chunks_exact_mut(d)) {
+                let (bh, ti) = (r / t, r % t);
+                let (bi, hi) = (bh / h, bh % h);
+                let at = off + bi * st[0] + hi * st[1] + ti * st[2];
+                let cs = bi * cos_batch + ti * half;
+                rope_row(
+                    &src[at..at + d],
+                    &cos[cs..cs + half],
+                    &sin[cs..cs + half],
+                    o,
+                );
+            }
+        }),
+        None => Vec::new(),
+    };
+    drop(guard);
+    Tensor::from_vec(out, (b, h, t, d), &candle_core::Device::Cpu)
 }
 
 #[cfg(test)]
@@ -598,5 +669,48 @@ mod tests {
                 "rounding changed nothing"
             );
         }
+    }
+
+    #[test]
+    fn rope_of_a_strided_view_has_the_bits_of_candles_rope() {
+        let dev = candle_core::Device::Cpu;
+        let mut next = crate::test_rng::xorshift(11);
+        // [c, len, 3, heads, hd] as the vision projection is split: q a strided view.
+        let (c, len, heads, hd) = (3, 37, 5, 24);
+        let data: Vec<f32> = (0..c * len * 3 * heads * hd)
+            .map(|_| next() * 4.0)
+            .collect();
+        let qkv = Tensor::from_vec(data, (c, len, 3, heads, hd), &dev).unwrap();
+        let q = qkv
+            .narrow(2, 0, 1)
+            .unwrap()
+            .squeeze(2)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap();
+        assert!(!q.is_contiguous());
+        let table = |n: usize, f: f32| {
+            let v: Vec<f32> = (0..n * hd / 2).map(|i| (i as f32 * f).sin()).collect();
+            Tensor::from_vec(v, (n, hd / 2), &dev).unwrap()
+        };
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            v.iter().map(|x| x.to_bits()).collect()
+        };
+        // Shared rows (more rows than positions), and each batch its own rows.
+        let shared = (table(len + 4, 0.37), table(len + 4, 0.91));
+        let per_batch = (
+            table(c * len, 0.37).reshape((c, len, hd / 2)).unwrap(),
+            table(c * len, 0.91).reshape((c, len, hd / 2)).unwrap(),
+        );
+        for (cos, sin) in [shared, per_batch] {
+            let ours = rope(&q, &cos, &sin).unwrap();
+            assert!(ours.is_contiguous());
+            let theirs = candle_nn::rotary_emb::rope(&q.contiguous().unwrap(), &cos, &sin).unwrap();
+            assert_eq!(ours.dims(), theirs.dims());
+            assert_eq!(bits(&ours), bits(&theirs), "tables {:?}", cos.dims());
+        }
+        // Tables that do not fit are refused, not read out of bounds.
+        assert!(rope(&q, &table(len - 1, 0.3), &table(len - 1, 0.3)).is_err());
     }
 }

@@ -338,51 +338,43 @@ impl VisionBlock {
     fn attention(&self, x: &Tensor, positions: &VisionPositions) -> Result<Tensor> {
         let (n, d) = x.dims2()?;
         let (nh, hd) = (self.num_heads, self.head_dim);
-        // qkv columns are [q | k | v], each head-major.
-        let qkv = self.qkv.forward(x)?.reshape((n, 3, nh, hd))?;
+        let chunks = &positions.chunks;
+        // Equal frames (every DROID request): the frames become the batch, one call for all
+        // of them (per frame the same math; on a GPU, a quarter of the launches).
+        let (c, len) = if chunks.len() > 1 && chunks.iter().all(|&len| len == chunks[0]) {
+            (chunks.len(), chunks[0])
+        } else {
+            (1, n)
+        };
+        // qkv columns are [q | k | v], each head-major: q, k and v are strided views
+        // [c, heads, len, head_dim] of the projection, not copies.
+        let qkv = self.qkv.forward(x)?.reshape((c, len, 3, nh, hd))?;
         let part = |i: usize| -> candle_core::Result<Tensor> {
-            qkv.narrow(1, i, 1)?
-                .squeeze(1)?
-                .transpose(0, 1)?
-                .unsqueeze(0)
+            qkv.narrow(2, i, 1)?.squeeze(2)?.transpose(1, 2)
+        };
+        // Each frame its own rows of the tables when the frames are the batch.
+        let (cos, sin) = if c > 1 {
+            (
+                positions.cos.reshape((c, len, ()))?,
+                positions.sin.reshape((c, len, ()))?,
+            )
+        } else {
+            (positions.cos.clone(), positions.sin.clone())
         };
         // Rotated in f32 and cast back, as `apply_rotary_pos_emb_vision` does.
         let rotate = |t: Tensor| -> candle_core::Result<Tensor> {
-            apply_rope(&t.to_dtype(DType::F32)?, &positions.cos, &positions.sin)?
-                .to_dtype(t.dtype())
+            apply_rope(&t.to_dtype(DType::F32)?, &cos, &sin)?.to_dtype(t.dtype())
         };
         let q = rotate(part(0)?)?;
         let k = rotate(part(1)?)?;
         let v = part(2)?;
         let scale = 1.0 / (hd as f64).sqrt();
-        // Each chunk's output as [1, len, heads, head_dim] (a free view when the attention
+        // Each chunk's output as [c, len, heads, head_dim] (a free view when the attention
         // hands back a transposed contiguous result), so the chunks stack along the rows.
-        let chunks = &positions.chunks;
-        let out = if chunks.len() == 1 {
+        let out = if c > 1 || chunks.len() == 1 {
             attention(&q, &k, &v, scale, Mask::None, self.products)?.transpose(1, 2)?
-        } else if chunks.iter().all(|&len| len == chunks[0]) {
-            // Equal frames (every DROID request): the frames become the batch, one call for
-            // all of them (per frame the same math; on a GPU, a quarter of the launches).
-            let (c, len) = (chunks.len(), chunks[0]);
-            let batch = |t: &Tensor| -> candle_core::Result<Tensor> {
-                t.squeeze(0)?
-                    .contiguous()?
-                    .reshape((nh, c, len, hd))?
-                    .transpose(0, 1)
-            };
-            attention(
-                &batch(&q)?,
-                &batch(&k)?,
-                &batch(&v)?,
-                scale,
-                Mask::None,
-                self.products,
-            )?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((1, n, nh, hd))?
         } else {
-            let mut outs = Vec::with_capacity(positions.chunks.len());
+            let mut outs = Vec::with_capacity(chunks.len());
             let mut start = 0;
             for &len in chunks {
                 let (q, k, v) = (

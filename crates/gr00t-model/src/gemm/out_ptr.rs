@@ -1,6 +1,6 @@
 //! An output buffer's raw pointer shared by parallel workers, each of which writes only its
-//! own disjoint elements (GEMM tiles, weight slabs, attention rows), and the split of a fresh
-//! product among the threads.
+//! own disjoint elements (GEMM tiles, weight slabs, attention rows), the split of a fresh
+//! product among the threads, and fresh elementwise outputs filled in parallel chunks.
 
 /// A `*mut f32` that can cross into rayon tasks.
 #[derive(Clone, Copy)]
@@ -113,5 +113,62 @@ fn product_without_terms(m: usize, n: usize, bias: Option<&[f32]>) -> Vec<f32> {
     match bias {
         Some(v) => v.repeat(m),
         None => vec![0f32; m * n],
+    }
+}
+
+/// A fresh `len`-element buffer whose chunks of `chunk` elements (the last may be shorter) are
+/// set to `init` and then passed to `fill(start, chunk)` on the rayon pool. Each chunk is
+/// initialised by the task that fills it, while it is in that core's cache: `vec![init; len]`
+/// would first write the whole buffer on the calling thread alone (a serial `memset` of a
+/// large activation costs about as much as the elementwise kernel that overwrites it).
+pub(crate) fn par_fresh<T, F>(len: usize, chunk: usize, init: T, fill: F) -> Vec<T>
+where
+    T: Copy + Send + Sync,
+    F: Fn(usize, &mut [T]) + Sync,
+{
+    use rayon::prelude::*;
+    use std::mem::MaybeUninit;
+    let chunk = chunk.max(1);
+    let mut out: Vec<MaybeUninit<T>> = Vec::with_capacity(len);
+    // SAFETY: `MaybeUninit` elements need no initialisation.
+    unsafe { out.set_len(len) };
+    let one = |(i, part): (usize, &mut [MaybeUninit<T>])| {
+        for v in part.iter_mut() {
+            v.write(init);
+        }
+        // SAFETY: every element of `part` was written just above; `MaybeUninit<T>` has the
+        // layout of `T`.
+        let part = unsafe { &mut *(part as *mut [MaybeUninit<T>] as *mut [T]) };
+        fill(i * chunk, part);
+    };
+    if len > chunk {
+        out.par_chunks_mut(chunk).enumerate().for_each(one);
+    } else if len > 0 {
+        one((0, &mut out[..]));
+    }
+    let mut out = std::mem::ManuallyDrop::new(out);
+    // SAFETY: every chunk was initialised above; same allocation, length and capacity, and
+    // `MaybeUninit<T>` has the layout of `T`.
+    unsafe { Vec::from_raw_parts(out.as_mut_ptr().cast::<T>(), len, out.capacity()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::par_fresh;
+
+    #[test]
+    fn par_fresh_initialises_and_fills_every_chunk_at_its_offset() {
+        for (len, chunk) in [(0, 4), (3, 4), (4, 4), (1_000_003, 65_536), (10, 0)] {
+            // Every other chunk's fill writes only its first element: the rest must be `init`.
+            let out = par_fresh(len, chunk, 7u32, |start, part| {
+                part[0] = start as u32;
+            });
+            assert_eq!(out.len(), len);
+            let c = chunk.max(1);
+            for (i, &v) in out.iter().enumerate() {
+                let want = if i % c == 0 { i as u32 } else { 7 };
+                assert_eq!(v, want, "len {len} chunk {chunk} at {i}");
+            }
+        }
     }
 }

@@ -195,11 +195,18 @@ fn blocks(
 ) -> Vec<f32> {
     let [b, hq, hkv, lq, lk, dh] = dims;
     let rep = hq / hkv;
-    let mut out = vec![0f32; b * lq * hq * dh];
+    let len = b * lq * hq * dh;
+    if len == 0 || lk == 0 {
+        // No keys: every weight is absent and the output is zero.
+        return vec![0f32; len];
+    }
+    // Not initialised: the tasks below write every element (each row of each head once, the
+    // products not reading their destination).
+    let mut out: Vec<f32> = Vec::with_capacity(len);
     let blocks = lq.div_ceil(BLOCK_ROWS);
     let dst = OutPtr(out.as_mut_ptr());
     let row_stride = hq * dh;
-    if !out.is_empty() && lk > 0 {
+    {
         (0..b * hq * blocks).into_par_iter().for_each(|task| {
             let (bh, blk) = (task / blocks, task % blocks);
             let (bi, h) = (bh / hq, bh % hq);
@@ -302,6 +309,8 @@ fn blocks(
             });
         });
     }
+    // SAFETY: the tasks covered every (batch, row, head) and wrote its Dh outputs.
+    unsafe { out.set_len(len) };
     out
 }
 

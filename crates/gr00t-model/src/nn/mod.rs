@@ -75,8 +75,14 @@ impl Module for RmsNorm {
 }
 
 /// Half-split rotary embedding (`q·cos + rotate_half(q)·sin`) of `x` `[B, H, L, Dh]`, with
-/// `cos`/`sin` `[L, Dh/2]` holding the angle of each rotated pair (j, j + Dh/2).
+/// `cos`/`sin` `[L, Dh/2]` (or `[B, L, Dh/2]`, each batch its own) holding the angle of each
+/// rotated pair (j, j + Dh/2). Returns a contiguous tensor; on the CPU in f32, `x` is read in
+/// place (a strided head split costs no copy).
 pub(crate) fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+    let cpu_f32 = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
+    if cpu_f32(x) && cpu_f32(cos) && cpu_f32(sin) {
+        return crate::cpu_math::rope(x, cos, sin);
+    }
     candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin)
 }
 
