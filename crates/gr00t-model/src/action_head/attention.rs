@@ -50,12 +50,17 @@ impl Attention {
         })
     }
 
-    /// `[B, T, heads·head_dim]` → `[B, heads, T, head_dim]` (contiguous).
+    /// `[B, T, heads·head_dim]` → `[B, heads, T, head_dim]`: a strided view on the CPU in f32
+    /// (the CPU attention reads it in place), contiguous elsewhere.
     fn split_heads(&self, x: &Tensor) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        Ok(x.reshape((b, t, self.heads, self.head_dim))?
-            .transpose(1, 2)?
-            .contiguous()?)
+        let heads = x
+            .reshape((b, t, self.heads, self.head_dim))?
+            .transpose(1, 2)?;
+        if x.device().is_cpu() && x.dtype() == DType::F32 {
+            return Ok(heads);
+        }
+        Ok(heads.contiguous()?)
     }
 
     /// Projects a context `[B, S, kv_dim]` to per-head keys and values.
@@ -168,6 +173,19 @@ impl LayerNorm {
     /// A LayerNorm without parameters (`elementwise_affine=False`).
     pub(crate) fn plain(eps: f64) -> LayerNorm {
         LayerNorm { affine: None, eps }
+    }
+
+    /// `forward(x)·scale + shift` (AdaLN; `scale`, `shift` of width D, broadcast over the
+    /// rows) for a LayerNorm without parameters: on the CPU in f32 one pass (the same two
+    /// roundings as the separate ops), elsewhere the separate ops.
+    pub(crate) fn modulated(&self, x: &Tensor, scale: &Tensor, shift: &Tensor) -> Result<Tensor> {
+        if self.affine.is_none() && x.device().is_cpu() && x.dtype() == DType::F32 {
+            return Ok(cpu_math::layer_norm(x, Some((scale, shift)), self.eps)?);
+        }
+        Ok(self
+            .forward(x)?
+            .broadcast_mul(scale)?
+            .broadcast_add(shift)?)
     }
 
     /// Normalises the last dimension of `x`.

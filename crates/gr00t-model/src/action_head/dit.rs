@@ -214,11 +214,7 @@ impl Dit {
             .get(b)
             .zip(m.blocks.get(b))
             .ok_or_else(|| Error::Input(format!("DiT block {b} does not exist")))?;
-        let n = self
-            .norm
-            .forward(h)?
-            .broadcast_mul(one_plus_scale)?
-            .broadcast_add(shift)?;
+        let n = self.norm.modulated(h, one_plus_scale, shift)?;
         let attn = match blk.attend {
             Attend::SelfTokens => blk.attn.self_attend(&n)?,
             Attend::Text | Attend::Image => {
@@ -240,11 +236,7 @@ impl Dit {
     /// `proj_out_2(norm_out(h)·(1 + scale) + shift)` → `[1, T, output_dim]`.
     pub(crate) fn output(&self, h: &Tensor, m: &StepModulation) -> Result<Tensor> {
         let (shift, one_plus_scale) = &m.out;
-        let n = self
-            .norm_out
-            .forward(h)?
-            .broadcast_mul(one_plus_scale)?
-            .broadcast_add(shift)?;
+        let n = self.norm_out.modulated(h, one_plus_scale, shift)?;
         Ok(self.proj_out_2.forward(&n)?)
     }
 }

@@ -2,7 +2,7 @@
 //! maximum (per token), k padded with zero to a multiple of 4.
 
 use super::pack::{quantize_value, row_scale, LEVELS};
-use rayon::prelude::*;
+use crate::gemm::out_ptr::{par_fresh, OutPtr};
 
 /// How a kernel reads the quantised activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,26 +40,35 @@ pub(crate) fn quantize_rows(a: &[f32], m: usize, k: usize, encoding: Encoding) -
         Encoding::Signed => 0u8,
         Encoding::Offset => 0x80,
     };
-    let mut data = vec![pad; m * ld];
-    let mut scales = vec![0f32; m];
-    if k > 0 {
-        let one = |((row, out), scale): ((&[f32], &mut [u8]), &mut f32)| {
-            let (s, inv) = row_scale(row, LEVELS);
-            *scale = s;
-            quantize_row(row, inv, LEVELS, pad, &mut out[..k]);
+    if k == 0 {
+        return QuantRows {
+            data: vec![pad; m * ld],
+            ld,
+            scales: vec![0.0; m],
         };
-        if m * k >= 1 << 16 {
-            a.par_chunks(k)
-                .zip(data.par_chunks_mut(ld))
-                .zip(scales.par_iter_mut())
-                .for_each(one);
-        } else {
-            a.chunks(k)
-                .zip(data.chunks_mut(ld))
-                .zip(scales.iter_mut())
-                .for_each(one);
-        }
     }
+    // The bytes are written chunk by chunk on the pool (no serial memset of the whole
+    // buffer first); each task sets its rows' scales.
+    let mut scales = vec![0f32; m];
+    let scale_at = OutPtr(scales.as_mut_ptr());
+    let rows_per_task = if m * k >= 1 << 16 {
+        ((1 << 16) / ld).max(1)
+    } else {
+        m.max(1)
+    };
+    let data = par_fresh(m * ld, rows_per_task * ld, pad, |start, part| {
+        let r0 = start / ld;
+        for (i, (out, row)) in part
+            .chunks_exact_mut(ld)
+            .zip(a[r0 * k..].chunks(k))
+            .enumerate()
+        {
+            let (s, inv) = row_scale(row, LEVELS);
+            // SAFETY: row r0 + i < m is this task's own; nothing else writes its scale.
+            unsafe { *scale_at.add(r0 + i) = s };
+            quantize_row(row, inv, LEVELS, pad, &mut out[..k]);
+        }
+    });
     QuantRows { data, ld, scales }
 }
 
