@@ -11,6 +11,7 @@ use crate::taps::Recorder;
 use crate::weights::COMPACT;
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
+use std::sync::{Arc, Mutex};
 
 /// Epsilon of every LayerNorm in the tower.
 const LN_EPS: f64 = 1e-6;
@@ -47,6 +48,18 @@ pub struct VisionTower {
     /// Rotary inverse frequencies, fp32 (production bf16 casts them to bf16; the fp32 goldens
     /// and accuracy favour fp32).
     inv_freq: Vec<f32>,
+    /// The grid-only inputs of the last call, reused while the grids repeat (every request of
+    /// one embodiment): interpolating the position embedding is a serial gather of ~30 MB.
+    grid_tables: Arc<Mutex<Option<GridTables>>>,
+}
+
+/// What depends only on the image grids: the interpolated position embedding and the rotary
+/// tables with the attention chunks.
+#[derive(Debug)]
+struct GridTables {
+    grid: Vec<[usize; 3]>,
+    pos: Tensor,
+    positions: VisionPositions,
 }
 
 impl VisionTower {
@@ -108,6 +121,7 @@ impl VisionTower {
             merger,
             deepstack_mergers,
             inv_freq,
+            grid_tables: Arc::default(),
         })
     }
 
@@ -145,10 +159,9 @@ impl VisionTower {
         let dtype = self.pos_embed.dtype();
         let x = self.patch_embed(&pixel_values.to_dtype(dtype)?)?;
         rec.record("vision.patch_embed_out", &x);
-        let pos = self.pos_embed_interp(grid_thw)?;
+        let (pos, positions) = self.grid_tables(grid_thw)?;
         rec.record("vision.pos_embed_interp", &pos);
         let mut x = (x + pos)?;
-        let positions = self.positions(grid_thw)?;
         let mut deepstack = Vec::with_capacity(self.deepstack_mergers.len());
         for (i, block) in self.blocks.iter().enumerate() {
             x = block.forward(&x, &positions)?;
@@ -170,6 +183,29 @@ impl VisionTower {
             image_embeds,
             deepstack,
         })
+    }
+
+    /// [`Self::pos_embed_interp`] and [`Self::positions`] of `grid_thw`, from the last call's
+    /// when its grids were the same.
+    fn grid_tables(&self, grid_thw: &[[usize; 3]]) -> Result<(Tensor, VisionPositions)> {
+        let last = self.grid_tables.lock().ok().and_then(|g| {
+            g.as_ref()
+                .filter(|t| t.grid == grid_thw)
+                .map(|t| (t.pos.clone(), t.positions.clone()))
+        });
+        if let Some(tables) = last {
+            return Ok(tables);
+        }
+        let pos = self.pos_embed_interp(grid_thw)?;
+        let positions = self.positions(grid_thw)?;
+        if let Ok(mut g) = self.grid_tables.lock() {
+            *g = Some(GridTables {
+                grid: grid_thw.to_vec(),
+                pos: pos.clone(),
+                positions: positions.clone(),
+            });
+        }
+        Ok((pos, positions))
     }
 
     /// Checks the grids (non-empty, spatial dims divisible by the merge size) and returns the

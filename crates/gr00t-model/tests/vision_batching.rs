@@ -51,4 +51,16 @@ fn one_call_on_all_images_equals_one_call_per_image_bit_for_bit() {
         merged += len;
     }
     assert_eq!(merged, together.image_embeds.dim(0).unwrap());
+
+    // The grid tables (position embedding, rotary tables) are kept from the last call: the
+    // whole call again recomputes them after the per-image calls, a third call reuses them;
+    // all three give the same bits.
+    for round in 0..2 {
+        let again = tower.forward(&all, &x.image_grid_thw, &off).unwrap();
+        assert_eq!(
+            tensor_bits(&again.image_embeds),
+            tensor_bits(&together.image_embeds),
+            "round {round}"
+        );
+    }
 }
