@@ -413,7 +413,8 @@ pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Resul
     } else {
         x.contiguous()?
     };
-    let table = |c: &Tensor| -> candle_core::Result<(Vec<f32>, usize)> {
+    // The tables read in place (no per-call copy): contiguous, as candle's `rope` wants them.
+    let table = |c: &Tensor| -> candle_core::Result<usize> {
         let per_batch = match *c.dims() {
             [s, w] if s >= t && w == half => 0,
             [cb, ct, w] if cb == b && ct == t && w == half => t * half,
@@ -423,9 +424,21 @@ pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Resul
                 x.dims()
             ),
         };
-        Ok((c.flatten_all()?.to_vec1::<f32>()?, per_batch))
+        if !c.is_contiguous() {
+            candle_core::bail!("rope: tables must be contiguous");
+        }
+        Ok(per_batch)
     };
-    let ((cos, cos_batch), (sin, _)) = (table(cos)?, table(sin)?);
+    let (cos_batch, _) = (table(cos)?, table(sin)?);
+    let (cos_guard, cos_layout) = cos.storage_and_layout();
+    let (sin_guard, sin_layout) = sin.storage_and_layout();
+    let (cos, sin) = match (&*cos_guard, &*sin_guard) {
+        (Storage::Cpu(CpuStorage::F32(c)), Storage::Cpu(CpuStorage::F32(s))) => (
+            &c[cos_layout.start_offset()..],
+            &s[sin_layout.start_offset()..],
+        ),
+        _ => candle_core::bail!("rope: tables must be CPU f32 tensors"),
+    };
     if d % 2 != 0 {
         candle_core::bail!("rope: odd head dim {d}");
     }
@@ -452,7 +465,7 @@ pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Resul
         }),
         None => Vec::new(),
     };
-    drop(guard);
+    drop((guard, cos_guard, sin_guard));
     Tensor::from_vec(out, (b, h, t, d), &candle_core::Device::Cpu)
 }
 
