@@ -128,7 +128,8 @@ pub struct DeviceOptions {
     pub int8_levels: i32,
     /// Caps the CPU GEMM kernels (auto: the best this CPU runs; amx, avx512bf16, avx512vnni,
     /// avx512, avxvnni, avx2, library), e.g. to measure the AVX2 path on an AVX-512 machine;
-    /// avx512vnni and avxvnni cap the int8 kernel (with f32 avx512 and avx2).
+    /// every level below amx caps the int8 kernel as such a CPU runs it (avx512bf16, avx512
+    /// and avx512vnni: int8 avx512vnni; avxvnni: int8 avxvnni with f32 avx2).
     #[arg(
         long,
         env = "GR00T_CPU_KERNEL",

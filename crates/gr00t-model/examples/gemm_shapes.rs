@@ -1,7 +1,7 @@
 //! GFLOP/s of the hand-written AMX and AVX512-BF16 (`--dtype bf16`: activations rounded to
 //! bf16, VNNI weight pairs), AVX-512 and AVX2 GEMMs (weights packed at load, as the model keeps them)
 //! against the `gemm`-crate path (weights widened per call) on the model's bf16-weight linear
-//! shapes, and the int8 kernels (`--dtype int8`: AVX512-VNNI, AVX-VNNI, AVX2; activations
+//! shapes, and the int8 kernels (`--dtype int8`: AMX, AVX512-VNNI, AVX-VNNI, AVX2; activations
 //! quantised per call, which the figure includes): all alternate in one process; medians of
 //! several rounds. Kernels this CPU does not run print as "-".
 
@@ -21,26 +21,29 @@ enum Kernel {
 }
 
 /// The columns, in print order.
-const KERNELS: [(&str, Kernel); 8] = [
+const KERNELS: [(&str, Kernel); 9] = [
     ("amx", Kernel::Float(CpuKernel::Amx)),
     ("bf16", Kernel::Float(CpuKernel::Avx512Bf16)),
     ("avx512", Kernel::Float(CpuKernel::Avx512)),
     ("avx2", Kernel::Float(CpuKernel::Avx2)),
     ("library", Kernel::Float(CpuKernel::Library)),
+    ("i8-amx", Kernel::Int8(Int8Kernel::Amx)),
     ("i8-512vnni", Kernel::Int8(Int8Kernel::Avx512Vnni)),
     ("i8-avxvnni", Kernel::Int8(Int8Kernel::AvxVnni)),
     ("i8-avx2", Kernel::Int8(Int8Kernel::Avx2)),
 ];
 
 /// Ratios printed after the rates: (label, numerator column, denominator column).
-const RATIOS: [(&str, usize, usize); 7] = [
+const RATIOS: [(&str, usize, usize); 9] = [
     ("amx/bf16", 0, 1),
     ("bf16/512", 1, 2),
     ("512/lib", 2, 4),
     ("avx2/lib", 3, 4),
-    ("i8v/512", 5, 2),
-    ("i8v/amx", 5, 0),
-    ("i8a2/avx2", 7, 3),
+    ("i8amx/512", 5, 2),
+    ("i8amx/i8v", 5, 6),
+    ("i8v/512", 6, 2),
+    ("i8v/amx", 6, 0),
+    ("i8a2/avx2", 8, 3),
 ];
 
 fn main() {

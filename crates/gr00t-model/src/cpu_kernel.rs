@@ -110,8 +110,9 @@ impl CpuKernel {
 }
 
 /// What `--cpu-kernel` caps: the f32/bf16 kernel and the int8 one, as a CPU of that level
-/// would run them (`avx512vnni`: Cascade or Ice Lake, `avxvnni`: an Alder Lake without
-/// AVX-512, `avx2`: Zen 3; `library`: the f32 library and the scalar int8 reference).
+/// would run them (`avx512bf16`: Cooper Lake or Zen 4, `avx512` and `avx512vnni`: Cascade or
+/// Ice Lake, all three without AMX's int8 tiles; `avxvnni`: an Alder Lake without AVX-512,
+/// `avx2`: Zen 3; `library`: the f32 library and the scalar int8 reference).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KernelCaps {
     /// The f32/bf16 products' cap (`None`: the best this CPU runs).
@@ -134,6 +135,9 @@ impl KernelCaps {
             other => match CpuKernel::parse_cap(other)? {
                 Some(CpuKernel::Avx2) => caps(CpuKernel::Avx2, Int8Kernel::Avx2),
                 Some(CpuKernel::Library) => caps(CpuKernel::Library, Int8Kernel::Scalar),
+                Some(float @ (CpuKernel::Avx512 | CpuKernel::Avx512Bf16)) => {
+                    caps(float, Int8Kernel::Avx512Vnni)
+                }
                 float => KernelCaps { float, int8: None },
             },
         })
@@ -202,16 +206,17 @@ mod tests {
             caps("library"),
             both(CpuKernel::Library, Int8Kernel::Scalar)
         );
-        // The bf16 levels leave the int8 kernel to the CPU.
-        for k in [CpuKernel::Avx512, CpuKernel::Avx512Bf16, CpuKernel::Amx] {
-            assert_eq!(
-                caps(k.as_str()),
-                KernelCaps {
-                    float: Some(k),
-                    int8: None
-                }
-            );
+        // The AVX-512 levels below AMX have no int8 tiles; `amx` leaves it to the CPU.
+        for k in [CpuKernel::Avx512, CpuKernel::Avx512Bf16] {
+            assert_eq!(caps(k.as_str()), both(k, Int8Kernel::Avx512Vnni));
         }
+        assert_eq!(
+            caps("amx"),
+            KernelCaps {
+                float: Some(CpuKernel::Amx),
+                int8: None
+            }
+        );
         let e = KernelCaps::parse("vnni").unwrap_err().to_string();
         assert!(
             e.contains("\"vnni\"") && e.contains("avx512vnni, avx512, avxvnni"),

@@ -272,14 +272,16 @@ mod tests {
     fn a_cap_lowers_the_kernel_to_one_the_cpu_runs() {
         use Int8Kernel::*;
         let every = |_| true;
-        assert_eq!(Int8Kernel::fastest(None, every), Avx512Vnni);
+        assert_eq!(Int8Kernel::fastest(None, every), Amx);
+        // Sapphire Rapids and later, but AMX refused (a hypervisor, an old Linux kernel).
+        assert_eq!(Int8Kernel::fastest(None, |k| k != Amx), Avx512Vnni);
         for cap in Int8Kernel::ALL {
             assert_eq!(Int8Kernel::fastest(Some(cap), every), cap);
             // An AVX2-only CPU (Zen 3).
             assert_eq!(Int8Kernel::fastest(Some(cap), |k| k <= Avx2), cap.min(Avx2));
         }
-        // AVX-512 with VNNI but no AVX-VNNI (Ice Lake, Zen 4).
-        let no_avxvnni = |k| k != AvxVnni;
+        // AVX-512 with VNNI but no AVX-VNNI nor AMX (Ice Lake, Zen 4).
+        let no_avxvnni = |k| k != AvxVnni && k != Amx;
         assert_eq!(Int8Kernel::fastest(None, no_avxvnni), Avx512Vnni);
         assert_eq!(Int8Kernel::fastest(Some(AvxVnni), no_avxvnni), Avx2);
         assert_eq!(Int8Kernel::fastest(Some(Scalar), no_avxvnni), Scalar);

@@ -130,7 +130,7 @@ fn int8_passes_then_auto_picks_it_and_a_broken_quantisation_fails() {
     );
     let kernel = info["int8_kernel"].as_str().unwrap();
     assert!(
-        ["avx512vnni", "avxvnni", "avx2", "scalar"].contains(&kernel),
+        ["amx", "avx512vnni", "avxvnni", "avx2", "scalar"].contains(&kernel),
         "{kernel}"
     );
     assert!(!server.log_text().contains("has not been run"));

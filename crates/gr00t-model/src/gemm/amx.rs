@@ -48,19 +48,35 @@ const ROW_PAD: usize = 16;
 const SPLIT_ROWS_FROM: usize = 256;
 
 /// Whether this CPU runs the kernel: AMX-TILE and AMX-BF16 by CPUID, AVX-512F/BW/BF16 for
-/// packing A, and the Linux kernel's leave to use the tile data (asked once per process;
-/// refused where the kernel or a sandbox denies it).
+/// packing A, and the Linux kernel's leave to use the tile data ([`tile_data_granted`]).
 pub(crate) fn available() -> bool {
+    static RUNS: OnceLock<bool> = OnceLock::new();
+    // Once: CPUID traps to the hypervisor in a VM.
+    *RUNS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            cpu_has_amx(AMX_BF16)
+                && super::avx512bf16::available()
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && tile_data_granted()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
+/// The Linux kernel's leave to use the tile data, asked once per process (refused where the
+/// kernel or a sandbox denies it; never on other systems).
+pub(crate) fn tile_data_granted() -> bool {
     static GRANTED: OnceLock<bool> = OnceLock::new();
     *GRANTED.get_or_init(|| {
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
         {
-            cpu_has_amx_bf16()
-                && super::avx512bf16::available()
-                && std::arch::is_x86_feature_detected!("avx512bw")
-                // SAFETY: the arch_prctl requests below only read or set this process's
-                // XSTATE permissions.
-                && unsafe { request_tile_data() }
+            // SAFETY: the arch_prctl requests below only read or set this process's XSTATE
+            // permissions.
+            cpu_has_amx(0) && unsafe { request_tile_data() }
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
         {
@@ -69,15 +85,23 @@ pub(crate) fn available() -> bool {
     })
 }
 
-/// CPUID leaf 7: AMX-BF16 (EDX bit 22) and AMX-TILE (EDX bit 24).
+/// CPUID leaf 7 EDX: AMX-BF16.
 #[cfg(target_arch = "x86_64")]
-fn cpu_has_amx_bf16() -> bool {
+pub(crate) const AMX_BF16: u32 = 1 << 22;
+/// CPUID leaf 7 EDX: AMX-INT8.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const AMX_INT8: u32 = 1 << 25;
+
+/// CPUID leaf 7: AMX-TILE (EDX bit 24) and the `unit` bits of EDX (an AMX_* constant).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn cpu_has_amx(unit: u32) -> bool {
     // Leaf 7 is read only when the CPU has it.
     if __cpuid(0).eax < 7 {
         return false;
     }
     let edx = __cpuid_count(7, 0).edx;
-    edx & (1 << 22) != 0 && edx & (1 << 24) != 0
+    let need = unit | (1 << 24);
+    edx & need == need
 }
 
 /// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, then `ARCH_GET_XCOMP_PERM` to see
@@ -154,10 +178,11 @@ thread_local! {
 
 /// The palette-1 tile configuration: all eight tiles 16 rows of 64 bytes.
 #[repr(C, align(64))]
-struct TileConfig([u8; 64]);
+pub(crate) struct TileConfig([u8; 64]);
 
 impl TileConfig {
-    fn full_tiles() -> TileConfig {
+    /// Every tile 16 rows of 64 bytes.
+    pub(crate) fn full_tiles() -> TileConfig {
         let mut c = [0u8; 64];
         c[0] = 1;
         for t in 0..8 {

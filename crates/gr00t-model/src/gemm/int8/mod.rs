@@ -5,17 +5,20 @@
 //!
 //! | kernel | instructions | tile |
 //! | --- | --- | --- |
+//! | [`Int8Kernel::Amx`] | AMX `tdpbusd` (Sapphire Rapids and later; K a multiple of 64, else the AVX512-VNNI tile) | 32×32 |
 //! | [`Int8Kernel::Avx512Vnni`] | EVEX `vpdpbusd` (Cascade Lake and later, Zen 4/5) | 12×32 |
 //! | [`Int8Kernel::AvxVnni`] | VEX `vpdpbusd` (Alder Lake and later, Zen 5) | 6×16 |
 //! | [`Int8Kernel::Avx2`] | `vpsignb`, `vpmaddubsw`, `vpmaddwd` | 4×16 |
 //! | [`Int8Kernel::Scalar`] | none (every CPU; the reference) | 4×16 |
 //!
-//! Every kernel computes the same integer sum exactly: the VNNI ones multiply u8 activations
-//! offset by 128 and subtract the weight's `128·Σq` (seeded into the sums), AVX2 multiplies
+//! Every kernel computes the same integer sum exactly: the VNNI and AMX ones multiply u8
+//! activations offset by 128 and subtract the weight's `128·Σq` (seeded into the sums), AVX2 multiplies
 //! `|a|` by `sign(a)·w`, whose pair sums stay within i16 (both within ±127, so
 //! `vpmaddubsw` never saturates). With the same epilogue, every element's bits are the same
 //! on every kernel, for any M, block or thread count, and repeats are identical.
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 pub(crate) mod pack;
 pub(crate) mod quant;
 #[cfg(target_arch = "x86_64")]
@@ -40,6 +43,8 @@ pub enum Int8Kernel {
     AvxVnni,
     /// AVX512-VNNI `vpdpbusd` on 512-bit vectors.
     Avx512Vnni,
+    /// AMX-INT8 `tdpbusd` on 16×64-byte tiles.
+    Amx,
 }
 
 impl Int8Kernel {
@@ -50,15 +55,17 @@ impl Int8Kernel {
             Int8Kernel::Avx2 => "avx2",
             Int8Kernel::AvxVnni => "avxvnni",
             Int8Kernel::Avx512Vnni => "avx512vnni",
+            Int8Kernel::Amx => "amx",
         }
     }
 
     /// Every kernel, slowest first.
-    pub const ALL: [Int8Kernel; 4] = [
+    pub const ALL: [Int8Kernel; 5] = [
         Int8Kernel::Scalar,
         Int8Kernel::Avx2,
         Int8Kernel::AvxVnni,
         Int8Kernel::Avx512Vnni,
+        Int8Kernel::Amx,
     ];
 
     /// Whether this CPU runs the kernel.
@@ -68,6 +75,10 @@ impl Int8Kernel {
             Int8Kernel::Avx2 => has_features!("avx2", "fma"),
             Int8Kernel::AvxVnni => has_features!("avx2", "fma", "avxvnni"),
             Int8Kernel::Avx512Vnni => has_features!("avx512f", "avx512bw", "avx512vnni"),
+            #[cfg(target_arch = "x86_64")]
+            Int8Kernel::Amx => amx::available(),
+            #[cfg(not(target_arch = "x86_64"))]
+            Int8Kernel::Amx => false,
         }
     }
 
@@ -91,16 +102,36 @@ impl Int8Kernel {
     fn encoding(self) -> Encoding {
         match self {
             Int8Kernel::Scalar | Int8Kernel::Avx2 => Encoding::Signed,
-            Int8Kernel::AvxVnni | Int8Kernel::Avx512Vnni => Encoding::Offset,
+            Int8Kernel::AvxVnni | Int8Kernel::Avx512Vnni | Int8Kernel::Amx => Encoding::Offset,
         }
     }
 
     /// Rows and columns of its tiles of C.
     fn tile(self) -> (usize, usize) {
         match self {
+            Int8Kernel::Amx => (amx::MB, 2 * NP),
             Int8Kernel::Avx512Vnni => (vnni512::MR, 2 * NP),
             Int8Kernel::AvxVnni => (6, NP),
             Int8Kernel::Avx2 | Int8Kernel::Scalar => (4, NP),
+        }
+    }
+
+    /// The kernel that runs a product of width `k`: AMX takes whole tile steps of 64 k, other
+    /// widths run the AVX512-VNNI tile (the same bits).
+    fn for_width(self, k: usize) -> Int8Kernel {
+        #[cfg(target_arch = "x86_64")]
+        if self == Int8Kernel::Amx && (k == 0 || !k.is_multiple_of(amx::KB)) {
+            return Int8Kernel::Avx512Vnni;
+        }
+        let _ = k;
+        self
+    }
+
+    /// Rows the quantised activations are padded to a multiple of (AMX loads whole tiles).
+    fn row_multiple(self) -> usize {
+        match self {
+            Int8Kernel::Amx => 2 * 16,
+            _ => 1,
         }
     }
 
@@ -108,6 +139,7 @@ impl Int8Kernel {
     fn tile_fn(self) -> TileFn {
         #[cfg(target_arch = "x86_64")]
         match self {
+            Int8Kernel::Amx => return amx::tile,
             Int8Kernel::Avx512Vnni => return vnni512::tile,
             Int8Kernel::AvxVnni => return ymm::tile_vnni,
             Int8Kernel::Avx2 => return ymm::tile_avx2,
@@ -168,7 +200,8 @@ pub fn matmul(
     if m == 0 || n == 0 {
         return Some(Vec::new());
     }
-    let q = quantize_rows(a, m, k, kernel.encoding());
+    let kernel = kernel.for_width(k);
+    let q = quantize_rows(a, m, k, kernel.encoding(), kernel.row_multiple());
     // SAFETY: the kernel runs here (checked above); each part writes exactly its rows ×
     // columns of the m·n output.
     let out = unsafe {
@@ -198,6 +231,9 @@ unsafe fn unit(
 ) {
     let (mr, nr) = kernel.tile();
     let tile_fn = kernel.tile_fn();
+    // SAFETY: AMX runs here when it is the kernel (`matmul` checked it).
+    #[cfg(target_arch = "x86_64")]
+    let _tiles = (kernel == Int8Kernel::Amx).then(|| unsafe { amx::Configured::load() });
     let k4 = w.k4();
     let mc = (ROW_BLOCK_BYTES / q.ld.max(1) / mr).max(1) * mr;
     let panel_len = k4 * 4 * NP;

@@ -13,7 +13,8 @@ pub(crate) enum Encoding {
     Offset,
 }
 
-/// `m` rows of quantised activations at row stride `ld` bytes, with one scale per row.
+/// `m` rows of quantised activations at row stride `ld` bytes, with one scale per row (rows
+/// past `m`, up to a kernel's multiple, hold the padding byte and scale 0).
 pub(crate) struct QuantRows {
     pub(crate) data: Vec<u8>,
     pub(crate) ld: usize,
@@ -33,31 +34,42 @@ impl QuantRows {
 }
 
 /// Quantises the rows of `a` `[m, k]`: `q = round_ties_even(x·127/max|x_i|)`, scale
-/// `max|x_i|/127` (see [`row_scale`]), stored in `encoding`.
-pub(crate) fn quantize_rows(a: &[f32], m: usize, k: usize, encoding: Encoding) -> QuantRows {
+/// `max|x_i|/127` (see [`row_scale`]), stored in `encoding`, the rows padded to a multiple of
+/// `row_multiple`.
+pub(crate) fn quantize_rows(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    encoding: Encoding,
+    row_multiple: usize,
+) -> QuantRows {
     let ld = k.div_ceil(4) * 4;
+    let rows = m.next_multiple_of(row_multiple.max(1));
     let pad = match encoding {
         Encoding::Signed => 0u8,
         Encoding::Offset => 0x80,
     };
     if k == 0 {
         return QuantRows {
-            data: vec![pad; m * ld],
+            data: vec![pad; rows * ld],
             ld,
-            scales: vec![0.0; m],
+            scales: vec![0.0; rows],
         };
     }
     // The bytes are written chunk by chunk on the pool (no serial memset of the whole
     // buffer first); each task sets its rows' scales.
-    let mut scales = vec![0f32; m];
+    let mut scales = vec![0f32; rows];
     let scale_at = OutPtr(scales.as_mut_ptr());
     let rows_per_task = if m * k >= 1 << 16 {
         ((1 << 16) / ld).max(1)
     } else {
         m.max(1)
     };
-    let data = par_fresh(m * ld, rows_per_task * ld, pad, |start, part| {
+    let data = par_fresh(rows * ld, rows_per_task * ld, pad, |start, part| {
         let r0 = start / ld;
+        if r0 >= m {
+            return;
+        }
         for (i, (out, row)) in part
             .chunks_exact_mut(ld)
             .zip(a[r0 * k..].chunks(k))

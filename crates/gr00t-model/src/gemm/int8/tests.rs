@@ -5,10 +5,19 @@ use super::quant::{quantize_rows, Encoding};
 use super::*;
 use crate::test_rng::{lcg, xorshift};
 
-/// Shapes `(m, n, k)`: degenerate ones, around every tile and panel edge (rows 4, 6, 12,
-/// columns 16, 32, k a multiple of 4 or not), then the model's row counts (1: one token, 41:
-/// the DiT, 469: the LLM, 1 792: the vision tower) with ragged columns and k.
-const SHAPES: [(usize, usize, usize); 16] = [
+/// Shapes `(m, n, k)`: degenerate ones, around every tile and panel edge (rows 4, 6, 12, 16,
+/// 32, columns 16, 32, k a multiple of 4 or not, of AMX's 64 or not), then the model's row
+/// counts (1: one token, 41: the DiT, 469: the LLM, 1 792: the vision tower) with ragged
+/// columns and k.
+const SHAPES: [(usize, usize, usize); 24] = [
+    (1, 5, 64),
+    (16, 16, 64),
+    (17, 33, 128),
+    (31, 47, 192),
+    (33, 65, 64),
+    (41, 97, 1536),
+    (469, 45, 256),
+    (1792, 33, 64),
     (1, 1, 1),
     (1, 33, 20),
     (5, 1, 7),
@@ -147,7 +156,7 @@ fn activations_quantise_per_row_by_the_definition_in_both_encodings() {
     a[2 * k + 5] = f32::NAN;
     a[3 * k + 1] = f32::INFINITY;
     for enc in [Encoding::Signed, Encoding::Offset] {
-        let q = quantize_rows(&a, m, k, enc);
+        let q = quantize_rows(&a, m, k, enc, 1);
         assert_eq!(q.ld, 24);
         for i in 0..m {
             let (want, s) = quantize_row_by_definition(&a[i * k..][..k]);
@@ -157,12 +166,20 @@ fn activations_quantise_per_row_by_the_definition_in_both_encodings() {
             }
             assert_eq!(q.signed(i, 23, enc), 0, "the padding is a zero");
         }
+        // Padded to whole tiles of rows (AMX): the same rows, then zero rows of scale 0.
+        let padded = quantize_rows(&a, m, k, enc, 32);
+        assert_eq!(padded.data.len(), 32 * 24);
+        assert_eq!(padded.data[..m * 24], q.data[..]);
+        let bits = |s: &[f32]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&padded.scales[..m]), bits(&q.scales));
+        assert!((m * 24..32 * 24).all(|b| padded.signed(b / 24, b % 24, enc) == 0));
+        assert!(padded.scales[m..].iter().all(|&s| s == 0.0));
     }
     // The vectorised path (long rows) agrees with the definition too.
     let long: Vec<f32> = (0..4099)
         .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 3.0)
         .collect();
-    let q = quantize_rows(&long, 1, long.len(), Encoding::Signed);
+    let q = quantize_rows(&long, 1, long.len(), Encoding::Signed, 1);
     let (want, _) = quantize_row_by_definition(&long);
     assert!((0..long.len()).all(|kk| q.signed(0, kk, Encoding::Signed) == want[kk]));
     // Long rows of exact ties (max 127: the grid is the integers, x.5 rounds to even), of
@@ -178,7 +195,7 @@ fn activations_quantise_per_row_by_the_definition_in_both_encodings() {
     rows.extend((0..k).map(|i| -(i as f32)));
     rows[4 * k + 99] = f32::NEG_INFINITY;
     for enc in [Encoding::Signed, Encoding::Offset] {
-        let q = quantize_rows(&rows, 5, k, enc);
+        let q = quantize_rows(&rows, 5, k, enc, 1);
         for i in 0..5 {
             let (want, s) = quantize_row_by_definition(&rows[i * k..][..k]);
             assert_eq!(q.scales[i].to_bits(), s.to_bits(), "{enc:?} row {i} scale");
@@ -211,6 +228,10 @@ fn every_kernel_matches_the_reference_bit_for_bit() {
             }
         }
     }
+    // AMX runs whole tile steps of 64 k and leaves other widths to the VNNI tile.
+    assert_eq!(Int8Kernel::Amx.for_width(1536), Int8Kernel::Amx);
+    assert_eq!(Int8Kernel::Amx.for_width(1537), Int8Kernel::Avx512Vnni);
+    assert_eq!(Int8Kernel::Amx.for_width(0), Int8Kernel::Avx512Vnni);
     eprintln!(
         "kernels run here: {:?}",
         Int8Kernel::ALL
@@ -289,7 +310,8 @@ fn close_to_the_f32_product() {
 
 #[test]
 fn answers_do_not_depend_on_the_thread_count_and_repeat() {
-    let (m, n, k) = (150, 200, 300);
+    // k a multiple of 64: AMX's tiles where the CPU has them.
+    let (m, n, k) = (150, 200, 320);
     let (a, w, bias) = operands(21, (m, n, k));
     let p = PackedI8::from_f32(&w, n, k, LEVELS).unwrap();
     let kernel = Int8Kernel::detected();
