@@ -127,11 +127,13 @@ impl Int8Kernel {
         self
     }
 
-    /// Rows the quantised activations are padded to a multiple of (AMX loads whole tiles).
-    fn row_multiple(self) -> usize {
+    /// Rows the quantised activations are padded to a multiple of (AMX loads whole tiles),
+    /// and bytes left between rows (AMX: a line, so that a tile's 16 rows, loaded at the row
+    /// stride, do not share the L1's sets when k is a multiple of 1 024).
+    fn row_layout(self) -> (usize, usize) {
         match self {
-            Int8Kernel::Amx => 2 * 16,
-            _ => 1,
+            Int8Kernel::Amx => (2 * 16, 64),
+            _ => (1, 0),
         }
     }
 
@@ -201,7 +203,8 @@ pub fn matmul(
         return Some(Vec::new());
     }
     let kernel = kernel.for_width(k);
-    let q = quantize_rows(a, m, k, kernel.encoding(), kernel.row_multiple());
+    let (row_multiple, gap) = kernel.row_layout();
+    let q = quantize_rows(a, m, k, kernel.encoding(), row_multiple, gap);
     // SAFETY: the kernel runs here (checked above); each part writes exactly its rows ×
     // columns of the m·n output.
     let out = unsafe {

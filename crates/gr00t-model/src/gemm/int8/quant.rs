@@ -35,15 +35,16 @@ impl QuantRows {
 
 /// Quantises the rows of `a` `[m, k]`: `q = round_ties_even(x·127/max|x_i|)`, scale
 /// `max|x_i|/127` (see [`row_scale`]), stored in `encoding`, the rows padded to a multiple of
-/// `row_multiple`.
+/// `row_multiple` and `gap` bytes apart past their k (padded to 4).
 pub(crate) fn quantize_rows(
     a: &[f32],
     m: usize,
     k: usize,
     encoding: Encoding,
     row_multiple: usize,
+    gap: usize,
 ) -> QuantRows {
-    let ld = k.div_ceil(4) * 4;
+    let ld = k.div_ceil(4) * 4 + gap;
     let rows = m.next_multiple_of(row_multiple.max(1));
     let pad = match encoding {
         Encoding::Signed => 0u8,

@@ -156,7 +156,7 @@ fn activations_quantise_per_row_by_the_definition_in_both_encodings() {
     a[2 * k + 5] = f32::NAN;
     a[3 * k + 1] = f32::INFINITY;
     for enc in [Encoding::Signed, Encoding::Offset] {
-        let q = quantize_rows(&a, m, k, enc, 1);
+        let q = quantize_rows(&a, m, k, enc, 1, 0);
         assert_eq!(q.ld, 24);
         for i in 0..m {
             let (want, s) = quantize_row_by_definition(&a[i * k..][..k]);
@@ -166,20 +166,23 @@ fn activations_quantise_per_row_by_the_definition_in_both_encodings() {
             }
             assert_eq!(q.signed(i, 23, enc), 0, "the padding is a zero");
         }
-        // Padded to whole tiles of rows (AMX): the same rows, then zero rows of scale 0.
-        let padded = quantize_rows(&a, m, k, enc, 32);
-        assert_eq!(padded.data.len(), 32 * 24);
-        assert_eq!(padded.data[..m * 24], q.data[..]);
+        // Padded to whole tiles of rows and a line between rows (AMX): the same rows, then
+        // zero rows of scale 0.
+        let padded = quantize_rows(&a, m, k, enc, 32, 64);
+        assert_eq!((padded.ld, padded.data.len()), (24 + 64, 32 * (24 + 64)));
+        for i in 0..m {
+            assert_eq!(padded.data[i * padded.ld..][..24], q.data[i * 24..][..24]);
+        }
         let bits = |s: &[f32]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&padded.scales[..m]), bits(&q.scales));
-        assert!((m * 24..32 * 24).all(|b| padded.signed(b / 24, b % 24, enc) == 0));
+        assert!((m..32).all(|i| (0..24).all(|kk| padded.signed(i, kk, enc) == 0)));
         assert!(padded.scales[m..].iter().all(|&s| s == 0.0));
     }
     // The vectorised path (long rows) agrees with the definition too.
     let long: Vec<f32> = (0..4099)
         .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 3.0)
         .collect();
-    let q = quantize_rows(&long, 1, long.len(), Encoding::Signed, 1);
+    let q = quantize_rows(&long, 1, long.len(), Encoding::Signed, 1, 0);
     let (want, _) = quantize_row_by_definition(&long);
     assert!((0..long.len()).all(|kk| q.signed(0, kk, Encoding::Signed) == want[kk]));
     // Long rows of exact ties (max 127: the grid is the integers, x.5 rounds to even), of
@@ -195,7 +198,7 @@ fn activations_quantise_per_row_by_the_definition_in_both_encodings() {
     rows.extend((0..k).map(|i| -(i as f32)));
     rows[4 * k + 99] = f32::NEG_INFINITY;
     for enc in [Encoding::Signed, Encoding::Offset] {
-        let q = quantize_rows(&rows, 5, k, enc, 1);
+        let q = quantize_rows(&rows, 5, k, enc, 1, 0);
         for i in 0..5 {
             let (want, s) = quantize_row_by_definition(&rows[i * k..][..k]);
             assert_eq!(q.scales[i].to_bits(), s.to_bits(), "{enc:?} row {i} scale");
