@@ -104,6 +104,65 @@ pub(crate) unsafe fn tile(t: &Tile) {
     }
 }
 
+/// The asm lines that prefetch a weight panel two steps (2 048 bytes) past the register named
+/// `$b`, a line each: the DiT's weights stream from memory (0.8 GB a step), and the LLM's
+/// panels are re-read once per block of rows (gemm_shapes with and without, alternating three
+/// times on the Emerald Rapids guest: LLM and DiT shapes 1.05-1.22x, vision 1.0-1.1x).
+macro_rules! prefetch_two_steps_ahead {
+    ($b:literal) => {
+        concat!(
+            "prefetcht0 [{",
+            $b,
+            "} + 2048]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2112]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2176]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2240]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2304]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2368]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2432]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2496]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2560]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2624]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2688]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2752]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2816]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2880]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 2944]\n",
+            "prefetcht0 [{",
+            $b,
+            "} + 3008]\n",
+        )
+    };
+}
+
 /// 32 rows of A (`a`, row stride `lda` bytes) by two panels (`b0`, `b1`) over `steps` steps of
 /// 64 k into the 32×32 sums at `c` (128-byte rows).
 ///
@@ -138,6 +197,8 @@ unsafe fn block_2x2(
             "tdpbusd tmm1, tmm4, tmm7",
             "tdpbusd tmm2, tmm5, tmm6",
             "tdpbusd tmm3, tmm5, tmm7",
+            prefetch_two_steps_ahead!("b0"),
+            prefetch_two_steps_ahead!("b1"),
             "add {a}, 64",
             "add {a2}, 64",
             "add {b0}, 1024",
@@ -195,6 +256,8 @@ unsafe fn block_1x2(
             "tileloadd tmm7, [{b1} + {bs}*1]",
             "tdpbusd tmm0, tmm4, tmm6",
             "tdpbusd tmm1, tmm4, tmm7",
+            prefetch_two_steps_ahead!("b0"),
+            prefetch_two_steps_ahead!("b1"),
             "add {a}, 64",
             "add {b0}, 1024",
             "add {b1}, 1024",
