@@ -346,23 +346,9 @@ unsafe fn pack_a(lhs: Lhs, ic: usize, mc: usize, mcp: usize, pc: usize, kc: usiz
 /// each 128-byte row of the step's 2 048 bytes.
 macro_rules! prefetch_b_two_steps_ahead {
     () => {
-        concat!(
-            "prefetcht0 [{b} + 4096]\n",
-            "prefetcht0 [{b} + 4224]\n",
-            "prefetcht0 [{b} + 4352]\n",
-            "prefetcht0 [{b} + 4480]\n",
-            "prefetcht0 [{b} + 4608]\n",
-            "prefetcht0 [{b} + 4736]\n",
-            "prefetcht0 [{b} + 4864]\n",
-            "prefetcht0 [{b} + 4992]\n",
-            "prefetcht0 [{b} + 5120]\n",
-            "prefetcht0 [{b} + 5248]\n",
-            "prefetcht0 [{b} + 5376]\n",
-            "prefetcht0 [{b} + 5504]\n",
-            "prefetcht0 [{b} + 5632]\n",
-            "prefetcht0 [{b} + 5760]\n",
-            "prefetcht0 [{b} + 5888]\n",
-            "prefetcht0 [{b} + 6016]\n",
+        prefetch_lines!(
+            "b": 4096, 4224, 4352, 4480, 4608, 4736, 4864, 4992,
+            5120, 5248, 5376, 5504, 5632, 5760, 5888, 6016
         )
     };
 }

@@ -26,6 +26,14 @@
     allow(dead_code, unused_variables, unused_macros)
 )]
 
+/// The asm lines `prefetcht0 [{reg} + off]`, one per offset (the AMX kernels prefetch their
+/// weight panels a line a row, two tile steps ahead).
+macro_rules! prefetch_lines {
+    ($reg:literal: $($off:literal),+ $(,)?) => {
+        concat!($("prefetcht0 [{", $reg, "} + ", $off, "]\n"),+)
+    };
+}
+
 pub(crate) mod amx;
 pub(crate) mod avx2;
 pub(crate) mod avx512;

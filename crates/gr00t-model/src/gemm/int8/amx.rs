@@ -9,7 +9,7 @@
 //! Full tiles only: K a multiple of 64 (the caller runs the VNNI tile otherwise) and 16 or 32
 //! readable rows of activations (their buffer is padded to whole tiles of rows).
 
-use super::{epilogue_lanes, Tile, NP};
+use super::{column_lanes, epilogue_lanes, Tile};
 use std::arch::x86_64::*;
 
 /// Rows (and columns) of C per call.
@@ -82,19 +82,10 @@ pub(crate) unsafe fn tile(t: &Tile) {
     // SAFETY: every pointer stays inside the extents the tile describes (contract).
     unsafe {
         for v in 0..2 {
-            let c0 = v * NP;
-            if c0 >= t.cols {
+            let Some((c0, mask, sb, bias)) = column_lanes(t, v) else {
                 break;
-            }
-            let valid = (t.cols - c0).min(NP);
-            let mask: __mmask16 = if valid == NP { !0 } else { (1u16 << valid) - 1 };
-            let offset = _mm512_loadu_si512(t.sums.add(c0).cast());
-            let sb = _mm512_loadu_ps(t.scales.add(c0));
-            let bias = if t.bias.is_null() {
-                _mm512_setzero_ps()
-            } else {
-                _mm512_maskz_loadu_ps(mask, t.bias.add(c0))
             };
+            let offset = _mm512_loadu_si512(t.sums.add(c0).cast());
             for r in 0..t.rows {
                 let acc = _mm512_sub_epi32(_mm512_load_si512(c.add(r * MB + c0).cast()), offset);
                 let y = epilogue_lanes(acc, *t.row_scales.add(r), sb, bias);
@@ -110,55 +101,9 @@ pub(crate) unsafe fn tile(t: &Tile) {
 /// times on the Emerald Rapids guest: LLM and DiT shapes 1.05-1.22x, vision 1.0-1.1x).
 macro_rules! prefetch_two_steps_ahead {
     ($b:literal) => {
-        concat!(
-            "prefetcht0 [{",
-            $b,
-            "} + 2048]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2112]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2176]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2240]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2304]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2368]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2432]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2496]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2560]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2624]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2688]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2752]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2816]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2880]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 2944]\n",
-            "prefetcht0 [{",
-            $b,
-            "} + 3008]\n",
+        prefetch_lines!(
+            $b: 2048, 2112, 2176, 2240, 2304, 2368, 2432, 2496,
+            2560, 2624, 2688, 2752, 2816, 2880, 2944, 3008
         )
     };
 }

@@ -12,9 +12,9 @@
 //! | [`Int8Kernel::Scalar`] | none (every CPU; the reference) | 4×16 |
 //!
 //! Every kernel computes the same integer sum exactly: the VNNI and AMX ones multiply u8
-//! activations offset by 128 and subtract the weight's `128·Σq` (seeded into the sums), AVX2 multiplies
-//! `|a|` by `sign(a)·w`, whose pair sums stay within i16 (both within ±127, so
-//! `vpmaddubsw` never saturates). With the same epilogue, every element's bits are the same
+//! activations offset by 128 and subtract the weight's `128·Σq`, AVX2 multiplies `|a|` by
+//! `sign(a)·w`, whose pair sums stay within i16 (both within ±127, so `vpmaddubsw` never
+//! saturates). With the same epilogue, every element's bits are the same
 //! on every kernel, for any M, block or thread count, and repeats are identical.
 
 #[cfg(target_arch = "x86_64")]
@@ -308,6 +308,43 @@ pub(crate) fn epilogue(acc: i32, sa: f32, sb: f32, bias: f32) -> f32 {
 
 #[cfg(test)]
 mod tests;
+
+/// What the AVX-512 epilogues need of column vector `v` (16 columns from `v·16`) of a 32-column
+/// tile: the tile's column of its first lane, the store mask, the weight scales and the bias
+/// (masked; zero without one); `None` past the tile's columns.
+///
+/// # Safety
+/// AVX-512F; the [`Tile`]'s scales (whole tiles) and bias valid as it describes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn column_lanes(
+    t: &Tile,
+    v: usize,
+) -> Option<(
+    usize,
+    std::arch::x86_64::__mmask16,
+    std::arch::x86_64::__m512,
+    std::arch::x86_64::__m512,
+)> {
+    use std::arch::x86_64::*;
+    let c0 = v * NP;
+    if c0 >= t.cols {
+        return None;
+    }
+    let valid = (t.cols - c0).min(NP);
+    let mask: __mmask16 = if valid == NP { !0 } else { (1u16 << valid) - 1 };
+    // SAFETY: the scales cover whole tiles; the bias its `cols` (masked) (contract).
+    unsafe {
+        let sb = _mm512_loadu_ps(t.scales.add(c0));
+        let bias = if t.bias.is_null() {
+            _mm512_setzero_ps()
+        } else {
+            _mm512_maskz_loadu_ps(mask, t.bias.add(c0))
+        };
+        Some((c0, mask, sb, bias))
+    }
+}
 
 /// [`epilogue`] on 16 lanes: the same roundings (`vcvtdq2ps` rounds to nearest even as `as
 /// f32` does, one `vmulps`, one `vfmadd`).

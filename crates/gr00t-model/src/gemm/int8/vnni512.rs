@@ -1,7 +1,7 @@
 //! The AVX512-VNNI tile: 12 rows × 32 columns (two panels), 24 i32 vectors of sums seeded with
 //! the weight's `−128·Σq`, one `vpdpbusd` per row and panel for every four k.
 
-use super::{epilogue_lanes, Tile, NP};
+use super::{column_lanes, epilogue_lanes, Tile, NP};
 use std::arch::x86_64::*;
 
 /// Rows of a tile.
@@ -38,17 +38,8 @@ pub(crate) unsafe fn tile(t: &Tile) {
             }
         }
         for v in 0..2 {
-            let c0 = v * NP;
-            if c0 >= t.cols {
+            let Some((c0, mask, sb, bias)) = column_lanes(t, v) else {
                 break;
-            }
-            let valid = (t.cols - c0).min(NP);
-            let mask: __mmask16 = if valid == NP { !0 } else { (1u16 << valid) - 1 };
-            let sb = _mm512_loadu_ps(t.scales.add(c0));
-            let bias = if t.bias.is_null() {
-                _mm512_setzero_ps()
-            } else {
-                _mm512_maskz_loadu_ps(mask, t.bias.add(c0))
             };
             for (r, acc) in acc.iter().enumerate().take(t.rows) {
                 let y = epilogue_lanes(acc[v], *t.row_scales.add(r), sb, bias);
