@@ -262,7 +262,7 @@ fn door_limits(opts: &ServeOptions) -> Result<DoorLimits, ServeError> {
         max_message_bytes,
         caps,
         timers: Timers::new(&opts.connections, max_message_bytes),
-        body_timeout: connections::seconds(opts.connections.body_timeout_s),
+        body: connections::BodyPace::new(&opts.connections),
         api_token,
         browser: std::sync::Arc::new(BrowserRules::new(&opts.browser, &opts.host)),
     })

@@ -412,3 +412,153 @@ fn http_bodies_that_never_come_do_not_pin_the_door() {
     }
     drop(stalled);
 }
+
+/// One keep-alive request on an open connection: its status, the body read to its length.
+fn keep_alive_get(c: &mut TcpStream, host: &str, path: &str) -> std::io::Result<u16> {
+    write!(c, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n")?;
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        if c.read(&mut byte)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        raw.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    c.read_exact(&mut body)?;
+    Ok(head[9..12].parse().unwrap_or(0))
+}
+
+#[test]
+fn a_flood_of_fresh_connections_does_not_evict_robots_between_their_steps() {
+    let s = start(&["--max-connections", "8", "--zmq-max-connections", "8"]);
+    // The robots: a keep-alive HTTP client and a ZMQ client, each one step answered.
+    let mut http = TcpStream::connect(&s.http).unwrap();
+    http.set_read_timeout(Some(5 * SECOND)).unwrap();
+    assert_eq!(keep_alive_get(&mut http, &s.http, "/health").unwrap(), 200);
+    let mut robot = Req::connect(zmq(&s), 5 * SECOND).unwrap();
+    robot.call(PING).unwrap();
+    // Between their steps: 40 fresh connections on each door that never say a word. At the
+    // cap each one evicts an earlier one of them, never a robot.
+    let mut flood = Vec::new();
+    for _ in 0..40 {
+        flood.push(TcpStream::connect(&s.http).unwrap());
+        flood.push(TcpStream::connect(zmq(&s)).unwrap());
+    }
+    // The last of the flood is accepted (the cap made room) before the robots step again.
+    both_answer_within_a_second(&s);
+    for step in 0..3 {
+        let status = keep_alive_get(&mut http, &s.http, "/health");
+        assert_eq!(status.ok(), Some(200), "HTTP robot, step {step}");
+        let pong = robot.call(PING);
+        assert!(pong.is_ok(), "ZMQ robot, step {step}: {pong:?}");
+    }
+    drop(flood);
+}
+
+#[test]
+fn http_replies_that_are_never_read_close_after_the_write_timeout() {
+    let s = start(&["--write-timeout-s", "1"]);
+    let mut c = TcpStream::connect(&s.http).unwrap();
+    // Requests pipelined and never read: their answers fill the socket buffers, then one
+    // stalls.
+    let one = format!("GET /metrics HTTP/1.1\r\nHost: {}\r\n\r\n", s.http);
+    let burst = one.repeat(20_000);
+    c.set_write_timeout(Some(2 * SECOND)).unwrap();
+    let t0 = Instant::now();
+    for _ in 0..8 {
+        if c.write_all(burst.as_bytes()).is_err() {
+            break; // the server stopped reading: its answer is stalled
+        }
+    }
+    assert!(
+        s.log_shows("http: a reply was not read within 1.0 s", 15 * SECOND),
+        "{}",
+        s.log_text()
+    );
+    println!("stalled HTTP answer closed after {:?}", t0.elapsed());
+    both_answer_within_a_second(&s);
+}
+
+#[test]
+fn lingering_closes_hold_no_slot_of_the_door() {
+    let s = start(&["--ws-max-connections", "2", "--max-body-mb", "1"]);
+    // Both slots: clients refused with 1009 that keep their sockets open, so each close
+    // lingers (5 s) on the server.
+    let mut refused = Vec::new();
+    for _ in 0..2 {
+        let (mut w, _) = tungstenite::client(
+            format!("ws://{}/", ws(&s)),
+            TcpStream::connect(ws(&s)).unwrap(),
+        )
+        .unwrap();
+        w.get_ref().set_read_timeout(Some(10 * SECOND)).unwrap();
+        assert!(matches!(w.read().unwrap(), tungstenite::Message::Binary(_)));
+        w.send(tungstenite::Message::Binary(vec![0u8; 2 << 20].into()))
+            .unwrap();
+        match w.read() {
+            Ok(tungstenite::Message::Close(Some(f))) => assert_eq!(u16::from(f.code), 1009),
+            other => panic!("expected close 1009, got {other:?}"),
+        }
+        refused.push(w);
+    }
+    // A fresh client is upgraded at once, not after the lingers.
+    let t0 = Instant::now();
+    let tcp = TcpStream::connect(ws(&s)).unwrap();
+    tcp.set_read_timeout(Some(10 * SECOND)).unwrap();
+    let (mut w, meta) = tungstenite::client(format!("ws://{}/", ws(&s)), tcp).unwrap();
+    assert_eq!(meta.status(), 101);
+    assert!(matches!(w.read().unwrap(), tungstenite::Message::Binary(_)));
+    let waited = t0.elapsed();
+    println!("fresh websocket served after {waited:?} beside two lingering closes");
+    assert!(waited < SECOND, "waited {waited:?}");
+    drop(refused);
+}
+
+#[test]
+fn bodies_below_the_minimum_rate_are_refused_long_before_the_body_timeout() {
+    // Default --body-timeout-s (30) and --min-body-rate (16 KiB/s after 2 s).
+    let s = start(&[]);
+    let mut c = TcpStream::connect(&s.http).unwrap();
+    c.set_read_timeout(Some(20 * SECOND)).unwrap();
+    let head = format!(
+        "POST /predict HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100000\r\n\r\n{{\"observation\"",
+        s.http
+    );
+    let t0 = Instant::now();
+    c.write_all(head.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let _ = c.read_to_end(&mut raw);
+    let http = t0.elapsed();
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("--min-body-rate"), "{text}");
+    // A ZMQ message begun and stalled the same way.
+    let mut z = Req::connect(zmq(&s), 5 * SECOND).unwrap();
+    z.tcp
+        .write_all(&zmtp_client::frame(b"", true, false))
+        .unwrap();
+    z.tcp.write_all(&long_header(100_000)).unwrap();
+    z.tcp.write_all(&[0x90; 10]).unwrap();
+    let t1 = Instant::now();
+    assert!(
+        closed_within(&mut z.tcp, 20 * SECOND),
+        "stalled message kept"
+    );
+    let zmq_wait = t1.elapsed();
+    println!("stalled HTTP body refused after {http:?}, ZMQ message closed after {zmq_wait:?}");
+    assert!(http < 10 * SECOND && zmq_wait < 10 * SECOND);
+    assert!(
+        s.log_shows("(--min-body-rate)", 5 * SECOND),
+        "{}",
+        s.log_text()
+    );
+    both_answer_within_a_second(&s);
+}

@@ -1,9 +1,12 @@
-//! Every door's TCP connections (docs/HARDENING.md): a cap per door (at the cap the
-//! longest-idle connection is closed to make room, so a health check or a robot still gets
-//! in), a handshake deadline (HTTP: the first request's head; websocket: the upgrade; ZMQ: the
-//! greeting and READY), an idle timeout for connections with nothing in progress, a bounded
-//! lingering close after a refusal that left input unread, and the file-descriptor budget the
-//! caps are sized from, so that no door can starve another.
+//! Every door's TCP connections (docs/HARDENING.md): a cap per door (at the cap an idle
+//! connection is closed to make room, in classes: first those that never finished their
+//! handshake, then established ones, last those that completed a request, each class
+//! longest-idle first, so a flood of fresh connections cannot push a robot out between its
+//! steps), a handshake deadline (HTTP: the first request's head; websocket: the upgrade; ZMQ: the
+//! greeting and READY), an idle timeout for connections with nothing in progress, a write
+//! timeout for replies that do not drain, a bounded lingering close after a refusal that left
+//! input unread (its slot freed at once, the lingering sockets capped process-wide), and the
+//! file-descriptor budget the caps are sized from, so that no door can starve another.
 
 #![cfg_attr(
     not(test),
@@ -57,8 +60,14 @@ pub struct ConnectionOptions {
     /// a slower HTTP one gets 408, a ZMQ one is disconnected.
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
     pub body_timeout_s: f64,
-    /// Seconds a ZMQ or websocket reply may take to drain to a client that does not read; a
-    /// slower one closes the connection (and while it drains, the connection can be evicted).
+    /// Bytes a second an HTTP body or ZMQ message must arrive at on average, counted after its
+    /// first 2 s; a slower one is refused (HTTP 408) or disconnected (ZMQ) then, long before
+    /// --body-timeout-s (0: no minimum).
+    #[arg(long, value_name = "BYTES_PER_S", default_value_t = DEFAULT_MIN_BODY_RATE)]
+    pub min_body_rate: u64,
+    /// Seconds a reply (any door) may stall, and a ZMQ or websocket reply take in all, while
+    /// the client does not read it; then the connection closes (and while it drains, the
+    /// connection can be evicted).
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     pub write_timeout_s: f64,
     /// Pixels (width × height) a PNG or JPEG frame may declare; a larger one is refused from
@@ -78,8 +87,77 @@ impl Default for ConnectionOptions {
             idle_timeout_s: 60.0,
             handshake_timeout_s: 10.0,
             body_timeout_s: 30.0,
+            min_body_rate: DEFAULT_MIN_BODY_RATE,
             write_timeout_s: 10.0,
             max_image_pixels: gr00t_embodiment::image::decode::DEFAULT_MAX_PIXELS,
+        }
+    }
+}
+
+/// Default `--min-body-rate` (bytes a second): a DROID body (~0.5 MB) on a link this slow
+/// would take 30 s; a robot's link is thousands of times faster.
+pub const DEFAULT_MIN_BODY_RATE: u64 = 16 * 1024;
+/// The start of a message that the minimum rate does not count (TCP's slow start, a client
+/// that sends its head, then encodes the body).
+pub const BODY_GRACE: Duration = Duration::from_secs(2);
+
+/// How a message (HTTP body, ZMQ message) must arrive once begun: whole within `timeout`, and
+/// from [`BODY_GRACE`] on at `min_rate` bytes a second at least, on average.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyPace {
+    /// `--body-timeout-s`.
+    pub timeout: Duration,
+    /// `--min-body-rate` (0: none).
+    pub min_rate: u64,
+}
+
+/// Which of [`BodyPace`]'s rules a late message broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Late {
+    /// Not whole within the timeout.
+    Timeout,
+    /// Slower than the minimum rate.
+    Slow,
+}
+
+impl BodyPace {
+    /// From the flags.
+    pub fn new(opts: &ConnectionOptions) -> BodyPace {
+        BodyPace {
+            timeout: seconds(opts.body_timeout_s),
+            min_rate: opts.min_body_rate,
+        }
+    }
+
+    /// When a message begun at `began` with `received` bytes so far is late unless more
+    /// arrive, and which rule that is.
+    pub fn due(&self, began: Instant, received: usize) -> (Instant, Late) {
+        let whole = began + self.timeout;
+        if self.min_rate == 0 {
+            return (whole, Late::Timeout);
+        }
+        let earned = Duration::try_from_secs_f64(received as f64 / self.min_rate as f64)
+            .unwrap_or(self.timeout);
+        let paced = began + BODY_GRACE + earned;
+        if paced < whole {
+            (paced, Late::Slow)
+        } else {
+            (whole, Late::Timeout)
+        }
+    }
+
+    /// The refusal's words for `late` (after "the request body" or "a message").
+    pub fn explain(&self, late: Late) -> String {
+        match late {
+            Late::Timeout => format!(
+                "did not arrive whole within {:.1} s (--body-timeout-s)",
+                self.timeout.as_secs_f64()
+            ),
+            Late::Slow => format!(
+                "arrived slower than {} bytes/s after its first {} s (--min-body-rate)",
+                self.min_rate,
+                BODY_GRACE.as_secs()
+            ),
         }
     }
 }
@@ -88,6 +166,34 @@ impl Default for ConnectionOptions {
 pub const LINGER_TIME: Duration = Duration::from_secs(5);
 /// Most bytes discarded by that lingering close, in messages of the size limit.
 pub const LINGER_BODIES: usize = 4;
+/// Lingering closes at once, all doors together (within [`RESERVED_FILES`]); a refusal beyond
+/// them closes at once. A lingering socket holds no door slot, so a client that renews its
+/// refusals cannot keep the door's slots.
+pub const MAX_LINGERING: usize = 64;
+
+/// Lingering closes now in progress ([`MAX_LINGERING`]).
+static LINGERING: AtomicUsize = AtomicUsize::new(0);
+
+/// One of the [`MAX_LINGERING`] lingering closes, given back when dropped.
+struct LingerSlot;
+
+impl LingerSlot {
+    /// A slot, or `None` when every one is taken.
+    fn take() -> Option<LingerSlot> {
+        LINGERING
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_LINGERING).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| LingerSlot)
+    }
+}
+
+impl Drop for LingerSlot {
+    fn drop(&mut self) {
+        LINGERING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// A duration from a flag's seconds; non-finite or negative values mean "1 ms" rather than
 /// a panic in `Duration::from_secs_f64`.
@@ -180,6 +286,10 @@ pub struct ConnState {
     /// Set when the door refused something whose input may be unread: the close then
     /// lingers so that a client still sending reads the answer instead of a reset.
     linger: AtomicBool,
+    /// A request on it was answered (authenticated where a token is set): evicted last.
+    served: AtomicBool,
+    /// Lingering in its close, its slot already given back: never an eviction victim.
+    released: AtomicBool,
     /// Wakes the connection's pending read when it is evicted.
     waker: Mutex<Option<Waker>>,
     /// The listener's start, for `last_ms`.
@@ -194,6 +304,8 @@ impl ConnState {
             evict: AtomicBool::new(false),
             greeted: AtomicBool::new(false),
             linger: AtomicBool::new(false),
+            served: AtomicBool::new(false),
+            released: AtomicBool::new(false),
             waker: Mutex::new(None),
             epoch,
         }
@@ -213,6 +325,24 @@ impl ConnState {
     /// The door's handshake is done.
     pub fn mark_greeted(&self) {
         self.greeted.store(true, Ordering::SeqCst);
+    }
+
+    /// A request was answered on it (authenticated, where the door has a token): at the cap it
+    /// is evicted after every connection that has not.
+    pub fn mark_served(&self) {
+        self.served.store(true, Ordering::SeqCst);
+    }
+
+    /// Its eviction class at the cap, lowest first: 0 never through the handshake, 1
+    /// established, 2 served a request.
+    fn class(&self) -> u8 {
+        if self.served.load(Ordering::SeqCst) {
+            2
+        } else if self.greeted.load(Ordering::SeqCst) {
+            1
+        } else {
+            0
+        }
     }
 
     /// Sets whether the close lingers (see [`ConnState::linger`]).
@@ -298,20 +428,24 @@ impl LimitedListener {
         }
     }
 
-    /// At the cap: asks the longest-idle connection to close (its slot frees when it does).
+    /// At the cap: asks an idle connection to close (its slot frees when it does): the lowest
+    /// [`ConnState::class`], longest-idle first within it.
     fn evict_one(&mut self) {
         self.open.retain(|w| w.strong_count() > 0);
         let victim = self
             .open
             .iter()
             .filter_map(Weak::upgrade)
-            .filter(|c| c.is_idle() && !c.evict.load(Ordering::SeqCst))
-            .min_by_key(|c| c.last_ms.load(Ordering::SeqCst));
+            .filter(|c| {
+                c.is_idle() && !c.evict.load(Ordering::SeqCst) && !c.released.load(Ordering::SeqCst)
+            })
+            .min_by_key(|c| (c.class(), c.last_ms.load(Ordering::SeqCst)));
         if let Some(c) = victim {
             tracing::debug!(
-                "{}: {} connections open (the cap): closing the longest-idle one",
+                "{}: {} connections open (the cap): closing an idle one of class {}",
                 self.door,
-                self.max
+                self.max,
+                c.class()
             );
             c.evict();
         }
@@ -337,7 +471,10 @@ impl LimitedListener {
             self.open.retain(|w| w.strong_count() > 0);
         }
         self.open.push(Arc::downgrade(&state));
-        (GuardedStream::new(tcp, permit, state, self.timers), addr)
+        (
+            GuardedStream::new(tcp, permit, state, self.timers, self.door),
+            addr,
+        )
     }
 }
 
@@ -363,7 +500,11 @@ pub struct GuardedStream {
     timers: Timers,
     deadline: Pin<Box<Sleep>>,
     handshake: Pin<Box<Sleep>>,
+    /// Armed while a write is stalled; reset by every byte written ([`Timers::write`]).
+    write_stall: Option<Pin<Box<Sleep>>>,
     closing: Closing,
+    /// The door, for the log.
+    door: &'static str,
 }
 
 /// Where a connection's close stands.
@@ -371,10 +512,11 @@ enum Closing {
     /// Not closing.
     Open,
     /// Write side shut (answer and FIN sent); discarding input until EOF, the deadline, or
-    /// `left` more bytes.
+    /// `left` more bytes, in one of the [`MAX_LINGERING`] slots (the door's slot given back).
     Lingering {
         deadline: Pin<Box<Sleep>>,
         left: usize,
+        _slot: LingerSlot,
     },
     /// Done.
     Closed,
@@ -390,6 +532,7 @@ impl GuardedStream {
         permit: OwnedSemaphorePermit,
         state: Arc<ConnState>,
         timers: Timers,
+        door: &'static str,
     ) -> GuardedStream {
         GuardedStream {
             inner: Some(inner),
@@ -398,8 +541,17 @@ impl GuardedStream {
             timers,
             deadline: Box::pin(tokio::time::sleep(timers.idle)),
             handshake: Box::pin(tokio::time::sleep(timers.handshake)),
+            write_stall: None,
             closing: Closing::Open,
+            door,
         }
+    }
+
+    /// Gives the door's slot back for a lingering close: a lingering socket is not an idle
+    /// connection the cap could evict, and must not hold what a new client needs.
+    fn release_slot(&mut self) {
+        self.state.released.store(true, Ordering::SeqCst);
+        self.permit = None;
     }
 
     /// The connection's bookkeeping (busy marking, handshake, lingering).
@@ -410,7 +562,7 @@ impl GuardedStream {
     /// Reads and discards until the peer's EOF, an error, the linger deadline or byte budget,
     /// or an eviction; then the close may complete.
     fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let Closing::Lingering { deadline, left } = &mut self.closing else {
+        let Closing::Lingering { deadline, left, .. } = &mut self.closing else {
             return Poll::Ready(());
         };
         let Some(inner) = self.inner.as_mut() else {
@@ -522,17 +674,35 @@ impl AsyncWrite for GuardedStream {
             this.state.remember(cx.waker());
         }
         match r {
-            Poll::Ready(Ok(n)) if n > 0 => this.touch(),
-            // A peer that stops reading its answer: no progress for the idle timeout (or an
-            // eviction) ends the connection, so it cannot hold a slot forever.
-            Poll::Pending
-                if this.state.evict.load(Ordering::SeqCst)
-                    || this.deadline.as_mut().poll(cx).is_ready() =>
-            {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "peer stopped reading its answer",
-                )));
+            Poll::Ready(Ok(n)) if n > 0 => {
+                this.write_stall = None;
+                this.touch();
+            }
+            // A peer that stops reading its answer: no progress for the write timeout (or an
+            // eviction) ends the connection, so it cannot hold a slot or the reply's memory.
+            Poll::Pending => {
+                let write = this.timers.write;
+                let stall = this
+                    .write_stall
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(write)));
+                if stall.as_mut().poll(cx).is_ready() {
+                    tracing::info!(
+                        "{}: a reply was not read within {:.1} s (--write-timeout-s): closed",
+                        this.door,
+                        write.as_secs_f64()
+                    );
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "peer stopped reading its answer (--write-timeout-s)",
+                    )));
+                }
+                if this.state.evict.load(Ordering::SeqCst) {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "connection closed to make room (connection cap) while its answer \
+                         stalled",
+                    )));
+                }
             }
             _ => {}
         }
@@ -556,13 +726,22 @@ impl AsyncWrite for GuardedStream {
             std::task::ready!(Pin::new(inner).poll_shutdown(cx))?;
             // Closing with unread input would reset the connection, and a client that writes
             // its whole message before reading would see the reset, not the answer.
-            this.closing = if this.state.linger.load(Ordering::SeqCst) {
-                Closing::Lingering {
-                    deadline: Box::pin(tokio::time::sleep(LINGER_TIME)),
-                    left: this.timers.linger_bytes,
+            let slot = this
+                .state
+                .linger
+                .load(Ordering::SeqCst)
+                .then(LingerSlot::take)
+                .flatten();
+            this.closing = match slot {
+                Some(slot) => {
+                    this.release_slot();
+                    Closing::Lingering {
+                        deadline: Box::pin(tokio::time::sleep(LINGER_TIME)),
+                        left: this.timers.linger_bytes,
+                        _slot: slot,
+                    }
                 }
-            } else {
-                Closing::Closed
+                None => Closing::Closed,
             };
         }
         std::task::ready!(this.poll_linger(cx));
@@ -573,20 +752,25 @@ impl AsyncWrite for GuardedStream {
 
 impl Drop for GuardedStream {
     /// A connection dropped without a shutdown (a websocket after its close frame) while its
-    /// close should linger: the socket, still holding its slot, lingers in a task of its own.
+    /// close should linger: the socket lingers in a task of its own, in one of the
+    /// [`MAX_LINGERING`] slots, its door slot given back (none free: it closes at once).
     fn drop(&mut self) {
         if !matches!(self.closing, Closing::Open) || !self.state.linger.load(Ordering::SeqCst) {
             return;
         }
-        let (Some(tcp), Some(permit)) = (self.inner.take(), self.permit.take()) else {
-            return;
-        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let Some(slot) = LingerSlot::take() else {
+            return;
+        };
+        let Some(tcp) = self.inner.take() else {
+            return;
+        };
+        self.release_slot();
         let left = self.timers.linger_bytes;
         runtime.spawn(async move {
-            let _permit = permit;
+            let _slot = slot;
             let mut tcp = tcp;
             if tcp.shutdown().await.is_err() {
                 return;
@@ -637,6 +821,37 @@ mod tests {
         assert_eq!(seconds(1.5), Duration::from_millis(1500));
         assert_eq!(seconds(-1.0), Duration::from_millis(1));
         assert_eq!(seconds(f64::NAN), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn a_body_is_late_at_the_timeout_or_below_the_minimum_rate() {
+        let pace = BodyPace {
+            timeout: Duration::from_secs(30),
+            min_rate: 1000,
+        };
+        let t0 = Instant::now();
+        // Nothing yet: late when the grace ends.
+        assert_eq!(pace.due(t0, 0), (t0 + BODY_GRACE, Late::Slow));
+        // 5 000 bytes buy 5 s past the grace.
+        assert_eq!(
+            pace.due(t0, 5000),
+            (t0 + BODY_GRACE + Duration::from_secs(5), Late::Slow)
+        );
+        // Enough for past the timeout: the timeout rules.
+        assert_eq!(
+            pace.due(t0, 100_000),
+            (t0 + Duration::from_secs(30), Late::Timeout)
+        );
+        let none = BodyPace {
+            min_rate: 0,
+            ..pace
+        };
+        assert_eq!(
+            none.due(t0, 0),
+            (t0 + Duration::from_secs(30), Late::Timeout)
+        );
+        assert!(pace.explain(Late::Slow).contains("--min-body-rate"));
+        assert!(pace.explain(Late::Timeout).contains("30.0 s"));
     }
 
     #[test]

@@ -21,12 +21,11 @@ use ws as websocket;
 
 use crate::engine::EngineInfo;
 use browser::BrowserRules;
-use connections::{Caps, ConnInfo, LimitedListener, Timers};
+use connections::{BodyPace, Caps, ConnInfo, LimitedListener, Timers};
 use gr00t_core::engine::Layouts;
 use gr00t_core::Queue;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -147,8 +146,8 @@ pub struct DoorLimits {
     pub caps: Caps,
     /// Handshake and idle timers, lingering budget.
     pub timers: Timers,
-    /// Deadline for a whole HTTP body or ZMQ message once begun.
-    pub body_timeout: Duration,
+    /// How a whole HTTP body or ZMQ message must arrive once begun.
+    pub body: BodyPace,
     /// `--api-token`.
     pub api_token: Option<Arc<str>>,
     /// Origin, Host and content-type rules (HTTP and the websocket upgrade).

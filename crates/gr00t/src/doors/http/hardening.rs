@@ -10,22 +10,21 @@
 
 use super::errors::ApiError;
 use crate::doors::browser::{self, BrowserRules, Verdict};
-use crate::doors::connections::{conn_of, ConnState};
+use crate::doors::connections::{conn_of, BodyPace, ConnState, Late};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// What the outer middleware needs.
 #[derive(Clone, Debug)]
 pub struct Guard {
     /// `--api-token`: required as `Authorization: Bearer <token>` on every path but `/health`.
     pub api_token: Option<Arc<str>>,
-    /// Deadline for reading a request body.
-    pub body_timeout: Duration,
+    /// How a request body must arrive once its head has.
+    pub body: BodyPace,
     /// Largest accepted body (the `/predict` limit).
     pub max_body_bytes: usize,
     /// Origin, Host and content-type rules against web pages in the operator's browser.
@@ -96,17 +95,29 @@ async fn guarded(
 ) -> Response {
     let busy = || conn.map(|state| state.busy());
     let path = req.uri().path().to_string();
-    if let Some(token) = &g.api_token {
-        if path != "/health" && !bearer_matches(req.headers(), token) {
-            return refuse(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong API token: send `Authorization: Bearer <token>` (--api-token)",
-            ));
-        }
+    let authenticated = g
+        .api_token
+        .as_ref()
+        .is_none_or(|token| bearer_matches(req.headers(), token));
+    if !authenticated && path != "/health" {
+        return refuse(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong API token: send `Authorization: Bearer <token>` (--api-token)",
+        ));
     }
+    // An answered request (with the token, where one is set) makes its connection one the cap
+    // evicts last.
+    let served = |r: Response| {
+        if authenticated && r.status().is_success() {
+            if let Some(state) = conn {
+                state.mark_served();
+            }
+        }
+        r
+    };
     if req.method() == Method::GET || req.method() == Method::HEAD {
         let _busy = busy();
-        return next.run(req).await;
+        return served(next.run(req).await);
     }
     // A declared oversize body is refused before any of it is read.
     let declared = req
@@ -118,30 +129,60 @@ async fn guarded(
         return refuse(ApiError::too_large(g.max_body_bytes));
     }
     let (parts, body) = req.into_parts();
-    // Read the whole body under the deadline, at most the limit + 1 byte (exactly one byte
-    // over is left to the route's own 413 check).
+    // Read the whole body at its pace, at most the limit + 1 byte (exactly one byte over is
+    // left to the route's own 413 check).
     let limit = g.max_body_bytes.saturating_add(1);
-    match tokio::time::timeout(g.body_timeout, axum::body::to_bytes(body, limit)).await {
+    match read_body(body, limit, g.body).await {
         Ok(Ok(bytes)) => {
             let _busy = busy();
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
+            served(
+                next.run(Request::from_parts(parts, Body::from(bytes)))
+                    .await,
+            )
         }
         Ok(Err(e)) if is_length_limit(&e) => refuse(ApiError::too_large(g.max_body_bytes)),
         Ok(Err(e)) => refuse(ApiError::bad_field(
             "body",
             format!("cannot read the request body: {e}"),
         )),
-        Err(_) => refuse(ApiError {
+        Err(late) => refuse(ApiError {
             field: Some("body".into()),
             ..ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "body: the request body did not arrive within {:.1} s (--body-timeout-s)",
-                    g.body_timeout.as_secs_f64()
-                ),
+                format!("body: the request body {}", g.body.explain(late)),
             )
         }),
+    }
+}
+
+/// The whole body, at most `limit` bytes (more: the length-limit error, as `to_bytes`), or
+/// which of `pace`'s rules it broke. Memory grows with the bytes that arrive, never with the
+/// length a head declares.
+async fn read_body(
+    mut body: Body,
+    limit: usize,
+    pace: BodyPace,
+) -> Result<Result<axum::body::Bytes, axum::Error>, Late> {
+    use axum::body::HttpBody;
+    let began = tokio::time::Instant::now();
+    let mut bytes = Vec::new();
+    loop {
+        let (due, late) = pace.due(began, bytes.len());
+        let next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx));
+        let frame = match tokio::time::timeout_at(due, next).await {
+            Err(_) => return Err(late),
+            Ok(None) => return Ok(Ok(bytes.into())),
+            Ok(Some(Err(e))) => return Ok(Err(e)),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        // Trailers carry nothing a route reads.
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if bytes.len() + data.len() > limit {
+            return Ok(Err(axum::Error::new("length limit exceeded")));
+        }
+        bytes.extend_from_slice(&data);
     }
 }
 

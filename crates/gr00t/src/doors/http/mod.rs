@@ -39,7 +39,7 @@ pub async fn serve(
     let listener = LimitedListener::new(listener, "http", limits.caps.http, limits.timers);
     let guard = hardening::Guard {
         api_token: limits.api_token.clone(),
-        body_timeout: limits.body_timeout,
+        body: limits.body,
         max_body_bytes: limits.max_message_bytes,
         browser: limits.browser.clone(),
     };

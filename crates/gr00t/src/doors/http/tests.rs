@@ -104,7 +104,7 @@ fn start_named(
         max_message_bytes: max_body_bytes,
         caps,
         timers: Timers::new(&opts, max_body_bytes),
-        body_timeout: std::time::Duration::from_secs(30),
+        body: crate::doors::connections::BodyPace::new(&opts),
         api_token: None,
         browser: Arc::new(BrowserRules::new(&BrowserOptions::default(), "127.0.0.1")),
     };

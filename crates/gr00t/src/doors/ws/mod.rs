@@ -334,7 +334,12 @@ async fn connection(
         drop(busy);
         match step {
             Step::Send(reply) => match within(ctx.write_timeout, socket.send(reply)).await {
-                Ok(Ok(())) => {}
+                // Through the handshake's token check and answered: evicted last at the cap.
+                Ok(Ok(())) => {
+                    if let Some(c) = &conn {
+                        c.mark_served();
+                    }
+                }
                 Ok(Err(_)) => return,
                 Err(()) => {
                     tracing::info!(

@@ -18,7 +18,7 @@
 pub mod zmtp;
 
 use super::answers::{Answered, Answers, Door, Outcome};
-use super::connections::{within, GuardedStream, LimitedListener};
+use super::connections::{within, BodyPace, GuardedStream, LimitedListener};
 use super::request_line::{request_span, RequestId};
 use super::wire::error::WireError;
 use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
@@ -33,8 +33,9 @@ use gr00t_core::session::SessionKey;
 use gr00t_core::Queue;
 use rmpv::Value;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 use tracing::Instrument;
 
 /// What the ZMQ endpoint needs.
@@ -91,7 +92,7 @@ pub async fn serve(
         while connections.try_join_next().is_some() {}
         let (ctx, stop) = (ctx.clone(), stop.clone());
         let timing = Timing {
-            body: limits.body_timeout,
+            body: limits.body,
             write: limits.timers.write,
         };
         let limit = limits.max_message_bytes;
@@ -114,9 +115,9 @@ enum ConnectionError {
     /// The peer broke the framing (or a message is over the size limit).
     #[error("{0}")]
     Zmtp(#[from] zmtp::Error),
-    /// A message began but did not end within the body timeout (seconds).
-    #[error("a message did not arrive whole within {0:.1} s (--body-timeout-s)")]
-    BodyTimeout(f64),
+    /// A message began but did not arrive at its pace (the rule broken, in words).
+    #[error("a message {0}")]
+    BodyLate(String),
     /// A reply did not drain within the write timeout (seconds): the peer does not read.
     #[error("a reply was not read within {0:.1} s (--write-timeout-s)")]
     WriteTimeout(f64),
@@ -163,7 +164,7 @@ fn split_envelope(mut frames: Vec<Vec<u8>>) -> Result<(Envelope, Vec<Vec<u8>>), 
 /// A connection's deadlines: a message once begun, a reply once written.
 #[derive(Clone, Copy)]
 struct Timing {
-    body: Duration,
+    body: BodyPace,
     write: Duration,
 }
 
@@ -175,20 +176,21 @@ async fn connection(
     timing: Timing,
     stop: &Stop,
 ) -> Result<(), ConnectionError> {
-    let body_timeout = timing.body;
+    let pace = timing.body;
     let state = stream.state().clone();
     stream.write_all(&zmtp::greeting()).await?;
     let mut decoder = zmtp::Decoder::new(zmtp::Limits::new(max_message));
     let mut buf = vec![0u8; 64 * 1024];
     let mut events = Vec::new();
-    // When the message being read began: it must be whole within the body timeout.
+    // When the message being read began, and the bytes read since: it must arrive at its pace.
     let mut message_began: Option<Instant> = None;
+    let mut message_bytes = 0usize;
     loop {
         let read = if let Some(began) = message_began {
-            let left = body_timeout.saturating_sub(began.elapsed());
-            within(left, stream.read(&mut buf))
+            let (due, late) = pace.due(began, message_bytes);
+            tokio::time::timeout_at(due, stream.read(&mut buf))
                 .await
-                .map_err(|()| ConnectionError::BodyTimeout(body_timeout.as_secs_f64()))?
+                .map_err(|_| ConnectionError::BodyLate(pace.explain(late)))?
         } else {
             tokio::select! {
                 biased;
@@ -212,7 +214,7 @@ async fn connection(
                     ended = true;
                     let (envelope, body) = split_envelope(frames)?;
                     let busy = state.busy();
-                    let (reply, kill) = answer(ctx, &envelope, &body).await;
+                    let (reply, kill, served) = answer(ctx, &envelope, &body).await;
                     // Answered: a peer that does not read its reply is not busy (evictable at
                     // the cap) and has the write timeout to drain it.
                     drop(busy);
@@ -221,6 +223,10 @@ async fn connection(
                         .map_err(|()| {
                             ConnectionError::WriteTimeout(timing.write.as_secs_f64())
                         })??;
+                    // Answered without an error (so through the token check): evicted last.
+                    if served {
+                        state.mark_served();
+                    }
                     if kill {
                         tracing::info!("zmq: kill requested: shutting the server down");
                         stop.trigger();
@@ -233,15 +239,22 @@ async fn connection(
         // previous one's answer), not from the first message's start.
         message_began = match (decoder.in_message(), message_began) {
             (false, _) => None,
-            (true, Some(began)) if !ended => Some(began),
-            (true, _) => Some(Instant::now()),
+            (true, Some(began)) if !ended => {
+                message_bytes += n;
+                Some(began)
+            }
+            // Begun in this read: all of it, unless a message ended in it too.
+            (true, _) => {
+                message_bytes = if ended { 0 } else { n };
+                Some(Instant::now())
+            }
         };
     }
 }
 
-/// A message's reply on the wire (its envelope, then the reply), and whether the server should
-/// stop afterwards (`kill`).
-async fn answer(ctx: &ZmqContext, envelope: &[Vec<u8>], body: &[Vec<u8>]) -> (Vec<u8>, bool) {
+/// A message's reply on the wire (its envelope, then the reply), whether the server should
+/// stop afterwards (`kill`) and whether it answered without an error.
+async fn answer(ctx: &ZmqContext, envelope: &[Vec<u8>], body: &[Vec<u8>]) -> (Vec<u8>, bool, bool) {
     let (reply, kill) = match body {
         [one] => handle(ctx, one).await,
         _ => (
@@ -252,10 +265,11 @@ async fn answer(ctx: &ZmqContext, envelope: &[Vec<u8>], body: &[Vec<u8>]) -> (Ve
             false,
         ),
     };
+    let served = !matches!(&reply, Value::Map(m) if get(m, "error").is_some());
     let reply = pack(&reply);
     let mut parts: Vec<&[u8]> = envelope.iter().map(Vec::as_slice).collect();
     parts.push(&reply);
-    (zmtp::message(&parts), kill)
+    (zmtp::message(&parts), kill, served)
 }
 
 /// The `{"error": ...}` reply: the refusal's text, as the client sees it.
