@@ -506,20 +506,26 @@ impl Engine {
         let return_normalized = request.return_normalized;
         request_span.record("embodiment", processor.spec().tag.as_str());
         let (rtc, rtc_source) = self.rtc_of(plan, &processor.spec().tag)?;
-        let mut observation = request.observation;
-        let deltas = &processor.spec().frame_deltas;
-        let currents = match &history {
-            Some(h) => h
-                .fill(&mut observation.images, deltas)
-                .map_err(InferError::Invalid)?,
-            None => None,
-        };
+        let observation = request.observation;
         drop(decode_span);
-        let mut response =
-            self.predict_generic(t0, pre_ms, processor, &observation, return_normalized, rtc)?;
+        let enc = tracing::info_span!("encode")
+            .in_scope(|| processor.encode_in(&observation, history.as_deref()));
+        let (enc, currents) = match enc {
+            Ok((enc, currents)) => (Ok(enc), currents),
+            Err(e) => (Err(e), None),
+        };
+        let mut response = self.forward_generic(
+            t0,
+            pre_ms,
+            processor,
+            &observation,
+            return_normalized,
+            rtc,
+            enc,
+        )?;
         response.rtc_source = rtc_source;
         if let (Some(h), Some(c)) = (history, currents) {
-            h.record(c, deltas);
+            h.record(c, &processor.spec().frame_deltas);
         }
         Ok(response)
     }
@@ -615,6 +621,21 @@ impl Engine {
         rtc: Option<Rtc>,
     ) -> Result<PredictResponse, InferError> {
         let enc = tracing::info_span!("encode").in_scope(|| processor.encode(obs));
+        self.forward_generic(t0, pre_ms, processor, obs, return_normalized, rtc, enc)
+    }
+
+    /// [`Self::forward`] of an encoded observation of `processor`'s embodiment.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_generic(
+        &self,
+        t0: Instant,
+        pre_ms: f64,
+        processor: &EmbodimentProcessor,
+        obs: &Observation,
+        return_normalized: bool,
+        rtc: Option<Rtc>,
+        enc: Result<EncodedRequest, EmbodimentError>,
+    ) -> Result<PredictResponse, InferError> {
         let decode = |pred: &[f32]| {
             let d = processor.decode(pred, obs)?;
             let groups = |normalized| ActionGroups::from_decoded(&d, normalized);

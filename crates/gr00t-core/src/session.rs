@@ -661,13 +661,14 @@ mod tests {
 
     /// An answered observation of `id` at `at` that leaves `mb` MiB of frames in its history.
     fn answer_with_frames(s: &Sessions, id: &str, mb: usize, at: Instant) -> Option<u64> {
+        use gr00t_embodiment::frame_history::KeptFrame;
         use gr00t_embodiment::image::Frame;
         let mut view = s.begin(&key(id), None, at).unwrap();
         let side = 1024 * mb;
         let frame = Frame::new(side, 1024 / 3 + 1, vec![0; side * (1024 / 3 + 1) * 3]).unwrap();
-        let mut images = vec![("cam".to_string(), vec![frame])];
-        let currents = view.frames.fill(&mut images, &[-1, 0]).unwrap().unwrap();
-        view.frames.record(currents, &[-1, 0]);
+        let kept = KeptFrame::Sent(std::sync::Arc::new(frame));
+        view.frames
+            .record(vec![("cam".to_string(), kept)], &[-1, 0]);
         s.record(&key(id), view, Some(chunk(0.0)))
     }
 

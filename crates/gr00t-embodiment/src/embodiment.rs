@@ -11,13 +11,25 @@
 use crate::actions::{ActionDecoder, ActionError, DecodedActions};
 use crate::encoded_views::ViewDecoder;
 use crate::error::EmbodimentError;
-use crate::image::{Frame, ImagePipeline, ProcessedImages};
+use crate::frame_history::{FrameHistory, KeptFrame};
+use crate::image::{Frame, ImagePipeline, PreparedFrame, ProcessedImages};
 pub use crate::observation::Observation;
 use crate::observation::{NoiseSource, RequestError};
 use crate::prompt::{EncodedPrompt, PromptEncoder, PromptError};
 use crate::state::{StateError, StateNormalizer};
 use gr00t_model::{Checkpoint, ModelInputs};
+use std::sync::Arc;
 use std::time::Instant;
+
+/// Each view's current frame of an observation, in the form its session's history keeps.
+pub type Currents = Vec<(String, KeptFrame)>;
+
+/// Where a frame of a request comes from: sent (its index among the frames sent) or kept.
+#[derive(Clone)]
+enum Source {
+    Sent(usize),
+    Kept(KeptFrame),
+}
 
 /// One embodiment's layout, read from the checkpoint's processor config and statistics.
 #[derive(Debug, Clone)]
@@ -202,8 +214,21 @@ impl EmbodimentProcessor {
 
     /// Turns an observation into model inputs; the client's faults name the field.
     pub fn encode(&self, obs: &Observation) -> Result<EncodedRequest, EmbodimentError> {
+        Ok(self.encode_in(obs, None)?.0)
+    }
+
+    /// [`Self::encode`] in a session whose `history` supplies the older frames of views sent
+    /// with their current frame only; also returns each view's current frame, prepared, for
+    /// [`FrameHistory::record`] once the observation is answered (`None` while the session
+    /// has only ever sent whole views: it keeps no frames then).
+    pub fn encode_in(
+        &self,
+        obs: &Observation,
+        history: Option<&FrameHistory>,
+    ) -> Result<(EncodedRequest, Option<Currents>), EmbodimentError> {
         let t0 = Instant::now();
-        let frames = self.time_major_frames(obs)?;
+        let (frames, currents) = self.time_major_frames(obs, history)?;
+        let frames: Vec<&PreparedFrame> = frames.iter().map(|f| &**f).collect();
         let (processed, prompt) =
             images_and_prompt(&self.images, &self.prompt, &frames, &obs.instruction)?;
         let state = self
@@ -232,11 +257,12 @@ impl EmbodimentProcessor {
         }
         let noise = initial_noise(&obs.noise, self.model_horizon, self.action_dim)?;
         let t1 = Instant::now();
-        Ok(EncodedRequest {
+        let encoded = EncodedRequest {
             inputs: model_inputs(processed, prompt, state, self.spec.embodiment_id, noise),
             decode_ms: 0.0,
             encode_ms: (t1 - t0).as_secs_f64() * 1e3,
-        })
+        };
+        Ok((encoded, currents))
     }
 
     /// Turns the model's `action_pred` (`[40, action_dim]`) into physical actions, the
@@ -249,34 +275,104 @@ impl EmbodimentProcessor {
         self.spec.actions.decode(action_pred, &obs.raw_state())
     }
 
-    /// Checks the views and frame counts and orders the frames as the prompt wants them:
-    /// time-major, for each offset every view in config order. Every frame must reach the same
-    /// size after the eval transform (upstream stacks the views).
-    fn time_major_frames(&self, obs: &Observation) -> Result<Vec<Frame>, RequestError> {
+    /// Checks the views and frame counts, prepares the frames sent (eval transform and Qwen
+    /// resize, one thread each), completes lone frames from `history` and orders the frames as
+    /// the prompt wants them: time-major, for each offset every view in config order. Every
+    /// frame must reach the same size after the eval transform (upstream stacks the views).
+    /// Also returns each view's current frame when the history takes part.
+    fn time_major_frames(
+        &self,
+        obs: &Observation,
+        history: Option<&FrameHistory>,
+    ) -> Result<(Vec<Arc<PreparedFrame>>, Option<Currents>), RequestError> {
         let spec = &self.spec;
-        spec.check_views(obs.images.iter().map(|(v, f)| (v.as_str(), f.len())))?;
-        let per_view: Vec<&Vec<Frame>> = spec
+        let deltas = &spec.frame_deltas;
+        let sent = || obs.images.iter().map(|(v, f)| (v.as_str(), f.len()));
+        let history = history.filter(|h| h.engaged(sent(), deltas));
+        spec.check_sent_views(sent(), history.is_some())?;
+        let per_view: Vec<(&String, &Vec<Frame>)> = spec
             .views
             .iter()
-            .filter_map(|view| obs.images.iter().find(|(v, _)| v == view).map(|(_, f)| f))
+            .filter_map(|view| {
+                obs.images
+                    .iter()
+                    .find(|(v, _)| v == view)
+                    .map(|(_, f)| (view, f))
+            })
             .collect();
-        let t = spec.frame_deltas.len();
-        let mut first: Option<(String, (usize, usize))> = None;
-        let mut out = Vec::with_capacity(t * spec.views.len());
-        for step in 0..t {
-            for (view, frames) in spec.views.iter().zip(&per_view) {
-                let frame = &frames[step];
-                let field = format!("images.{view}[{step}]");
+        // The cheap checks of every frame sent, before any is processed.
+        let mut flat = Vec::new();
+        for (view, frames) in &per_view {
+            for (i, frame) in frames.iter().enumerate() {
+                let field = format!("images.{view}[{i}]");
                 frame
                     .check()
                     .map_err(|e| RequestError::new(&field, e.to_string()))?;
                 self.frames.check_size(&field, frame.width, frame.height)?;
-                let size = self
-                    .images
+                self.images
                     .geometry(frame.width, frame.height)
-                    .map_err(|e| RequestError::new(&field, e.to_string()))?
-                    .aug
-                    .output;
+                    .map_err(|e| RequestError::new(&field, e.to_string()))?;
+                flat.push((field, frame));
+            }
+        }
+        // Each view's frame per offset: one sent (its index in `flat`), or one kept.
+        let mut sources = Vec::with_capacity(per_view.len());
+        let mut at = 0;
+        for (view, frames) in &per_view {
+            let sent: Vec<Source> = (at..at + frames.len()).map(Source::Sent).collect();
+            at += frames.len();
+            sources.push(match history {
+                Some(h) => h.complete(view, &sent, deltas, |k| Source::Kept(k.clone())),
+                None => sent,
+            });
+        }
+        // Every frame sent, and those kept as sent, through the eval transform and the Qwen
+        // resize, one thread each.
+        let mut inputs: Vec<&Frame> = flat.iter().map(|(_, f)| *f).collect();
+        for s in sources.iter().flatten() {
+            if let Source::Kept(KeptFrame::Sent(f)) = s {
+                inputs.push(f);
+            }
+        }
+        let mut prepared = Vec::with_capacity(inputs.len());
+        for (i, p) in self.images.prepare_all(&inputs).into_iter().enumerate() {
+            // A kept frame passed these checks when it was sent.
+            let field = flat.get(i).map_or("images", |(field, _)| field.as_str());
+            prepared.push(Arc::new(
+                p.map_err(|e| RequestError::new(field, e.to_string()))?,
+            ));
+        }
+        let mut again = prepared[flat.len()..].iter();
+        let views: Vec<Vec<Arc<PreparedFrame>>> = sources
+            .iter()
+            .map(|view| {
+                view.iter()
+                    .map(|s| match s {
+                        Source::Sent(i) => prepared[*i].clone(),
+                        Source::Kept(KeptFrame::Prepared(p)) => p.clone(),
+                        Source::Kept(KeptFrame::Sent(_)) => {
+                            again.next().cloned().unwrap_or_else(|| prepared[0].clone())
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut currents = Vec::with_capacity(per_view.len());
+        let mut last = 0;
+        for (view, frames) in &per_view {
+            last += frames.len();
+            if let (Some((_, sent)), Some(p)) = (flat.get(last - 1), prepared.get(last - 1)) {
+                currents.push(((*view).clone(), KeptFrame::smaller(sent, p)));
+            }
+        }
+        let t = deltas.len();
+        let mut first: Option<(String, (usize, usize))> = None;
+        let mut out = Vec::with_capacity(t * spec.views.len());
+        for step in 0..t {
+            for ((view, _), frames) in per_view.iter().zip(&views) {
+                let frame = &frames[step];
+                let field = format!("images.{view}[{step}]");
+                let size = frame.eval_size;
                 match &first {
                     None => first = Some((field.clone(), size)),
                     Some((f0, s0)) if *s0 != size => {
@@ -286,8 +382,8 @@ impl EmbodimentProcessor {
                                 "a {}x{} frame becomes {}x{} after the eval transform, but {f0} \
                                  becomes {}x{}; every frame of {} must reach the same size, as \
                                  upstream stacks them (send frames of one aspect ratio{})",
-                                frame.width,
-                                frame.height,
+                                frame.sent.0,
+                                frame.sent.1,
                                 size.0,
                                 size.1,
                                 s0.0,
@@ -306,7 +402,7 @@ impl EmbodimentProcessor {
                 out.push(frame.clone());
             }
         }
-        Ok(out)
+        Ok((out, history.map(|_| currents)))
     }
 }
 
@@ -314,11 +410,11 @@ impl EmbodimentProcessor {
 pub(crate) fn images_and_prompt(
     images: &ImagePipeline,
     prompt: &PromptEncoder,
-    frames: &[Frame],
+    frames: &[&PreparedFrame],
     instruction: &str,
 ) -> Result<(ProcessedImages, EncodedPrompt), EmbodimentError> {
     let processed = images
-        .process(frames)
+        .patchify(frames)
         .map_err(|e| RequestError::new("images", e.to_string()))?;
     let prompt = prompt
         .encode(instruction, &processed.image_grid_thw)

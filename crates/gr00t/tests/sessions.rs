@@ -398,3 +398,65 @@ fn frame_histories_stay_within_their_budget_dropping_the_least_recently_used() {
         "{metrics}"
     );
 }
+
+/// A base64 PNG of `width`×`height` with a gradient shifted by `shift` (so that resizing has
+/// work to do).
+fn gradient_png_b64(width: u32, height: u32, shift: u32) -> String {
+    use base64::Engine;
+    let img = image::RgbImage::from_fn(width, height, |x, y| {
+        image::Rgb([
+            ((x + shift) % 256) as u8,
+            (y % 256) as u8,
+            ((x + y) % 256) as u8,
+        ])
+    });
+    let mut png = Vec::new();
+    img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    base64::engine::general_purpose::STANDARD.encode(png)
+}
+
+#[test]
+fn a_history_keeps_frames_at_most_at_the_models_size_whatever_size_they_were_sent_at() {
+    let s = Server::start(&[]);
+    let lone = |id: &str, frame: &str| {
+        let mut b = request("case0");
+        for cam in test_server::CAMERAS {
+            b["images"][cam] = json!([frame]);
+        }
+        b["session_id"] = json!(id);
+        b
+    };
+    let held = || {
+        test_client::get(&s.http, "/info").unwrap().json()["sessions"]["history_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    // One session sends 320x180 frames, another 1280x720 ones (16 times the pixels).
+    s.predict_json(&lone("small", &gradient_png_b64(320, 180, 0)));
+    let small = held();
+    let (large_a, large_b) = (
+        gradient_png_b64(1280, 720, 0),
+        gradient_png_b64(1280, 720, 7),
+    );
+    s.predict_json(&lone("large", &large_a));
+    let large = held() - small;
+    let raw_large = 2 * 1280 * 720 * 3;
+    println!("history of one observation: {small} bytes (320x180 sent), {large} (1280x720 sent)");
+    // Frames smaller than the model's input are kept as sent (they are the smaller form);
+    // larger ones are kept at the model's size: a fraction of their raw size.
+    assert_eq!(small, 2 * 320 * 180 * 3);
+    assert!(
+        large > small && large * 4 < raw_large,
+        "{large} bytes kept for {raw_large} raw"
+    );
+    // The kept form gives the model what the frame as sent gives it: the next step, drawing
+    // t−15 from the history, answers what the pair sent whole answers.
+    let next = s.predict_json(&lone("large", &large_b));
+    let mut whole = lone("whole", &large_a);
+    for cam in test_server::CAMERAS {
+        whole["images"][cam] = json!([large_a, large_b]);
+    }
+    whole.as_object_mut().unwrap().remove("session_id");
+    assert_eq!(next["actions"], s.predict_json(&whole)["actions"]);
+}

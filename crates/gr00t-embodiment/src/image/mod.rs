@@ -22,7 +22,9 @@ pub use decode::{
     decode_base64, decode_base64_frame, decode_frame_bytes, EncodedFrame, MAX_DECODE_DIMENSION,
 };
 pub use error::ImageError;
-pub use pipeline::{FrameGeometry, FrameStages, ImagePipeline, ProcessedImages, DROID_GRID_THW};
+pub use pipeline::{
+    FrameGeometry, FrameStages, ImagePipeline, PreparedFrame, ProcessedImages, DROID_GRID_THW,
+};
 pub use qwen::{smart_resize, QwenImageProcessor};
 
 /// Black borders around a frame, in pixels.

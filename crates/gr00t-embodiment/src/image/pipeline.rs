@@ -41,6 +41,26 @@ pub struct FrameStages {
     pub grid_thw: [usize; 3],
 }
 
+/// One frame through the eval transform and the Qwen resize: what the model sees of it. A
+/// session's frame history keeps frames so, bounded by the model's size whatever size they
+/// were sent at, and not processed again when a later request uses them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedFrame {
+    /// (width, height) as sent.
+    pub sent: (usize, usize),
+    /// (width, height) after the eval transform (every frame of a request must agree).
+    pub eval_size: (usize, usize),
+    /// After the Qwen resize (`proc.qwen_resized_u8`): the source of its patch rows.
+    pub resized: Frame,
+}
+
+impl PreparedFrame {
+    /// Bytes of pixels it holds.
+    pub fn bytes(&self) -> usize {
+        self.resized.data.len()
+    }
+}
+
 /// The model's image inputs for one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessedImages {
@@ -118,18 +138,22 @@ impl ImagePipeline {
         })
     }
 
-    /// Processes the frames (in the order their image tokens appear; DROID: time-major
-    /// `[exterior t−15, wrist t−15, exterior t0, wrist t0]`) into the model's image inputs.
-    /// Frames are processed on one thread each.
-    pub fn process(&self, frames: &[Frame]) -> Result<ProcessedImages, ImageError> {
-        for f in frames {
-            f.check()?;
-            self.geometry(f.width, f.height)?;
-        }
-        let resized: Vec<Result<Frame, ImageError>> = std::thread::scope(|scope| {
+    /// One frame through the eval transform and the Qwen resize.
+    pub fn prepare(&self, frame: &Frame) -> Result<PreparedFrame, ImageError> {
+        let stages = self.frame_stages(frame)?;
+        Ok(PreparedFrame {
+            sent: (frame.width, frame.height),
+            eval_size: (stages.aug.output.width, stages.aug.output.height),
+            resized: stages.qwen_resized,
+        })
+    }
+
+    /// [`Self::prepare`] of each frame, on one thread each.
+    pub fn prepare_all(&self, frames: &[&Frame]) -> Vec<Result<PreparedFrame, ImageError>> {
+        std::thread::scope(|scope| {
             let handles: Vec<_> = frames
                 .iter()
-                .map(|f| scope.spawn(move || Ok(self.frame_stages(f)?.qwen_resized)))
+                .map(|f| scope.spawn(move || self.prepare(f)))
                 .collect();
             handles
                 .into_iter()
@@ -139,18 +163,37 @@ impl ImagePipeline {
                     })
                 })
                 .collect()
-        });
+        })
+    }
+
+    /// The model's image inputs from prepared frames, in the order their image tokens appear.
+    pub fn patchify(&self, frames: &[&PreparedFrame]) -> Result<ProcessedImages, ImageError> {
         let mut out = ProcessedImages {
             pixel_values: Vec::new(),
             patch_dim: self.qwen.patch_dim(),
             image_grid_thw: Vec::with_capacity(frames.len()),
             tokens_per_image: Vec::with_capacity(frames.len()),
         };
-        for r in resized {
-            let grid = self.qwen.patchify_into(&r?, &mut out.pixel_values)?;
+        for f in frames {
+            let grid = self.qwen.patchify_into(&f.resized, &mut out.pixel_values)?;
             out.image_grid_thw.push(grid);
             out.tokens_per_image.push(self.qwen.tokens(grid));
         }
         Ok(out)
+    }
+
+    /// Processes the frames (in the order their image tokens appear; DROID: time-major
+    /// `[exterior t−15, wrist t−15, exterior t0, wrist t0]`) into the model's image inputs.
+    /// Frames are processed on one thread each.
+    pub fn process(&self, frames: &[Frame]) -> Result<ProcessedImages, ImageError> {
+        for f in frames {
+            f.check()?;
+            self.geometry(f.width, f.height)?;
+        }
+        let prepared = self
+            .prepare_all(&frames.iter().collect::<Vec<_>>())
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        self.patchify(&prepared.iter().collect::<Vec<_>>())
     }
 }

@@ -5,10 +5,11 @@ use super::droid_obs::{self, eef_9d_from_cartesian, CameraInput};
 use crate::doors::wire::msgpack_numpy as mp;
 use crate::doors::wire::ndarray::{DType, NdArray};
 use gr00t_embodiment::droid::RawState;
-use gr00t_embodiment::frame_history::FrameHistory;
+use gr00t_embodiment::frame_history::{FrameHistory, KeptFrame};
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::observation::NoiseSource;
 use rmpv::Value;
+use std::sync::Arc;
 
 #[test]
 fn cartesian_to_eef_9d_uses_intrinsic_xyz_and_rows() {
@@ -93,13 +94,25 @@ fn through(h: &mut FrameHistory, obs: droid_obs::DroidObservation) -> Vec<Vec<Fr
     let deltas = [-15, 0];
     let a = obs.into_request();
     assert_eq!(a.tag, gr00t_embodiment::EMBODIMENT_TAG);
-    let mut images = a.observation.images;
+    let images = a.observation.images;
     let names: Vec<&str> = images.iter().map(|(v, _)| v.as_str()).collect();
     assert_eq!(names, gr00t_embodiment::droid::CAMERAS);
-    if let Some(currents) = h.fill(&mut images, &deltas).unwrap() {
+    let engaged = h.engaged(images.iter().map(|(v, f)| (v.as_str(), f.len())), &deltas);
+    let kept = |k: &KeptFrame| match k {
+        KeptFrame::Sent(f) => (**f).clone(),
+        KeptFrame::Prepared(p) => p.resized.clone(),
+    };
+    let mut used = Vec::new();
+    let mut currents = Vec::new();
+    for (view, frames) in &images {
+        let current = frames.last().unwrap().clone();
+        currents.push((view.clone(), KeptFrame::Sent(Arc::new(current))));
+        used.push(h.complete(view, frames, &deltas, kept));
+    }
+    if engaged {
         h.record(currents, &deltas);
     }
-    images.into_iter().map(|(_, f)| f).collect()
+    used
 }
 
 #[test]
