@@ -1,8 +1,10 @@
 //! The inference queue: one thread owns the model and answers typed requests in arrival order
 //! from a bounded queue, so the async runtime never runs model code and a full queue is refused
-//! early. Within one session the newest observation wins: one that arrives while an older one
-//! of its session still waits takes the older one's place, and the older one is answered
-//! [`InferError::Superseded`] at once. Every door holds a cheap [`Queue`] handle.
+//! early. Within one session the newest observation wins, by when each reached its door (not
+//! when its parse ended): one that arrives while an older one of its session still waits takes
+//! the older one's place, and the older one is answered [`InferError::Superseded`] at once; one
+//! older than its session's waiting, computing or answered observation is answered so itself.
+//! Every door holds a cheap [`Queue`] handle.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -36,6 +38,8 @@ struct Job {
     session: Option<SessionKey>,
     /// When the door queued it.
     queued: Instant,
+    /// When it reached its door (latest-wins compares these).
+    arrived: Instant,
     /// The door's request span, current at submit: the worker computes inside it.
     span: tracing::Span,
     /// Its `queue_wait` child, open until the worker takes the job.
@@ -53,6 +57,8 @@ struct Stats {
 #[derive(Default)]
 struct Jobs {
     waiting: VecDeque<Job>,
+    /// The session and arrival of the request computing now.
+    running: Option<(SessionKey, Instant)>,
     /// Every handle is gone: the worker finishes what waits, then ends.
     closed: bool,
     /// The worker has ended.
@@ -167,6 +173,7 @@ fn next_job(shared: &Shared) -> Option<Job> {
     let mut jobs = shared.lock();
     loop {
         if let Some(job) = jobs.waiting.pop_front() {
+            jobs.running = job.session.clone().map(|key| (key, job.arrived));
             return Some(job);
         }
         if jobs.closed {
@@ -181,6 +188,7 @@ fn run(shared: &Shared, mut predict: PredictFn) {
     while let Some(job) = next_job(shared) {
         // The client hung up while waiting: don't spend the model on it.
         if job.reply.is_closed() {
+            shared.lock().running = None;
             continue;
         }
         stats.busy.store(true, Ordering::SeqCst);
@@ -191,7 +199,13 @@ fn run(shared: &Shared, mut predict: PredictFn) {
         // The door decoded it before queueing.
         let door_ms = request.decode_ms;
         let outcome = match &session {
-            Some(key) => in_session(&shared.sessions, key, request, t0, &mut predict),
+            Some(key) => in_session(
+                &shared.sessions,
+                key,
+                request,
+                (job.arrived, t0),
+                &mut predict,
+            ),
             None => guarded(&mut predict, request, None),
         }
         .map(|mut r| {
@@ -205,6 +219,7 @@ fn run(shared: &Shared, mut predict: PredictFn) {
             .store(t0.elapsed().as_millis() as u64, Ordering::SeqCst);
         stats.served.fetch_add(1, Ordering::SeqCst);
         stats.busy.store(false, Ordering::SeqCst);
+        shared.lock().running = None;
         // A closed receiver only means the client left; nothing to do.
         let _ = job.reply.send(outcome);
     }
@@ -224,13 +239,14 @@ fn guarded(
     })
 }
 
-/// One request of session `key`: RTC gets the session's last chunk, and the answer becomes it;
-/// a refusal leaves the session as it was (and a missing one uncreated).
+/// One request of session `key` that reached its door at `arrived` and starts at `now`: RTC
+/// gets the session's last chunk, and the answer becomes it; a refusal leaves the session as
+/// it was (and a missing one uncreated).
 fn in_session(
     sessions: &Sessions,
     key: &SessionKey,
     mut request: Request,
-    now: Instant,
+    (arrived, now): (Instant, Instant),
     predict: &mut PredictFn,
 ) -> Outcome {
     let token = request.session_token.take();
@@ -238,6 +254,7 @@ fn in_session(
         Ok(view) => view,
         Err(why) => return Err(refused(key, why)),
     };
+    view.arrived = arrived;
     if let Some(RtcPlan::SessionChunk { last, .. }) = request.rtc.as_mut() {
         *last = view.last_chunk.take();
     }
@@ -298,10 +315,20 @@ impl Worker {
 }
 
 impl Queue {
-    /// Queues a request; the receiver yields the outcome. A request of a session replaces
-    /// that session's request still waiting, which is answered [`InferError::Superseded`].
-    /// Never blocks.
+    /// Queues a request that reaches the queue as it arrives ([`Queue::submit_at`] now).
     pub fn submit(&self, request: Request) -> Result<oneshot::Receiver<Outcome>, InferError> {
+        self.submit_at(request, Instant::now())
+    }
+
+    /// Queues a request that reached its door at `arrived`; the receiver yields the outcome.
+    /// A request of a session replaces that session's request still waiting if it arrived
+    /// later (the replaced one is answered [`InferError::Superseded`]), and is answered so
+    /// itself if its session has a later one waiting, computing or answered. Never blocks.
+    pub fn submit_at(
+        &self,
+        request: Request,
+        arrived: Instant,
+    ) -> Result<oneshot::Receiver<Outcome>, InferError> {
         let (reply, rx) = oneshot::channel();
         let span = tracing::Span::current();
         if let Some(key) = &request.session {
@@ -318,6 +345,7 @@ impl Queue {
             request: Box::new(request),
             reply,
             queued: Instant::now(),
+            arrived,
             span,
             wait,
         };
@@ -333,11 +361,28 @@ impl Queue {
         if jobs.stopped {
             return Err(InferError::Stopped);
         }
+        // Under the queue's lock, so that the worker cannot record a newer answer between
+        // this check and the ones below (it takes the sessions' lock without the queue's).
+        if let Some(key) = &job.session {
+            if self.shared.sessions.answered_after(key, arrived) {
+                drop(jobs);
+                return Err(self.superseded());
+            }
+        }
         let older = job.session.as_ref().and_then(|key| {
             jobs.waiting
                 .iter()
                 .position(|j| j.session.as_ref() == Some(key))
         });
+        // A newer observation of its session is computing, or waits: this one is stale.
+        let newer_running = jobs
+            .running
+            .as_ref()
+            .is_some_and(|(key, at)| job.session.as_ref() == Some(key) && *at > arrived);
+        if newer_running || older.is_some_and(|i| jobs.waiting[i].arrived > arrived) {
+            drop(jobs);
+            return Err(self.superseded());
+        }
         // A waiting request that carries a token (locking the session once it runs) is not
         // replaced by one without (one with a wrong token was refused above).
         if let (Some(i), Some(key)) = (older, &job.session) {
@@ -349,9 +394,8 @@ impl Queue {
         if let Some(i) = older {
             let old = std::mem::replace(&mut jobs.waiting[i], job);
             drop(jobs);
-            self.shared.stats.superseded.fetch_add(1, Ordering::SeqCst);
             // A closed receiver only means that client left too.
-            let _ = old.reply.send(Err(InferError::Superseded));
+            let _ = old.reply.send(Err(self.superseded()));
             return Ok(rx);
         }
         if jobs.waiting.len() >= self.capacity {
@@ -372,6 +416,12 @@ impl Queue {
                 "the inference worker dropped the request".into(),
             )),
         }
+    }
+
+    /// The answer of a request older than its session's newest, counted.
+    fn superseded(&self) -> InferError {
+        self.shared.stats.superseded.fetch_add(1, Ordering::SeqCst);
+        InferError::Superseded
     }
 
     /// The refusal of a full queue.
@@ -604,6 +654,50 @@ mod tests {
         let order: Vec<u8> = computed.try_iter().collect();
         assert_eq!(order, b"b23");
         assert_eq!(handle.state().served, 3);
+        drop(handle);
+        worker.join();
+    }
+
+    #[test]
+    fn latest_wins_by_arrival_at_the_door_not_at_the_queue() {
+        let (started_tx, started) = channel();
+        let (release, release_rx) = channel::<()>();
+        let (computed_tx, computed) = channel();
+        let f: PredictFn = Box::new(move |r: Request, _| {
+            let b = first_byte(&r);
+            if b == b'b' {
+                started_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            }
+            computed_tx.send(b).unwrap();
+            Ok(response(b))
+        });
+        let (worker, handle) = start(f, 4).unwrap();
+        let base = Instant::now();
+        let at = |ms: u64| base + std::time::Duration::from_millis(ms);
+        let submit = |tag: &[u8], ms| handle.submit_at(in_session(tag, "r1"), at(ms));
+        let first = submit(b"b", 10).unwrap();
+        started.recv().unwrap();
+        // Observations whose parse ends out of their order of arrival.
+        let third = submit(b"3", 30).unwrap();
+        let stale = |r: Result<_, InferError>| matches!(r, Err(InferError::Superseded));
+        assert!(stale(submit(b"2", 20)), "older than the one waiting");
+        assert!(stale(submit(b"0", 5)), "older than the one computing");
+        let fourth = submit(b"4", 40).unwrap();
+        assert_eq!(wait(third).unwrap_err(), InferError::Superseded);
+        release.send(()).unwrap();
+        assert_eq!(wait(first).unwrap().seq_len, b'b' as usize);
+        assert_eq!(wait(fourth).unwrap().seq_len, b'4' as usize);
+        assert!(stale(submit(b"5", 35)), "older than the one answered");
+        assert_eq!(
+            wait(submit(b"6", 50).unwrap()).unwrap().seq_len,
+            b'6' as usize
+        );
+        // Another session is not compared with r1's.
+        let other = handle.submit_at(in_session(b"7", "r2"), at(1)).unwrap();
+        assert_eq!(wait(other).unwrap().seq_len, b'7' as usize);
+        assert_eq!(computed.try_iter().collect::<Vec<u8>>(), b"b467");
+        assert_eq!(handle.state().superseded, 4);
         drop(handle);
         worker.join();
     }

@@ -170,6 +170,9 @@ struct Session {
     step: u64,
     /// When the last answered observation began computing.
     last_seen: Instant,
+    /// When the newest answered observation reached its door: one that arrived earlier is
+    /// stale once this one is answered.
+    newest_arrival: Instant,
     /// A request of it is computing: neither expired nor evicted meanwhile.
     busy: bool,
 }
@@ -192,6 +195,9 @@ pub struct SessionView {
     pub since_last: Option<Duration>,
     /// When this request began.
     pub began: Instant,
+    /// When this request reached its door: `now` from [`Sessions::begin`], which the queue
+    /// replaces with the door's stamp.
+    pub arrived: Instant,
 }
 
 /// Session counts, as `/info` and `/metrics` report them.
@@ -316,6 +322,7 @@ impl Sessions {
                 step: 0,
                 since_last: None,
                 began: now,
+                arrived: now,
             });
         };
         s.locked |= token.is_some();
@@ -329,6 +336,7 @@ impl Sessions {
             step: s.step,
             since_last,
             began: now,
+            arrived: now,
         })
     }
 
@@ -405,6 +413,7 @@ impl Sessions {
                     frames: view.frames,
                     step: 1,
                     last_seen: view.began,
+                    newest_arrival: view.arrived,
                     busy: false,
                 },
             );
@@ -419,9 +428,19 @@ impl Sessions {
         s.last_chunk = Some(chunk);
         s.step += 1;
         s.last_seen = view.began;
+        s.newest_arrival = s.newest_arrival.max(view.arrived);
         let step = s.step;
         self.trim_history(&mut t, key);
         Some(step)
+    }
+
+    /// Whether session `key` has answered an observation that reached its door after
+    /// `arrived`: one that arrived at `arrived` is older than what its robot already has.
+    pub fn answered_after(&self, key: &SessionKey, arrived: Instant) -> bool {
+        self.lock()
+            .map
+            .get(key)
+            .is_some_and(|s| s.newest_arrival > arrived)
     }
 
     /// Clears the session `key` for a client carrying `token`; whether it existed. A locked

@@ -460,3 +460,101 @@ fn a_history_keeps_frames_at_most_at_the_models_size_whatever_size_they_were_sen
     whole.as_object_mut().unwrap().remove("session_id");
     assert_eq!(next["actions"], s.predict_json(&whole)["actions"]);
 }
+
+/// A `POST /predict` whose head (with `Expect: 100-continue`) is sent and stamped by the
+/// server, its body held back until [`HeldPost::finish`].
+struct HeldPost {
+    tcp: std::net::TcpStream,
+    body: Vec<u8>,
+}
+
+impl HeldPost {
+    fn begin(http: &str, body: &Json) -> HeldPost {
+        use std::io::{Read, Write};
+        let body = serde_json::to_vec(body).unwrap();
+        let mut tcp = std::net::TcpStream::connect(http).unwrap();
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let head = format!(
+            "POST /predict HTTP/1.1\r\nHost: {http}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+            body.len()
+        );
+        tcp.write_all(head.as_bytes()).unwrap();
+        // The server asks for the body once its guard has the head (and its arrival).
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n\r\n") {
+            assert_eq!(tcp.read(&mut byte).unwrap(), 1, "closed: {got:?}");
+            got.push(byte[0]);
+        }
+        let got = String::from_utf8_lossy(&got);
+        assert!(got.starts_with("HTTP/1.1 100"), "{got}");
+        HeldPost { tcp, body }
+    }
+
+    /// Sends the body; the answer's status and JSON.
+    fn finish(mut self) -> (u16, Json) {
+        use std::io::{Read, Write};
+        self.tcp.write_all(&self.body).unwrap();
+        let mut text = Vec::new();
+        let mut buf = [0u8; 65536];
+        // One answer, then the connection stays open: read until its body is whole.
+        loop {
+            let n = self.tcp.read(&mut buf).unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&text));
+            text.extend_from_slice(&buf[..n]);
+            let t = String::from_utf8_lossy(&text).to_string();
+            if let Some(split) = t.find("\r\n\r\n") {
+                let head = t[..split].to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map(|v| v.trim().parse().unwrap())
+                    .expect("content-length");
+                if text.len() >= split + 4 + len {
+                    let status = t[9..12].parse().unwrap();
+                    let json = serde_json::from_slice(&text[split + 4..split + 4 + len]).unwrap();
+                    return (status, json);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn latest_wins_by_when_an_observation_reached_the_server_not_when_its_parse_ended() {
+    let s = Server::start(&[]);
+    let step = |k: u64| {
+        let mut b = observation("case0", k, None);
+        b["session_id"] = json!("arm-order");
+        b
+    };
+    let first = s.predict_json(&step(0));
+    // Steps 1 and 2 reach the server, then step 3 does and is answered before their bodies
+    // (and so their parses) are done.
+    let (second, third) = (
+        HeldPost::begin(&s.http, &step(1)),
+        HeldPost::begin(&s.http, &step(2)),
+    );
+    let fourth = s.post_predict(&step(3));
+    let (second, third) = (second.finish(), third.finish());
+    let codes = [200, second.0, third.0, fourth.status];
+    let why = |r: &(u16, Json)| r.1["error"].to_string();
+    assert_eq!(
+        codes,
+        [200, 409, 409, 200],
+        "{} {}",
+        why(&second),
+        why(&third)
+    );
+    for (status, e) in [second, third] {
+        let e = e["error"].as_str().unwrap().to_string();
+        assert!(status == 409 && e.starts_with("superseded"), "{e}");
+    }
+    // Step 3's own answer, as when computed alone.
+    let alone = s.predict_json(&observation("case0", 3, None));
+    assert_eq!(actions(&fourth.json()), actions(&alone));
+    assert_eq!(fourth.json()["session"]["step"], json!(2));
+    assert_ne!(actions(&first), actions(&alone));
+}

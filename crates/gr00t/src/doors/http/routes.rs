@@ -122,7 +122,11 @@ async fn compute(
     app: &AppState,
     req: Request,
 ) -> Result<(Bytes, gr00t_core::response::PredictResponse, f64), ApiError> {
-    // The guard refused non-JSON bodies (`doors::browser`).
+    // The guard refused non-JSON bodies (`doors::browser`), and stamped the head's arrival.
+    let arrived = req
+        .extensions()
+        .get::<super::hardening::Arrived>()
+        .map_or_else(std::time::Instant::now, |a| a.0);
     let session = session_header(req.headers())?;
     let limit = app.0.limits.max_body_bytes;
     // Refuse a declared oversize body before reading any of it.
@@ -166,7 +170,11 @@ async fn compute(
     .map_err(|e| ApiError::internal(format!("the body decoder failed: {e}")))?
     .map_err(|e| ApiError::bad_field(&e.field, e.message))?;
     drop(permit);
-    let reply = app.0.worker.submit(request).map_err(api_error)?;
+    let reply = app
+        .0
+        .worker
+        .submit_at(request, arrived)
+        .map_err(api_error)?;
     match reply.await {
         Ok(Ok(response)) => {
             // The body's parse counts as decoding (`timing_ms.decode`), not waiting.
