@@ -240,6 +240,14 @@ def ws_wait(port, timeout=30.0):
     return f"{time.monotonic() - t0:.3f} s"
 
 
+def shut(server, socks, result):
+    """Closes the attack's sockets and stops the server; `result`."""
+    for c in socks:
+        c.close()
+    server.stop()
+    return result
+
+
 def attack_zmq_unread(binary, port):
     """256 ZMQ peers each send one ping behind a 6 MiB routing frame and never read."""
     s = Server(binary, port)
@@ -265,10 +273,7 @@ def attack_zmq_unread(binary, port):
     time.sleep(max(0.0, 20 - 5))
     out = {"robot pings answered": robot.finish(), "fresh ZMQ greeting": fresh,
            "peak RSS MB": s.status("VmHWM")}
-    for c in socks:
-        c.close()
-    s.stop()
-    return out
+    return shut(s, socks, out)
 
 
 def attack_http_heads(binary, port):
@@ -291,10 +296,7 @@ def attack_http_heads(binary, port):
     time.sleep(2)
     out = {"robot steps answered": robot.finish(), "fresh GET /health": fresh,
            "peak RSS MB": s.status("VmHWM")}
-    for c in socks:
-        c.close()
-    s.stop()
-    return out
+    return shut(s, socks, out)
 
 
 def attack_fresh_flood(binary, port):
@@ -316,10 +318,7 @@ def attack_fresh_flood(binary, port):
                 pass
         time.sleep(0.05)
     out = {f"{door} robot steps": r.finish() for door, r in robots.items()}
-    for c in socks:
-        c.close()
-    s.stop()
-    return out
+    return shut(s, socks, out)
 
 
 def ws_refused_and_held(port, size):

@@ -600,7 +600,16 @@ impl Engine {
             instruction: "warm up".into(),
             noise: NoiseSource::Seed(0),
         };
-        self.predict_generic(Instant::now(), 0.0, processor, &observation, false, None)
+        let enc = processor.encode(&observation);
+        self.forward_generic(
+            Instant::now(),
+            0.0,
+            processor,
+            &observation,
+            false,
+            None,
+            enc,
+        )
     }
 
     /// The served embodiment `name` means (tag in any case, or upstream's enum name).
@@ -608,20 +617,6 @@ impl Engine {
         let tag =
             embodiment_tags::resolve(name, self.embodiments.iter().map(|p| p.spec().tag.as_str()))?;
         self.embodiments.iter().find(|p| p.spec().tag == tag)
-    }
-
-    /// One request of a generic embodiment.
-    fn predict_generic(
-        &self,
-        t0: Instant,
-        pre_ms: f64,
-        processor: &EmbodimentProcessor,
-        obs: &Observation,
-        return_normalized: bool,
-        rtc: Option<Rtc>,
-    ) -> Result<PredictResponse, InferError> {
-        let enc = tracing::info_span!("encode").in_scope(|| processor.encode(obs));
-        self.forward_generic(t0, pre_ms, processor, obs, return_normalized, rtc, enc)
     }
 
     /// [`Self::forward`] of an encoded observation of `processor`'s embodiment.

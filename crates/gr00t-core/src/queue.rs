@@ -617,8 +617,13 @@ mod tests {
         req(tag).in_session(Some(key(id)))
     }
 
-    #[test]
-    fn a_newer_observation_of_a_session_replaces_the_waiting_one() {
+    /// A stub that blocks on 'b' until released and reports each byte it computes.
+    fn recording_blocking_on_b() -> (
+        PredictFn,
+        std::sync::mpsc::Receiver<()>,
+        std::sync::mpsc::Sender<()>,
+        std::sync::mpsc::Receiver<u8>,
+    ) {
         let (started_tx, started) = channel();
         let (release, release_rx) = channel::<()>();
         let (computed_tx, computed) = channel();
@@ -631,6 +636,12 @@ mod tests {
             computed_tx.send(b).unwrap();
             Ok(response(b))
         });
+        (f, started, release, computed)
+    }
+
+    #[test]
+    fn a_newer_observation_of_a_session_replaces_the_waiting_one() {
+        let (f, started, release, computed) = recording_blocking_on_b();
         let (worker, handle) = start(f, 2).unwrap();
         let first = handle.submit(in_session(b"b", "r1")).unwrap();
         started.recv().unwrap(); // 'b' computes: only waiting requests can be replaced
@@ -660,18 +671,7 @@ mod tests {
 
     #[test]
     fn latest_wins_by_arrival_at_the_door_not_at_the_queue() {
-        let (started_tx, started) = channel();
-        let (release, release_rx) = channel::<()>();
-        let (computed_tx, computed) = channel();
-        let f: PredictFn = Box::new(move |r: Request, _| {
-            let b = first_byte(&r);
-            if b == b'b' {
-                started_tx.send(()).unwrap();
-                release_rx.recv().unwrap();
-            }
-            computed_tx.send(b).unwrap();
-            Ok(response(b))
-        });
+        let (f, started, release, computed) = recording_blocking_on_b();
         let (worker, handle) = start(f, 4).unwrap();
         let base = Instant::now();
         let at = |ms: u64| base + std::time::Duration::from_millis(ms);

@@ -158,13 +158,11 @@ impl EmbodimentSpec {
     }
 }
 
-/// A request turned into model inputs, with the time each half took.
+/// A request turned into model inputs, with the time that took.
 #[derive(Debug, Clone)]
 pub struct EncodedRequest {
     /// What the network consumes.
     pub inputs: ModelInputs,
-    /// Base64 + PNG/JPEG decode time, ms (0 when the frames arrived decoded).
-    pub decode_ms: f64,
     /// Resize, patchify, tokenise, state normalisation and noise, ms.
     pub encode_ms: f64,
 }
@@ -259,7 +257,6 @@ impl EmbodimentProcessor {
         let t1 = Instant::now();
         let encoded = EncodedRequest {
             inputs: model_inputs(processed, prompt, state, self.spec.embodiment_id, noise),
-            decode_ms: 0.0,
             encode_ms: (t1 - t0).as_secs_f64() * 1e3,
         };
         Ok((encoded, currents))

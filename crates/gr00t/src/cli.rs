@@ -70,8 +70,8 @@ enum Command {
               value_parser = clap::value_parser!(u32).range(1..=1000))]
         history: u32,
         /// Name of this replica behind a load balancer, echoed in every response's
-        /// X-Gr00t-Replica header and in /info [default: $GR00T_REPLICA_ID, else none].
-        #[arg(long, value_name = "ID")]
+        /// X-Gr00t-Replica header and in /info (an empty variable counts as unset).
+        #[arg(long, value_name = "ID", env = "GR00T_REPLICA_ID")]
         replica_id: Option<String>,
         /// Export each request's spans (queue wait, decode, vision, LLM, adapter, denoise,
         /// decode actions) over OTLP/HTTP JSON to the collector at URL (POST URL/v1/traces),
@@ -249,12 +249,8 @@ pub fn run(cli: Cli) -> i32 {
             connections,
             browser,
             device,
-            // An empty variable counts as unset (a manifest may leave it blank).
-            replica_id: replica_id.or_else(|| {
-                std::env::var(crate::serve::REPLICA_ENV)
-                    .ok()
-                    .filter(|v| !v.is_empty())
-            }),
+            // A manifest may leave the variable blank.
+            replica_id: replica_id.filter(|v| !v.is_empty()),
         })
         .map_err(Into::into),
         Command::Pull { revision } => {

@@ -20,10 +20,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Environment variable naming the replica when `--replica-id` is not given (a Kubernetes
-/// manifest sets it to the pod name).
-pub const REPLICA_ENV: &str = "GR00T_REPLICA_ID";
-
 /// Options of `gr00t serve`.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {

@@ -70,17 +70,15 @@ impl ApiError {
         }
     }
 
-    /// 400 about one field of the request.
+    /// 400 about one field of the request (every refusal of a request names one).
     pub fn bad_field(field: &str, message: impl Into<String>) -> ApiError {
-        let message = message.into();
-        let text = if field.is_empty() {
-            message
-        } else {
-            format!("{field}: {message}")
-        };
+        debug_assert!(!field.is_empty(), "a refusal without its field");
         ApiError {
-            field: (!field.is_empty()).then(|| field.to_string()),
-            ..ApiError::new(StatusCode::BAD_REQUEST, text)
+            field: Some(field.to_string()),
+            ..ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("{field}: {}", message.into()),
+            )
         }
     }
 
@@ -177,9 +175,6 @@ mod tests {
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert_eq!(e.message, "state.eef_9d: expected 9 numbers, got 8");
         assert_eq!(e.field.as_deref(), Some("state.eef_9d"));
-        let e = ApiError::bad_field("", "tokenizer failure");
-        assert_eq!(e.message, "tokenizer failure");
-        assert_eq!(e.field, None);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The HTTP door (docs/API.md): routes and their shared state, the body → request decoding, refusals
-//! (`From<InferError>` for the JSON error shape), hardening, the status page, the request log
+//! (`ApiError`, the JSON error shape; `routes::api_error` maps the core's), hardening, the status page, the request log
 //! and `/metrics`. It knows the core's queue and nothing of the other doors.
 
 pub mod body;
