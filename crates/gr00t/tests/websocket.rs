@@ -18,8 +18,8 @@ use rmpv::Value;
 use std::net::TcpStream;
 use std::time::Duration;
 use test_server::{
-    both_frames, door_answers, fixture_actions, frame, http_actions, multi_video, request_lines,
-    stage_counts, state, Server, CAMERAS, GROUPS,
+    answers, both_frames, door_answers, fixture_actions, frame, http_actions, multi_video,
+    refused_at, request_lines, stage_counts, state, Server, CAMERAS, GROUPS,
 };
 use tungstenite::client::IntoClientRequest;
 use tungstenite::protocol::frame::coding::CloseCode;
@@ -501,6 +501,9 @@ fn websocket_answers_are_counted_in_metrics_by_door() {
     );
     let text = metrics();
     assert_eq!(door_answers(&text, "ws"), (1.0, 2.0), "{text}");
+    // Each refusal counted by the key at fault, not as `other`.
+    assert_eq!(answers(&text, &refused_at("prompt"), "ws"), 1.0, "{text}");
+    assert_eq!(answers(&text, &refused_at("other"), "ws"), 0.0, "{text}");
     // The stage histograms: one computed answer, three answered messages (resets aside).
     let stages = stage_counts(&text, &["compute", "denoise", "request"]);
     assert_eq!(stages, [1.0, 1.0, 3.0], "{text}");

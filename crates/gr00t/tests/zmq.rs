@@ -16,7 +16,7 @@ use rmpv::Value;
 use std::time::Duration;
 use test_server::{
     answers, both_frames, door_answers, fixture_actions, frame, http_actions, multi_video, noise,
-    request_lines, stage_count, stage_counts, state, Server, ANSWERED, CAMERAS, GROUPS,
+    refused_at, request_lines, stage_count, stage_counts, state, Server, ANSWERED, CAMERAS, GROUPS,
 };
 use zmq_req::ZmqClient as Client;
 
@@ -739,6 +739,7 @@ fn zmq_answers_are_counted_in_metrics_by_door() {
     c.call("get_modality_config", None, None);
     let text = metrics();
     assert_eq!(door_answers(&text, "zmq"), (1.0, 1.0), "{text}");
+    assert_eq!(answers(&text, &refused_at("state"), "zmq"), 1.0, "{text}");
     // The stage histograms: one computed answer, two get_action messages.
     assert_eq!(stage_count(&before, "compute"), 0.0, "{before}");
     let stages = stage_counts(&text, &["compute", "vision", "request"]);

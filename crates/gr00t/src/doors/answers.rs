@@ -134,9 +134,11 @@ impl Histogram {
     }
 }
 
-/// Request fields a 400 may name; anything else is counted as `other` (clients choose unknown
-/// field names, and a label must not grow without bound).
-const KNOWN_FIELDS: [&str; 17] = [
+/// Request fields a 400 may name (HTTP's, then the top-level keys of the msgpack doors' messages:
+/// GR00T's nested observation and options, openpi's `observation/…` keys, vLLM-Omni and
+/// RoboArena); anything else is counted as `other` (clients choose unknown field names, and a
+/// label must not grow without bound).
+const KNOWN_FIELDS: [&str; 25] = [
     "body",
     "content-type",
     "images",
@@ -154,6 +156,14 @@ const KNOWN_FIELDS: [&str; 17] = [
     "session_id",
     "session_token",
     "x-session-id",
+    "video",
+    "language",
+    "annotation",
+    "options",
+    "observation",
+    "prompt",
+    "endpoint",
+    "embodiment",
 ];
 
 /// How a prediction request ended, as the `outcome`/`code`/`field` labels (the HTTP status, or
@@ -213,7 +223,8 @@ impl Outcome {
 }
 
 /// A refused field reduced to a bounded label: array indices dropped (`noise[3][7]` → `noise`),
-/// unknown names → `other`, no field → `none`.
+/// a known top-level key for its sub-keys (`video.ego_view` → `video`, `observation/state` →
+/// `observation`), unknown names → `other`, no field → `none`.
 pub fn field_label(field: &str) -> String {
     let base: String = {
         let mut out = String::with_capacity(field.len());
@@ -234,17 +245,17 @@ pub fn field_label(field: &str) -> String {
     if KNOWN_FIELDS.contains(&base.as_str()) {
         return base;
     }
-    match base.split_once('.') {
+    match base.split_once(['.', '/']) {
         Some((top, _)) if KNOWN_FIELDS.contains(&top) => top.to_string(),
         _ => "other".into(),
     }
 }
 
 impl Outcome {
-    /// A request the msgpack doors refused while reading it (their texts name the field; the
-    /// label does not try to parse it out).
-    pub fn refused() -> Outcome {
-        Outcome::BadRequest("other".into())
+    /// A request the msgpack doors refused while reading it, labelled by the key at fault
+    /// (empty: none is).
+    pub fn refused(field: &str) -> Outcome {
+        Outcome::BadRequest(field_label(field))
     }
 
     /// The outcome of a request the queue or the engine did not answer, as HTTP maps it.
@@ -399,6 +410,13 @@ mod tests {
         assert_eq!(field_label("noise[39][131]"), "noise");
         assert_eq!(field_label("my_custom_key"), "other");
         assert_eq!(field_label(""), "none");
+        // The msgpack doors' keys: the top-level key, never the client's own sub-key.
+        assert_eq!(field_label("video.exterior_image_1_left"), "video");
+        assert_eq!(field_label("options.rtc_overlap_steps"), "options");
+        assert_eq!(field_label("observation/joint_position"), "observation");
+        assert_eq!(field_label("observation/my_custom_key"), "observation");
+        assert_eq!(field_label("annotation.language.task"), "annotation");
+        assert_eq!(field_label("mine/video"), "other");
     }
 
     #[test]
@@ -415,7 +433,17 @@ mod tests {
         assert_eq!(Outcome::of_error(&busy).code(), 503);
         assert_eq!(Outcome::of_error(&InferError::Superseded).code(), 409);
         assert_eq!(Outcome::of_error(&InferError::Stopped).name(), "error");
-        assert_eq!(Outcome::refused().code(), 400);
+        assert_eq!(Outcome::refused("video.ego_view").code(), 400);
+        let wire = crate::doors::wire::error::WireError::field("options.seed", "options.seed: bad");
+        assert_eq!(
+            Outcome::refused(wire.field_at_fault()),
+            Outcome::BadRequest("options".into())
+        );
+        let whole = crate::doors::wire::error::WireError::bytes("not msgpack");
+        assert_eq!(
+            Outcome::refused(whole.field_at_fault()),
+            Outcome::BadRequest("none".into())
+        );
     }
 
     #[test]
@@ -423,10 +451,10 @@ mod tests {
         let a = Answers::default();
         a.count(Door::Zmq, Outcome::Ok);
         a.count(Door::Zmq, Outcome::Ok);
-        a.count(Door::Ws, Outcome::refused());
+        a.count(Door::Ws, Outcome::refused("prompt"));
         let s = a.snapshot();
         assert_eq!(s.get(&(Door::Zmq, Outcome::Ok)), Some(&2));
-        assert_eq!(s.get(&(Door::Ws, Outcome::refused())), Some(&1));
+        assert_eq!(s.get(&(Door::Ws, Outcome::refused("prompt"))), Some(&1));
         assert_eq!(s.get(&(Door::Http, Outcome::Ok)), None);
     }
 }

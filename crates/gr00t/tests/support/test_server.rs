@@ -346,15 +346,23 @@ pub fn answers(text: &str, labels: &str, door: &str) -> f64 {
 
 /// The labels of an answered prediction in `gr00t_predict_requests_total`.
 pub const ANSWERED: &str = "outcome=\"ok\",code=\"200\"";
-/// The labels of a prediction refused with a 400 naming no field of its own (`other`).
-pub const REFUSED_OTHER: &str = "outcome=\"bad_request\",code=\"400\",field=\"other\"";
+/// The labels of a prediction refused with a 400 at `field` (its label).
+pub fn refused_at(field: &str) -> String {
+    format!("outcome=\"bad_request\",code=\"400\",field=\"{field}\"")
+}
 
-/// The ([`ANSWERED`], [`REFUSED_OTHER`]) counts of `door` in a `/metrics` text.
+/// The counts of `door`'s answered predictions and of its 400s, whatever their field, in a
+/// `/metrics` text.
 pub fn door_answers(text: &str, door: &str) -> (f64, f64) {
-    (
-        answers(text, ANSWERED, door),
-        answers(text, REFUSED_OTHER, door),
-    )
+    let refused: f64 = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("gr00t_predict_requests_total{outcome=\"bad_request\"")
+                && l.contains(&format!("door=\"{door}\"}}"))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    (answers(text, ANSWERED, door), refused)
 }
 
 /// [`stage_count`] of each of `stages`.

@@ -428,7 +428,8 @@ mod tests {
         m.count_request(Outcome::from_status(413, Some("body")));
         m.count_request(Outcome::from_status(503, None));
         m.answers().count(Door::Zmq, Outcome::Ok);
-        m.answers().count(Door::Ws, Outcome::refused());
+        m.answers()
+            .count(Door::Ws, Outcome::refused("observation/state"));
         let s = parse(&m.render(&Gauges::default()));
         let n = |labels: &[(&str, &str)]| {
             let mut labels = labels.to_vec();
@@ -468,7 +469,7 @@ mod tests {
         let refused = [
             ("outcome", "bad_request"),
             ("code", "400"),
-            ("field", "other"),
+            ("field", "observation"),
         ];
         assert_eq!(at("ws", &refused), Some(1.0));
         assert_eq!(at("http", &refused), None);

@@ -33,6 +33,16 @@ impl WireError {
         }
     }
 
+    /// The key at fault, as the client sent it (empty: none is; the bytes, the message as a
+    /// whole, or the server's reply).
+    pub fn field_at_fault(&self) -> &str {
+        match self {
+            WireError::Invalid { field, .. } => field,
+            WireError::Field(e) => &e.field,
+            WireError::Reply(_) => "",
+        }
+    }
+
     /// The bytes or the message as a whole are wrong (no one key is at fault).
     pub fn bytes(message: impl Into<String>) -> WireError {
         WireError::field("", message)

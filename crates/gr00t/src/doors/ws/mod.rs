@@ -96,15 +96,18 @@ impl From<String> for Refusal {
     fn from(message: String) -> Refusal {
         Refusal {
             message,
-            outcome: Outcome::refused(),
+            outcome: Outcome::refused(""),
         }
     }
 }
 
 impl From<WireError> for Refusal {
-    /// A message the wire layer could not read.
+    /// A message the wire layer could not read, labelled by its key at fault.
     fn from(e: WireError) -> Refusal {
-        Refusal::from(e.to_string())
+        Refusal {
+            outcome: Outcome::refused(e.field_at_fault()),
+            message: e.to_string(),
+        }
     }
 }
 
@@ -304,7 +307,7 @@ async fn connection(
                     Dialect::VllmOmni => "vllm-omni",
                 };
                 let ms = start.elapsed().as_secs_f64() * 1e3;
-                let refused = Answered::Refused(Outcome::refused(), &e);
+                let refused = Answered::Refused(Outcome::refused(""), &e);
                 ctx.answers.record(Door::Ws, what, ms, refused);
                 match dialect {
                     Dialect::Openpi(_) => Step::Fail(e),

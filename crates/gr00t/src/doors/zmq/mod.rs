@@ -424,7 +424,7 @@ async fn answer_action(
         Some(Value::Map(m)) => get(m, "embodiment"),
         _ => None,
     };
-    let refused = |e: WireError| (Outcome::refused(), e.to_string());
+    let refused = |e: WireError| (Outcome::refused(e.field_at_fault()), e.to_string());
     let schema = ctx.schema(named).map_err(refused)?;
     let p = tracing::info_span!("parse")
         .in_scope(|| parse(obs, options, schema))
