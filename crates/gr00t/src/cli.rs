@@ -15,8 +15,8 @@ pub struct Cli {
     #[command(subcommand)]
     command: Command,
     /// Log format on stderr: human-readable text, or one JSON object per line.
-    #[arg(long, global = true, value_enum, default_value_t = crate::doors::http::LogFormat::Text)]
-    log_format: crate::doors::http::LogFormat,
+    #[arg(long, global = true, value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    log_format: crate::logging::LogFormat,
 }
 
 // Parsed once per process: the size of `Serve`'s flags does not matter.
@@ -210,7 +210,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Serve { otlp_endpoint, .. } => otlp_endpoint.as_deref(),
         _ => None,
     };
-    crate::doors::http::init_logging(cli.log_format, otlp);
+    crate::logging::init_logging(cli.log_format, otlp);
     let result: Result<i32, CliError> = match cli.command {
         Command::Serve {
             checkpoint,

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod check_dtype;
 pub mod cli;
 pub mod doors;
+pub mod logging;
 pub mod otlp;
 pub mod pull;
 pub mod serve;

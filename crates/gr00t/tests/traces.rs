@@ -7,7 +7,7 @@ use gr00t::doors::wire::msgpack_numpy::{gr00t_array, str_map};
 use gr00t::doors::wire::ndarray::NdArray;
 use gr00t_fixtures::http_client as client;
 mod support;
-use support::{test_server, zmq_req};
+use support::{openpi_ws, test_server, zmq_req};
 
 use rmpv::Value;
 use serde_json::Value as Json;
@@ -200,7 +200,14 @@ fn stages() -> Vec<&'static str> {
 #[test]
 fn otlp_export_carries_each_requests_span_tree() {
     let receiver = Receiver::start();
-    let s = Server::start(&["--zmq-port", "0", "--otlp-endpoint", &receiver.url]);
+    let s = Server::start(&[
+        "--zmq-port",
+        "0",
+        "--ws-port",
+        "0",
+        "--otlp-endpoint",
+        &receiver.url,
+    ]);
     let info = client::get(&s.http, "/info").unwrap().json();
     assert_eq!(info["otlp_endpoint"], receiver.url.as_str(), "{info}");
     let embodiment = info["embodiment"].as_str().unwrap().to_string();
@@ -231,14 +238,24 @@ fn otlp_export_carries_each_requests_span_tree() {
     assert_eq!(attr(&zreq, "embodiment"), Some(embodiment));
     assert_eq!(attr(&zreq, "request_id").map(|id| id.len()), Some(16));
     assert_nested(&zreq, &zchildren);
-    // Two requests, two traces; page polls and /info get no span.
+    // The websocket door's openpi observation, parsed in its own span too.
+    let ws = s.ws.clone().expect("ws address");
+    let (mut sock, _) = openpi_ws::connect(&ws, None).unwrap();
+    let reply = openpi_ws::infer(&mut sock, &Value::Map(openpi_ws::observation(None)));
+    assert!(matches!(reply, Value::Map(_)), "{reply}");
+    let mut ws_stages = stages();
+    ws_stages.push("parse");
+    let (wreq, wchildren) = receiver.trace_of("ws", &ws_stages);
+    assert_nested(&wreq, &wchildren);
+    // Three requests, three traces; page polls and /info get no span.
     assert_ne!(zreq["traceId"], req["traceId"]);
+    assert_ne!(wreq["traceId"], zreq["traceId"]);
     let roots = receiver
         .spans()
         .into_iter()
         .filter(|s| s.get("parentSpanId").is_none())
         .count();
-    assert_eq!(roots, 2, "{:#?}", receiver.spans());
+    assert_eq!(roots, 3, "{:#?}", receiver.spans());
 }
 
 #[test]

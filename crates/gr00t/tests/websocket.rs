@@ -9,65 +9,25 @@
 use gr00t::doors::wire::{msgpack_numpy, ndarray};
 use gr00t_fixtures::http_client as test_client;
 mod support;
+use support::openpi_ws::{connect, connect_to, image, infer, observation, Ws};
 use support::test_server;
 
 use gr00t_fixtures::{json_rows, max_abs_diff, metric_value as metric, MultiCase};
 use msgpack_numpy::{from_openpi_array, get, openpi_array, pack, str_map, unpack};
 use ndarray::{DType, NdArray};
 use rmpv::Value;
-use std::net::TcpStream;
 use std::time::Duration;
 use test_server::{
-    answers, both_frames, door_answers, fixture_actions, frame, http_actions, multi_video,
-    refused_at, request_lines, stage_counts, state, Server, CAMERAS, GROUPS,
+    answers, both_frames, door_answers, fixture_actions, http_actions, multi_video, refused_at,
+    request_lines, stage_counts, state, Server, CAMERAS, GROUPS,
 };
-use tungstenite::client::IntoClientRequest;
 use tungstenite::protocol::frame::coding::CloseCode;
-use tungstenite::{Message, WebSocket};
+use tungstenite::Message;
 
-type Ws = WebSocket<TcpStream>;
 /// vLLM-Omni's path.
 const VLLM_OMNI: &str = "/v1/realtime/robot/openpi";
 /// A msgpack map's entries.
 type Map = Vec<(Value, Value)>;
-
-fn connect(addr: &str, api_key: Option<&str>) -> Result<(Ws, Value), tungstenite::Error> {
-    connect_to(addr, "/", api_key)
-}
-
-fn connect_to(
-    addr: &str,
-    path: &str,
-    api_key: Option<&str>,
-) -> Result<(Ws, Value), tungstenite::Error> {
-    let stream = TcpStream::connect(addr).expect("tcp connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(120)))
-        .unwrap();
-    let mut req = format!("ws://{addr}{path}").into_client_request().unwrap();
-    if let Some(k) = api_key {
-        req.headers_mut()
-            .insert("Authorization", format!("Api-Key {k}").parse().unwrap());
-    }
-    let (mut ws, _) = tungstenite::client(req, stream).map_err(|e| match e {
-        tungstenite::HandshakeError::Failure(e) => e,
-        tungstenite::HandshakeError::Interrupted(_) => panic!("handshake interrupted"),
-    })?;
-    // The server speaks first: the metadata frame.
-    let meta = match ws.read().expect("metadata frame") {
-        Message::Binary(b) => unpack(&b).expect("metadata msgpack"),
-        other => panic!("expected binary metadata, got {other:?}"),
-    };
-    Ok((ws, meta))
-}
-
-fn infer(ws: &mut Ws, obs: &Value) -> Value {
-    ws.send(Message::Binary(pack(obs).into())).expect("send");
-    match ws.read().expect("reply") {
-        Message::Binary(b) => unpack(&b).expect("reply msgpack"),
-        other => panic!("expected a binary reply, got {other:?}"),
-    }
-}
 
 /// After a bad message: the error text frame, then close 1011.
 fn expect_error(ws: &mut Ws, msg: Message) -> String {
@@ -81,46 +41,6 @@ fn expect_error(ws: &mut Ws, msg: Message) -> String {
         other => panic!("expected close 1011 after {text:?}, got {other:?}"),
     }
     text
-}
-
-fn image(shape: Vec<usize>, data: Vec<u8>) -> Value {
-    openpi_array(&NdArray::new(DType::U8, shape, data).unwrap())
-}
-
-/// case0's state, cameras at frame `t` (`[H,W,3]`), or both frames (`[2,H,W,3]`) when `t` is
-/// `None`; noise seed 0 (case0's).
-fn observation(t: Option<&str>) -> Vec<(Value, Value)> {
-    let mut m: Vec<(Value, Value)> = CAMERAS
-        .iter()
-        .map(|cam| {
-            let v = match t {
-                Some(t) => {
-                    let (w, h, data) = frame("case0", cam, t);
-                    image(vec![h, w, 3], data)
-                }
-                None => {
-                    let (w, h, data) = both_frames("case0", cam);
-                    image(vec![2, h, w, 3], data)
-                }
-            };
-            (Value::from(format!("observation/{cam}")), v)
-        })
-        .collect();
-    for g in GROUPS {
-        let f64s: Vec<u8> = state("case0", g)
-            .iter()
-            .flat_map(|x| (*x as f64).to_le_bytes())
-            .collect();
-        let n = f64s.len() / 8;
-        let a = NdArray::new(DType::parse("<f8").unwrap(), vec![n], f64s).unwrap();
-        m.push((Value::from(format!("observation/{g}")), openpi_array(&a)));
-    }
-    m.push((
-        Value::from("prompt"),
-        Value::from("Put the blue block in the green bowl"),
-    ));
-    m.push((Value::from("__noise_seed__"), Value::from(0)));
-    m
 }
 
 fn array(reply: &Value, key: &str) -> NdArray {

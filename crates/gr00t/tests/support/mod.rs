@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod openpi_ws;
 pub mod test_server;
 pub mod zmq_req;
 pub mod zmtp_client;

@@ -1,6 +1,7 @@
-//! The HTTP door (docs/API.md): routes and their shared state, the body → request decoding, refusals
-//! (`ApiError`, the JSON error shape; `routes::api_error` maps the core's), hardening, the status page, the request log
-//! and `/metrics`. It knows the core's queue and nothing of the other doors.
+//! The HTTP door (docs/API.md): routes and their shared state, the body → request decoding,
+//! refusals (`ApiError`, the JSON error shape; `routes::api_error` maps the core's), hardening,
+//! the status page, the request log and `/metrics`. It knows the core's queue and nothing of the
+//! other doors.
 
 pub mod body;
 pub(crate) mod demo;
@@ -17,7 +18,6 @@ mod ui;
 
 pub use errors::HttpError;
 pub use observe::DEFAULT_HISTORY;
-pub use request_log::{init_logging, LogFormat};
 
 #[cfg(test)]
 mod tests;

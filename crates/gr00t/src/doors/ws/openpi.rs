@@ -161,7 +161,7 @@ impl Connection {
         let (item, rtc, session) = match get(m, "endpoint") {
             None if nested => return self.nested(ctx, &v, m).await.map(|(r, p)| (r, Some(p))),
             None => {
-                let obs = parse(m)?;
+                let obs = tracing::info_span!("parse").in_scope(|| parse(m))?;
                 (obs.into_request(), droid_rtc(m)?, None)
             }
             Some(e) => {
@@ -181,7 +181,7 @@ impl Connection {
                         return self.nested(ctx, &v, m).await.map(|(r, p)| (r, Some(p)))
                     }
                     Endpoint::Infer => {
-                        let obs = parse(m)?;
+                        let obs = tracing::info_span!("parse").in_scope(|| parse(m))?;
                         (obs.into_request(), droid_rtc(m)?, session)
                     }
                 }
@@ -210,7 +210,7 @@ impl Connection {
         m: &[(Value, Value)],
     ) -> Result<(Message, Vec<PredictResponse>), Refusal> {
         let schema = pick_schema(&ctx.schemas, get(m, "embodiment"))?;
-        let parsed = parse_openpi(msg, schema)?;
+        let parsed = tracing::info_span!("parse").in_scope(|| parse_openpi(msg, schema))?;
         // A batch is several robots: only a batch of one is the connection's robot.
         let session = match &parsed.session {
             Some(id) => Some(self.arena_key(id)),

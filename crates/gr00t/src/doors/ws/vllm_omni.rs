@@ -105,7 +105,9 @@ async fn infer_actions(
     obs: &Value,
     m: &[(Value, Value)],
 ) -> Result<(Value, Vec<PredictResponse>), Refusal> {
-    let mut items = parse(Some(obs), None, &ctx.schema)?.items;
+    let mut items = tracing::info_span!("parse")
+        .in_scope(|| parse(Some(obs), None, &ctx.schema))?
+        .items;
     match get(m, "seed") {
         None | Some(Value::Nil) => {}
         Some(s) => {
