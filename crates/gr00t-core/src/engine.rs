@@ -496,10 +496,8 @@ impl Engine {
         let plan = request.rtc;
         let served = |tag: &str| {
             self.embodiment(tag).ok_or_else(|| {
-                InferError::Invalid(RequestError::new(
-                    "embodiment",
-                    format!("{tag:?} is not served here"),
-                ))
+                let served = self.embodiments.iter().map(|p| p.spec().tag.as_str());
+                InferError::Invalid(crate::error::not_served(tag, served))
             })
         };
         let processor = served(&request.tag)?;

@@ -7,6 +7,17 @@ use gr00t_embodiment::observation::RequestError;
 /// The client's field at fault and what is wrong with it.
 pub type FieldError = RequestError;
 
+/// The one refusal of an embodiment this server does not serve, on every door (`embodiment:
+/// "X" is not served here; served: [...]`): `name` as the client sent it (cut to a prefix by
+/// the door where it may be long) and the tags served.
+pub fn not_served<'a>(name: &str, served: impl IntoIterator<Item = &'a str>) -> RequestError {
+    let served: Vec<&str> = served.into_iter().collect();
+    RequestError::new(
+        "embodiment",
+        format!("{name:?} is not served here; served: {served:?}"),
+    )
+}
+
 /// Why a request was not answered with actions.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum InferError {
@@ -74,4 +85,17 @@ pub enum LoadError {
     /// The checkpoint or its weights do not load.
     #[error(transparent)]
     Model(#[from] gr00t_model::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn one_text_for_an_embodiment_not_served() {
+        let e = super::not_served("REAL_G1", ["oxe_droid", "unitree_g1"]);
+        assert_eq!(e.field, "embodiment");
+        assert_eq!(
+            e.to_string(),
+            "embodiment: \"REAL_G1\" is not served here; served: [\"oxe_droid\", \"unitree_g1\"]"
+        );
+    }
 }

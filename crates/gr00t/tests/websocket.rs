@@ -784,7 +784,7 @@ fn websocket_serves_the_nested_gr00t_observation_for_every_embodiment() {
                 m.retain(|(k, _)| k.as_str() != Some("embodiment"));
                 m.push((Value::from("embodiment"), Value::from("REAL_G1")));
             }),
-            "embodiment \"REAL_G1\" is not served here",
+            "embodiment: \"REAL_G1\" is not served here",
         ),
         (
             edited(&|m| {

@@ -267,14 +267,8 @@ pub fn request_from_body(
             RequestError::new("embodiment", "no embodiment is served".to_string())
         })?,
         Some(name) => layouts.resolve_with_frames(name).ok_or_else(|| {
-            RequestError::new(
-                "embodiment",
-                format!(
-                    "{:?} is not served here; served: {:?}",
-                    crate::doors::excerpt::excerpt(name),
-                    layouts.tags()
-                ),
-            )
+            let name = crate::doors::excerpt::excerpt(name);
+            gr00t_core::error::not_served(&name, layouts.tags())
         })?,
     };
     let session = session_of(&value, header_session)?;

@@ -96,14 +96,11 @@ pub fn pick_schema<'a>(
     };
     let tag = embodiment_tags::resolve(name, schemas.iter().map(|s| s.tag.as_str())).ok_or_else(
         || {
-            WireError::field(
-                "embodiment",
-                format!(
-                    "embodiment {:?} is not served here; served: {:?}",
-                    crate::doors::excerpt::excerpt(name),
-                    schemas.iter().map(|s| s.tag.as_str()).collect::<Vec<_>>()
-                ),
-            )
+            let name = crate::doors::excerpt::excerpt(name);
+            WireError::from(gr00t_core::error::not_served(
+                &name,
+                schemas.iter().map(|s| s.tag.as_str()),
+            ))
         },
     )?;
     schemas

@@ -153,8 +153,9 @@ impl Connection {
         let droid_rtc = |m: &[(Value, Value)]| -> Result<Option<RtcPlan>, WireError> {
             match ctx.schemas.iter().find(|s| s.tag == EMBODIMENT_TAG) {
                 Some(schema) => rtc(m, schema, "", true),
-                None => Err(WireError::bytes(format!(
-                    "{EMBODIMENT_TAG} is not served here"
+                None => Err(WireError::from(gr00t_core::error::not_served(
+                    EMBODIMENT_TAG,
+                    ctx.schemas.iter().map(|s| s.tag.as_str()),
                 ))),
             }
         };
