@@ -15,7 +15,6 @@ use gr00t_embodiment::actions::ActionError;
 use gr00t_embodiment::embodiment::{EmbodimentProcessor, EmbodimentSpec, EncodedRequest};
 use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::encoded_views::ViewDecoder;
-use gr00t_embodiment::error::EmbodimentError;
 use gr00t_embodiment::frame_history::FrameHistory;
 use gr00t_embodiment::image::ImagePipeline;
 use gr00t_embodiment::observation::{NoiseSource, Observation, RequestError};
@@ -506,12 +505,8 @@ impl Engine {
         let (rtc, rtc_source) = self.rtc_of(plan, &processor.spec().tag)?;
         let observation = request.observation;
         drop(decode_span);
-        let enc = tracing::info_span!("encode")
-            .in_scope(|| processor.encode_in(&observation, history.as_deref()));
-        let (enc, currents) = match enc {
-            Ok((enc, currents)) => (Ok(enc), currents),
-            Err(e) => (Err(e), None),
-        };
+        let (enc, currents) = tracing::info_span!("encode")
+            .in_scope(|| processor.encode_in(&observation, history.as_deref()))?;
         let mut response = self.forward_generic(
             t0,
             pre_ms,
@@ -598,7 +593,7 @@ impl Engine {
             instruction: "warm up".into(),
             noise: NoiseSource::Seed(0),
         };
-        let enc = processor.encode(&observation);
+        let enc = processor.encode(&observation)?;
         self.forward_generic(
             Instant::now(),
             0.0,
@@ -627,7 +622,7 @@ impl Engine {
         obs: &Observation,
         return_normalized: bool,
         rtc: Option<Rtc>,
-        enc: Result<EncodedRequest, EmbodimentError>,
+        enc: EncodedRequest,
     ) -> Result<PredictResponse, InferError> {
         let decode = |pred: &[f32]| {
             let d = processor.decode(pred, obs)?;
@@ -646,12 +641,11 @@ impl Engine {
         &self,
         t0: Instant,
         pre_ms: f64,
-        enc: Result<EncodedRequest, EmbodimentError>,
+        mut enc: EncodedRequest,
         rtc: Option<Rtc>,
         decode: impl FnOnce(&[f32]) -> Result<(ActionGroups, ActionGroups, usize), ActionError>,
         (tag, noise, return_normalized): (&str, &NoiseSource, bool),
     ) -> Result<PredictResponse, InferError> {
-        let mut enc = enc?;
         enc.inputs.rtc = rtc;
         let t1 = Instant::now();
         let out = self

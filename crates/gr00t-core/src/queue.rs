@@ -199,13 +199,10 @@ fn run(shared: &Shared, mut predict: PredictFn) {
         // The door decoded it before queueing.
         let door_ms = request.decode_ms;
         let outcome = match &session {
-            Some(key) => in_session(
-                &shared.sessions,
-                key,
-                request,
-                (job.arrived, t0),
-                &mut predict,
-            ),
+            Some(key) => {
+                let sessions = &shared.sessions;
+                in_session(sessions, key, request, job.arrived, t0, &mut predict)
+            }
             None => guarded(&mut predict, request, None),
         }
         .map(|mut r| {
@@ -246,7 +243,8 @@ fn in_session(
     sessions: &Sessions,
     key: &SessionKey,
     mut request: Request,
-    (arrived, now): (Instant, Instant),
+    arrived: Instant,
+    now: Instant,
     predict: &mut PredictFn,
 ) -> Outcome {
     let token = request.session_token.take();

@@ -24,11 +24,12 @@ use std::time::Instant;
 /// Each view's current frame of an observation, in the form its session's history keeps.
 pub type Currents = Vec<(String, KeptFrame)>;
 
-/// Where a frame of a request comes from: sent (its index among the frames sent) or kept.
+/// Where a frame of a request comes from: one to prepare now (its index among the frames
+/// prepared: those sent, then those kept as sent), or one kept prepared.
 #[derive(Clone)]
 enum Source {
-    Sent(usize),
-    Kept(KeptFrame),
+    ToPrepare(usize),
+    Prepared(Arc<PreparedFrame>),
 }
 
 /// One embodiment's layout, read from the checkpoint's processor config and statistics.
@@ -312,25 +313,30 @@ impl EmbodimentProcessor {
                 flat.push((field, frame));
             }
         }
-        // Each view's frame per offset: one sent (its index in `flat`), or one kept.
+        // Each view's frame per offset: one sent (its index in `flat`), or one kept, which
+        // is prepared already or joins the frames to prepare.
+        let mut kept_sent: Vec<Arc<Frame>> = Vec::new();
         let mut sources = Vec::with_capacity(per_view.len());
         let mut at = 0;
         for (view, frames) in &per_view {
-            let sent: Vec<Source> = (at..at + frames.len()).map(Source::Sent).collect();
+            let sent: Vec<Source> = (at..at + frames.len()).map(Source::ToPrepare).collect();
             at += frames.len();
             sources.push(match history {
-                Some(h) => h.complete(view, &sent, deltas, |k| Source::Kept(k.clone())),
+                Some(h) => h.complete(view, &sent, deltas, |k| match k {
+                    KeptFrame::Prepared(p) => Source::Prepared(p.clone()),
+                    KeptFrame::Sent(f) => {
+                        kept_sent.push(f.clone());
+                        Source::ToPrepare(flat.len() + kept_sent.len() - 1)
+                    }
+                }),
                 None => sent,
             });
         }
         // Every frame sent, and those kept as sent, through the eval transform and the Qwen
         // resize, one thread each.
-        let mut inputs: Vec<&Frame> = flat.iter().map(|(_, f)| *f).collect();
-        for s in sources.iter().flatten() {
-            if let Source::Kept(KeptFrame::Sent(f)) = s {
-                inputs.push(f);
-            }
-        }
+        let inputs: Vec<&Frame> = (flat.iter().map(|(_, f)| *f))
+            .chain(kept_sent.iter().map(|f| &**f))
+            .collect();
         let mut prepared = Vec::with_capacity(inputs.len());
         for (i, p) in self.images.prepare_all(&inputs).into_iter().enumerate() {
             // A kept frame passed these checks when it was sent.
@@ -339,29 +345,29 @@ impl EmbodimentProcessor {
                 p.map_err(|e| RequestError::new(field, e.to_string()))?,
             ));
         }
-        let mut again = prepared[flat.len()..].iter();
         let views: Vec<Vec<Arc<PreparedFrame>>> = sources
-            .iter()
+            .into_iter()
             .map(|view| {
-                view.iter()
+                view.into_iter()
                     .map(|s| match s {
-                        Source::Sent(i) => prepared[*i].clone(),
-                        Source::Kept(KeptFrame::Prepared(p)) => p.clone(),
-                        Source::Kept(KeptFrame::Sent(_)) => {
-                            again.next().cloned().unwrap_or_else(|| prepared[0].clone())
-                        }
+                        Source::ToPrepare(i) => prepared[i].clone(),
+                        Source::Prepared(p) => p,
                     })
                     .collect()
             })
             .collect();
-        let mut currents = Vec::with_capacity(per_view.len());
-        let mut last = 0;
-        for (view, frames) in &per_view {
-            last += frames.len();
-            if let (Some((_, sent)), Some(p)) = (flat.get(last - 1), prepared.get(last - 1)) {
-                currents.push(((*view).clone(), KeptFrame::smaller(sent, p)));
-            }
-        }
+        // Each view's current frame (its last sent), in the form its history keeps.
+        let currents = history.map(|_| {
+            let mut last = 0;
+            per_view
+                .iter()
+                .map(|(view, frames)| {
+                    last += frames.len();
+                    let (sent, p) = (flat[last - 1].1, &prepared[last - 1]);
+                    ((*view).clone(), KeptFrame::smaller(sent, p))
+                })
+                .collect()
+        });
         let t = deltas.len();
         let mut first: Option<(String, (usize, usize))> = None;
         let mut out = Vec::with_capacity(t * spec.views.len());
@@ -399,7 +405,7 @@ impl EmbodimentProcessor {
                 out.push(frame.clone());
             }
         }
-        Ok((out, history.map(|_| currents)))
+        Ok((out, currents))
     }
 }
 

@@ -75,7 +75,7 @@ impl FrameHistory {
         view: &str,
         sent: &[T],
         deltas: &[i64],
-        kept: impl Fn(&KeptFrame) -> T,
+        mut kept: impl FnMut(&KeptFrame) -> T,
     ) -> Vec<T> {
         let ([current], true) = (sent, deltas.len() > 1) else {
             return sent.to_vec();
@@ -90,7 +90,7 @@ impl FrameHistory {
                 }
                 frames
                     .and_then(|k| k.get(k.len().saturating_sub(back)))
-                    .map_or_else(|| current.clone(), &kept)
+                    .map_or_else(|| current.clone(), &mut kept)
             })
             .collect()
     }

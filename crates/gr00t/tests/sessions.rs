@@ -493,31 +493,20 @@ impl HeldPost {
         HeldPost { tcp, body }
     }
 
-    /// Sends the body; the answer's status and JSON.
-    fn finish(mut self) -> (u16, Json) {
+    /// Sends the body; the answer.
+    fn finish(mut self) -> test_client::HttpResponse {
         use std::io::{Read, Write};
         self.tcp.write_all(&self.body).unwrap();
-        let mut text = Vec::new();
+        // One answer, then the connection stays open: read until it is whole.
+        let mut raw = Vec::new();
         let mut buf = [0u8; 65536];
-        // One answer, then the connection stays open: read until its body is whole.
         loop {
-            let n = self.tcp.read(&mut buf).unwrap();
-            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&text));
-            text.extend_from_slice(&buf[..n]);
-            let t = String::from_utf8_lossy(&text).to_string();
-            if let Some(split) = t.find("\r\n\r\n") {
-                let head = t[..split].to_ascii_lowercase();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .map(|v| v.trim().parse().unwrap())
-                    .expect("content-length");
-                if text.len() >= split + 4 + len {
-                    let status = t[9..12].parse().unwrap();
-                    let json = serde_json::from_slice(&text[split + 4..split + 4 + len]).unwrap();
-                    return (status, json);
-                }
+            if let Some(r) = test_client::parse(&raw) {
+                return r;
             }
+            let n = self.tcp.read(&mut buf).unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&raw));
+            raw.extend_from_slice(&buf[..n]);
         }
     }
 }
@@ -539,18 +528,17 @@ fn latest_wins_by_when_an_observation_reached_the_server_not_when_its_parse_ende
     );
     let fourth = s.post_predict(&step(3));
     let (second, third) = (second.finish(), third.finish());
-    let codes = [200, second.0, third.0, fourth.status];
-    let why = |r: &(u16, Json)| r.1["error"].to_string();
+    let codes = [200, second.status, third.status, fourth.status];
     assert_eq!(
         codes,
         [200, 409, 409, 200],
         "{} {}",
-        why(&second),
-        why(&third)
+        second.text(),
+        third.text()
     );
-    for (status, e) in [second, third] {
-        let e = e["error"].as_str().unwrap().to_string();
-        assert!(status == 409 && e.starts_with("superseded"), "{e}");
+    for r in [second, third] {
+        let e = r.json()["error"].as_str().unwrap().to_string();
+        assert!(r.status == 409 && e.starts_with("superseded"), "{e}");
     }
     // Step 3's own answer, as when computed alone.
     let alone = s.predict_json(&observation("case0", 3, None));

@@ -17,12 +17,6 @@ use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
-use std::time::Instant;
-
-/// When a request's head reached the door, before its body was read: latest-wins within a
-/// session compares these (`Queue::submit_at`), not when each parse ended.
-#[derive(Clone, Copy, Debug)]
-pub struct Arrived(pub Instant);
 
 /// What the outer middleware needs.
 #[derive(Clone, Debug)]
@@ -39,8 +33,7 @@ pub struct Guard {
 
 /// The browser rules, the token check, the body deadline and busy marking, in that order,
 /// before the router.
-pub async fn guard(State(g): State<Guard>, mut req: Request, next: Next) -> Response {
-    req.extensions_mut().insert(Arrived(Instant::now()));
+pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
     let conn = conn_of(&req);
     if let Some(state) = &conn {
         state.mark_greeted();

@@ -37,9 +37,17 @@ pub enum PredictNote {
     },
 }
 
-/// Middleware: assigns the request id, echoes it, logs the request, and reports finished
-/// `/predict` requests to the observer.
+/// When a request's head reached the door, before its body was read: the request log times
+/// the request from it, and latest-wins within a session compares these
+/// (`Queue::submit_at`), not when each parse ended.
+#[derive(Clone, Copy, Debug)]
+pub struct Arrived(pub Instant);
+
+/// Middleware: assigns the request id, stamps its arrival, echoes the id, logs the request,
+/// and reports finished `/predict` requests to the observer.
 pub async fn observe(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+    let t0 = Instant::now();
+    req.extensions_mut().insert(Arrived(t0));
     let id = RequestId::from_headers(req.headers());
     req.extensions_mut().insert(id.clone());
     let method = req.method().clone();
@@ -50,7 +58,6 @@ pub async fn observe(State(app): State<AppState>, mut req: Request, next: Next) 
     } else {
         tracing::Span::none()
     };
-    let t0 = Instant::now();
     let mut response = next.run(req).instrument(span.clone()).await;
     let elapsed_s = t0.elapsed().as_secs_f64();
     if let Ok(v) = HeaderValue::from_str(id.as_str()) {

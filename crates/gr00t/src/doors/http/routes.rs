@@ -122,10 +122,11 @@ async fn compute(
     app: &AppState,
     req: Request,
 ) -> Result<(Bytes, gr00t_core::response::PredictResponse, f64), ApiError> {
-    // The guard refused non-JSON bodies (`doors::browser`), and stamped the head's arrival.
+    // The guard refused non-JSON bodies (`doors::browser`); the request log stamped the
+    // head's arrival.
     let arrived = req
         .extensions()
-        .get::<super::hardening::Arrived>()
+        .get::<super::request_log::Arrived>()
         .map_or_else(std::time::Instant::now, |a| a.0);
     let session = session_header(req.headers())?;
     let limit = app.0.limits.max_body_bytes;
