@@ -64,7 +64,7 @@ def checks(server):
     def unknown_embodiment():
         obs = {**observation(CASES[0]), "embodiment": "REAL_G1"}
         _, reply, code = asyncio.run(tp.ws_exchange(f"ws://{server.ws}", opm.packb(obs)))
-        assert isinstance(reply, str) and 'embodiment "REAL_G1" is not served' in reply, reply
+        assert isinstance(reply, str) and 'embodiment: "REAL_G1" is not served' in reply, reply
         assert code == 1011, code
 
     tp.check(f"nested GR00T observation, {len(CASES)} cases x 4 embodiments == HTTP "
