@@ -2,7 +2,6 @@
 //! `--vision-cache`): where the network runs, in which precision, and how.
 
 use candle_core::Device;
-use clap::ValueEnum;
 use gr00t_model::action_head::DenoiseBackend;
 use gr00t_model::cpu_kernel::KernelCaps;
 use gr00t_model::int8::Int8Stages;
@@ -76,22 +75,31 @@ fn root_cause(e: candle_core::Error) -> candle_core::Error {
     }
 }
 
-/// `--dtype`: the compute precision. Without it: f32 on the CPU (fp32-reference parity),
-/// bf16 on GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DtypeArg {
+/// The precision asked for (`--dtype`); `None` beside it means the device's default: f32 on
+/// the CPU (fp32-reference parity), bf16 on GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DtypeSetting {
     /// The fastest this checkpoint passed on this machine: int8 where `gr00t check-dtype
     /// --dtype int8` passed for it, else bf16 on AMX CPUs, Zen 4/5 and GPUs, else f32.
     Auto,
     /// fp32 weights and activations.
     F32,
-    /// bf16 products with f32 accumulation. On the CPU each product's activations are rounded
-    /// to bf16 while the residual stream, norms, softmax and the rest stay f32 (`vdpbf16ps` on
-    /// AVX512-BF16 CPUs); on GPUs bf16 activations with f32 norms and softmax.
+    /// bf16 products with f32 accumulation.
     Bf16,
-    /// CPU only: the linear layers of the `--int8` stages multiply int8 weights (per output
-    /// channel) by activations quantised per token, exact i32 sums; the rest stays f32.
+    /// int8 linear layers in the chosen stages (CPU only).
     Int8,
+}
+
+impl DtypeSetting {
+    /// The name `--dtype` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DtypeSetting::Auto => "auto",
+            DtypeSetting::F32 => "f32",
+            DtypeSetting::Bf16 => "bf16",
+            DtypeSetting::Int8 => "int8",
+        }
+    }
 }
 
 /// A cap on the CPU GEMM kernels: `auto` (none), a kernel name or an int8 level.
@@ -106,50 +114,23 @@ impl FromStr for KernelCap {
     }
 }
 
-/// The compute flags shared by `serve`, `predict` and `bench`: device, precision, CPU kernel,
-/// denoise backend and vision cache. Each also reads its `GR00T_…` variable (clap), so nothing
-/// below the command line reads the environment.
-#[derive(clap::Args, Debug, Clone, Copy)]
+/// Where the network runs and how: device, precision, CPU kernel, denoise backend and vision
+/// cache (the binary's `--device`, `--dtype`, … flags fill it).
+#[derive(Debug, Clone, Copy)]
 pub struct DeviceOptions {
-    /// Where the network runs: cpu, cuda or cuda:N (GPU N; needs a build with the cuda feature).
-    #[arg(long, default_value = "cpu", value_name = "DEVICE")]
+    /// Where the network runs.
     pub device: DeviceSpec,
-    /// Compute precision (f32, bf16, int8 or auto); without it f32 on the CPU, bf16 on a GPU.
-    #[arg(long, value_enum)]
-    pub dtype: Option<DtypeArg>,
-    /// Stages whose linear layers run int8 under `--dtype int8`: a list of vision, llm,
-    /// adapter, dit (or all); default: the stages that pass the accuracy gates on every fixture.
-    #[arg(long, value_name = "STAGES")]
+    /// The precision asked for; `None`: f32 on the CPU, bf16 on a GPU.
+    pub dtype: Option<DtypeSetting>,
+    /// Stages whose linear layers run int8 under int8; `None`: the default stages.
     pub int8: Option<Int8Stages>,
-    /// Quantisation grid of the int8 weights (±127); fewer levels only break the quantisation
-    /// on purpose, for the tests of `check-dtype`.
-    #[arg(long, default_value_t = gr00t_model::int8::LEVELS, hide = true,
-          value_parser = clap::value_parser!(i32).range(1..=127))]
+    /// Quantisation grid of the int8 weights (±levels; 127 unless a test breaks it on purpose).
     pub int8_levels: i32,
-    /// Caps the CPU GEMM kernels (auto: the best this CPU runs; amx, avx512bf16, avx512vnni,
-    /// avx512, avxvnni, avx2, library), e.g. to measure the AVX2 path on an AVX-512 machine;
-    /// every level below amx caps the int8 kernel as such a CPU runs it (avx512bf16, avx512
-    /// and avx512vnni: int8 avx512vnni; avxvnni: int8 avxvnni with f32 avx2).
-    #[arg(
-        long,
-        env = "GR00T_CPU_KERNEL",
-        default_value = "auto",
-        value_name = "KERNEL"
-    )]
+    /// Cap on the CPU GEMM kernels.
     pub cpu_kernel: KernelCap,
-    /// Denoise implementation: fused (per-request and per-step work hoisted out of the Euler
-    /// loop) or reference (upstream's structure); their actions are bit-identical.
-    #[arg(
-        long,
-        env = "GR00T_DIT_BACKEND",
-        default_value = "fused",
-        value_name = "BACKEND"
-    )]
+    /// Denoise implementation.
     pub dit_backend: DenoiseBackend,
-    /// Images whose vision features are kept for reuse (a control loop's t−15 frames were the
-    /// t frames of an earlier request); 0 disables the cache.
-    #[arg(long, env = "GR00T_VISION_CACHE", default_value_t = DEFAULT_VISION_CACHE_IMAGES,
-          value_name = "IMAGES")]
+    /// Images whose vision features are kept for reuse; 0 disables the cache.
     pub vision_cache: usize,
 }
 

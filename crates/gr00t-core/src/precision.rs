@@ -3,7 +3,7 @@
 //! [`crate::dtype_check::Verdict`]), else bf16 where the machine multiplies bf16 faster than
 //! f32, else f32.
 
-use crate::device::{DeviceError, DeviceOptions, DtypeArg};
+use crate::device::{DeviceError, DeviceOptions, DtypeSetting};
 use candle_core::Device;
 use gr00t_model::cpu_kernel::CpuKernel;
 use gr00t_model::int8::{Int8Stages, Stage};
@@ -13,7 +13,7 @@ use gr00t_model::int8::{Int8Stages, Stage};
 pub enum Precision {
     /// f32 everywhere.
     F32,
-    /// bf16 products (see [`DtypeArg::Bf16`]).
+    /// bf16 products (see [`DtypeSetting::Bf16`]).
     Bf16,
     /// int8 products in these stages, f32 elsewhere (CPU only).
     Int8(Int8Stages),
@@ -60,22 +60,22 @@ pub fn choose(
     Ok(match opts.dtype {
         None if device.is_cpu() => asked(Precision::F32, "the CPU default"),
         None => asked(Precision::Bf16, "the GPU default"),
-        Some(DtypeArg::F32) => asked(Precision::F32, "--dtype f32"),
-        Some(DtypeArg::Bf16) => asked(Precision::Bf16, "--dtype bf16"),
-        Some(DtypeArg::Int8) if !device.is_cpu() => {
+        Some(DtypeSetting::F32) => asked(Precision::F32, "--dtype f32"),
+        Some(DtypeSetting::Bf16) => asked(Precision::Bf16, "--dtype bf16"),
+        Some(DtypeSetting::Int8) if !device.is_cpu() => {
             return Err(DeviceError::Int8OnGpu(opts.device));
         }
-        Some(DtypeArg::Int8) => asked(Precision::Int8(stages), "--dtype int8"),
-        Some(DtypeArg::Auto) if !device.is_cpu() => {
+        Some(DtypeSetting::Int8) => asked(Precision::Int8(stages), "--dtype int8"),
+        Some(DtypeSetting::Auto) if !device.is_cpu() => {
             asked(Precision::Bf16, "auto: bf16 on a GPU")
         }
-        Some(DtypeArg::Auto) if int8_passed(stages) => Choice {
+        Some(DtypeSetting::Auto) if int8_passed(stages) => Choice {
             precision: Precision::Int8(stages),
             reason: format!(
                 "auto: `gr00t check-dtype --dtype int8` passed for this checkpoint (stages {stages})"
             ),
         },
-        Some(DtypeArg::Auto) => {
+        Some(DtypeSetting::Auto) => {
             let (bf16, why) = bf16_faster(kernel);
             Choice {
                 precision: if bf16 { Precision::Bf16 } else { Precision::F32 },
@@ -121,7 +121,7 @@ fn amd() -> bool {
 mod tests {
     use super::*;
 
-    fn opts(dtype: Option<DtypeArg>, int8: Option<&str>) -> DeviceOptions {
+    fn opts(dtype: Option<DtypeSetting>, int8: Option<&str>) -> DeviceOptions {
         DeviceOptions {
             dtype,
             int8: int8.map(|s| s.parse().unwrap()),
@@ -136,7 +136,7 @@ mod tests {
         let c = choose(&opts(None, None), &cpu, CpuKernel::Amx, &never).unwrap();
         assert_eq!(c.precision, Precision::F32);
         let c = choose(
-            &opts(Some(DtypeArg::Int8), Some("dit")),
+            &opts(Some(DtypeSetting::Int8), Some("dit")),
             &cpu,
             CpuKernel::Avx2,
             &never,
@@ -144,7 +144,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.precision, Precision::Int8("dit".parse().unwrap()));
         let c = choose(
-            &opts(Some(DtypeArg::Int8), None),
+            &opts(Some(DtypeSetting::Int8), None),
             &cpu,
             CpuKernel::Avx2,
             &never,
@@ -156,7 +156,7 @@ mod tests {
     #[test]
     fn auto_takes_int8_only_after_a_passed_check_then_bf16_where_faster() {
         let cpu = Device::Cpu;
-        let auto = opts(Some(DtypeArg::Auto), Some("dit,adapter"));
+        let auto = opts(Some(DtypeSetting::Auto), Some("dit,adapter"));
         let passed = |s: Int8Stages| s == "adapter,dit".parse().unwrap();
         let c = choose(&auto, &cpu, CpuKernel::Avx2, &passed).unwrap();
         assert_eq!(c.precision, Precision::Int8("dit,adapter".parse().unwrap()));
@@ -168,7 +168,7 @@ mod tests {
         let c = choose(&auto, &cpu, CpuKernel::Avx512, &never).unwrap();
         assert_eq!(c.precision, Precision::F32);
         // A check of other stages does not count.
-        let other = opts(Some(DtypeArg::Auto), Some("llm"));
+        let other = opts(Some(DtypeSetting::Auto), Some("llm"));
         let c = choose(&other, &cpu, CpuKernel::Avx2, &passed).unwrap();
         assert_eq!(c.precision, Precision::F32);
     }

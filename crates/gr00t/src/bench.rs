@@ -294,7 +294,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
 /// of the per-pair ratios of the whole request.
 fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, BenchError> {
     let mut f32_device = opts.device;
-    f32_device.dtype = Some(crate::device::DtypeArg::F32);
+    f32_device.dtype = Some(crate::device::DtypeSetting::F32);
     let base = Engine::load(&EngineOptions {
         checkpoint: opts.checkpoint.clone(),
         tokenizer: None,

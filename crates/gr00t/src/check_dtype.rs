@@ -2,7 +2,7 @@
 //! `/predict` bodies) through f32 and through `--dtype int8` or `bf16`, every action group held
 //! to the gate, a pass/fail verdict remembered for this checkpoint so that `serve` knows.
 
-use crate::device::{DeviceOptions, DtypeArg};
+use crate::device::{DeviceOptions, DtypeSetting};
 use crate::doors::http::body::predict_body;
 use crate::engine::{Engine, EngineOptions};
 use gr00t_core::dtype_check::{self, GroupCheck, Verdict, GATE};
@@ -100,7 +100,7 @@ struct Observation {
 /// Runs the check; exit code 0 when it passed, 1 when it failed.
 pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
     let dtype = match opts.device.dtype {
-        Some(d @ (DtypeArg::Int8 | DtypeArg::Bf16)) => d,
+        Some(d @ (DtypeSetting::Int8 | DtypeSetting::Bf16)) => d,
         _ => return Err(CheckError::Dtype),
     };
     let mut observations = vec![Observation {
@@ -110,7 +110,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
     if let Some(path) = &opts.observations {
         observations.extend(read_observations(path)?);
     }
-    let engine_with = |dtype: DtypeArg| {
+    let engine_with = |dtype: DtypeSetting| {
         Engine::load(&EngineOptions {
             checkpoint: opts.checkpoint.clone(),
             tokenizer: opts.tokenizer.clone(),
@@ -127,7 +127,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
     )?);
 
     bar.set_message("loading f32");
-    let f32_engine = engine_with(DtypeArg::F32)?;
+    let f32_engine = engine_with(DtypeSetting::F32)?;
     // The demo is DROID: a fine-tune without that embodiment skips it.
     let droid = f32_engine
         .layouts()
@@ -152,15 +152,15 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
     let digest = f32_engine.info().checkpoint_digest.clone();
     drop(f32_engine);
 
-    bar.set_message(format!("loading {}", name(dtype)));
+    bar.set_message(format!("loading {}", dtype.as_str()));
     let engine = engine_with(dtype)?;
     let stages = match engine.info().int8_stages.as_slice() {
         [] => "none".to_string(),
         s => s.join(","),
     };
     bar.set_message(match dtype {
-        DtypeArg::Int8 => format!("int8 {stages}"),
-        _ => name(dtype).to_string(),
+        DtypeSetting::Int8 => format!("int8 {stages}"),
+        _ => dtype.as_str().to_string(),
     });
     let got = answers(&engine, &observations, &bar)?;
     bar.finish_and_clear();
@@ -170,7 +170,13 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
         .zip(reference.iter().zip(&got))
         .flat_map(|(o, (r, g))| dtype_check::compare_groups(&o.name, &r.actions, &g.actions, GATE))
         .collect();
-    let verdict = Verdict::of(&checks, observations.len(), &digest, name(dtype), &stages);
+    let verdict = Verdict::of(
+        &checks,
+        observations.len(),
+        &digest,
+        dtype.as_str(),
+        &stages,
+    );
     let dir = dtype_check::verdict_dir();
     let file = dtype_check::save_verdict(&dir, &verdict)
         .map_err(|source| CheckError::Save { path: dir, source })?;
@@ -182,15 +188,6 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
         print_table(&checks, &verdict, engine.info().int8_kernel, &file);
     }
     Ok(if verdict.passed { 0 } else { 1 })
-}
-
-fn name(dtype: DtypeArg) -> &'static str {
-    match dtype {
-        DtypeArg::Int8 => "int8",
-        DtypeArg::Bf16 => "bf16",
-        DtypeArg::F32 => "f32",
-        DtypeArg::Auto => "auto",
-    }
 }
 
 /// Every observation through `engine`, advancing `bar`.

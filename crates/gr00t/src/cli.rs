@@ -1,6 +1,6 @@
 //! Command-line interface: argument parsing and one function per subcommand.
 
-use crate::device::DeviceOptions;
+use crate::device_args::DeviceArgs;
 use crate::engine::{Engine, EngineOptions};
 use clap::{Parser, Subcommand, ValueEnum};
 use gr00t_core::InferError;
@@ -85,7 +85,7 @@ enum Command {
         #[command(flatten)]
         browser: crate::doors::browser::BrowserOptions,
         #[command(flatten)]
-        device: DeviceOptions,
+        device: DeviceArgs,
     },
     /// Download nvidia/GR00T-N1.7-3B at the pinned revision into the Hugging Face cache.
     Pull {
@@ -105,7 +105,7 @@ enum Command {
         #[arg(long)]
         tokenizer: Option<PathBuf>,
         #[command(flatten)]
-        device: DeviceOptions,
+        device: DeviceArgs,
     },
     /// Time the DROID demo request per stage on a warm engine (FLOPs, GFLOP/s, peak RSS).
     Bench {
@@ -147,7 +147,7 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 20, requires = "control_hz")]
         chunks: usize,
         #[command(flatten)]
-        device: DeviceOptions,
+        device: DeviceArgs,
     },
     /// Check a reduced precision on this checkpoint: the demo and your own observations through
     /// f32 and through --dtype int8 or bf16, PCC and max|Δ| per action group against the gate
@@ -168,7 +168,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        device: DeviceOptions,
+        device: DeviceArgs,
     },
     /// Write a checkpoint with the real layout and pseudo-random weights (speed runs only).
     SynthCheckpoint {
@@ -248,7 +248,7 @@ pub fn run(cli: Cli) -> i32 {
             protocols,
             connections,
             browser,
-            device,
+            device: device.into(),
             // A manifest may leave the variable blank.
             replica_id: replica_id.filter(|v| !v.is_empty()),
         })
@@ -261,7 +261,7 @@ pub fn run(cli: Cli) -> i32 {
             request,
             tokenizer,
             device,
-        } => predict(checkpoint, request, tokenizer, device),
+        } => predict(checkpoint, request, tokenizer, device.into()),
         Command::CheckDtype {
             checkpoint,
             tokenizer,
@@ -272,7 +272,7 @@ pub fn run(cli: Cli) -> i32 {
             crate::check_dtype::run(&crate::check_dtype::CheckOptions {
                 checkpoint,
                 tokenizer,
-                device,
+                device: device.into(),
                 observations,
                 json,
             })
@@ -303,7 +303,7 @@ pub fn run(cli: Cli) -> i32 {
                     execute,
                     chunks,
                 }),
-                device,
+                device: device.into(),
             })
             .map_err(Into::into),
         },
@@ -382,7 +382,7 @@ fn predict(
     checkpoint: Option<PathBuf>,
     request: PathBuf,
     tokenizer: Option<PathBuf>,
-    device: DeviceOptions,
+    device: gr00t_core::device::DeviceOptions,
 ) -> Result<i32, CliError> {
     let body = if request.as_os_str() == "-" {
         let mut buf = Vec::new();

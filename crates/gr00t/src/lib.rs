@@ -6,6 +6,7 @@ pub mod allocator;
 pub mod bench;
 pub mod check_dtype;
 pub mod cli;
+pub mod device_args;
 pub mod doors;
 pub mod logging;
 pub mod otlp;

@@ -4,7 +4,7 @@
 //! stages; bf16 beside it. `--nocapture` prints the table of docs/accuracy.md.
 
 use gr00t::predict_body;
-use gr00t_core::device::{DeviceOptions, DtypeArg};
+use gr00t_core::device::{DeviceOptions, DtypeSetting};
 use gr00t_core::dtype_check::{check_group, GroupCheck, GATE};
 use gr00t_core::precision::DEFAULT_INT8_STAGES;
 use gr00t_core::{Engine, EngineOptions};
@@ -73,7 +73,7 @@ fn every_case() -> Vec<Case> {
     cases
 }
 
-fn engine(checkpoint: &std::path::Path, dtype: DtypeArg, stages: Option<Int8Stages>) -> Engine {
+fn engine(checkpoint: &std::path::Path, dtype: DtypeSetting, stages: Option<Int8Stages>) -> Engine {
     Engine::load(&EngineOptions {
         checkpoint: checkpoint.to_path_buf(),
         tokenizer: None,
@@ -88,14 +88,14 @@ fn engine(checkpoint: &std::path::Path, dtype: DtypeArg, stages: Option<Int8Stag
 }
 
 /// Every group of every case in `dtype` (and `stages`) against the goldens.
-fn gate_checks(cases: &[Case], dtype: DtypeArg, stages: Option<Int8Stages>) -> Vec<GroupCheck> {
+fn gate_checks(cases: &[Case], dtype: DtypeSetting, stages: Option<Int8Stages>) -> Vec<GroupCheck> {
     let mut engines: BTreeMap<PathBuf, Engine> = BTreeMap::new();
     let mut checks = Vec::new();
     for case in cases {
         let engine = engines
             .entry(case.checkpoint.clone())
             .or_insert_with(|| engine(&case.checkpoint, dtype, stages));
-        if dtype == DtypeArg::Int8 {
+        if dtype == DtypeSetting::Int8 {
             let want: Vec<&str> = stages.unwrap().names();
             assert_eq!(engine.info().dtype, "int8");
             assert_eq!(engine.info().int8_stages, want);
@@ -140,7 +140,7 @@ fn failures(checks: &[GroupCheck]) -> Vec<String> {
 fn default_int8_passes_the_gate_with_margin_on_every_fixture_case() {
     let cases = every_case();
     assert_eq!(cases.len(), 18);
-    let checks = gate_checks(&cases, DtypeArg::Int8, Some(DEFAULT_INT8_STAGES));
+    let checks = gate_checks(&cases, DtypeSetting::Int8, Some(DEFAULT_INT8_STAGES));
     eprintln!("{}", table(&format!("int8 {DEFAULT_INT8_STAGES}"), &checks));
     assert!(checks.len() > 3 * cases.len() / 2);
     assert_eq!(failures(&checks), Vec::<String>::new());
@@ -170,8 +170,8 @@ fn each_int8_stage_and_bf16_pass_the_gate() {
     let mut failed = Vec::new();
     let runs = Stage::ALL
         .into_iter()
-        .map(|s| (DtypeArg::Int8, Some(Int8Stages::only(s))))
-        .chain([(DtypeArg::Bf16, None)]);
+        .map(|s| (DtypeSetting::Int8, Some(Int8Stages::only(s))))
+        .chain([(DtypeSetting::Bf16, None)]);
     for (dtype, stages) in runs {
         let checks = gate_checks(&cases, dtype, stages);
         let label = match stages {
@@ -185,7 +185,7 @@ fn each_int8_stage_and_bf16_pass_the_gate() {
                 .map(|f| format!("{label}: {f}")),
         );
     }
-    let all = gate_checks(&cases, DtypeArg::Int8, Some(Int8Stages::ALL));
+    let all = gate_checks(&cases, DtypeSetting::Int8, Some(Int8Stages::ALL));
     report += &table("int8 all", &all);
     eprintln!("{report}");
     assert_eq!(failed, Vec::<String>::new());
