@@ -1,33 +1,32 @@
-//! The inference engine: one loaded model plus the processors of the embodiments it serves,
-//! turning a typed [`Request`] into a response. Every embodiment, DROID included, takes its
-//! generic [`EmbodimentProcessor`]; DROID's request shapes are only turned into its
-//! observation here. Synchronous; the queue's thread runs it off the async runtime.
+//! The inference engine: loads one model and the processors of the embodiments it serves
+//! (each over its served [`Layout`](gr00t_embodiment::layout::Layout), built once), and runs a
+//! typed [`Request`] into a response. Synchronous; the queue's thread runs it off the async
+//! runtime. The layouts the doors read are in [`crate::layouts`], `/info` in [`crate::info`].
 
 use crate::device::DeviceOptions;
 use crate::dtype_check;
 use crate::error::{InferError, LoadError};
+use crate::info::{EmbodimentInfo, EngineInfo};
+use crate::layouts::{served_tags, Layouts};
 use crate::precision::{self, Precision};
 use crate::request::Request;
 use crate::response::{ActionGroups, PredictResponse, TimingMs};
 use crate::rtc::RtcPlan;
 use candle_core::DType;
 use gr00t_embodiment::actions::ActionError;
-use gr00t_embodiment::embodiment::{EmbodimentProcessor, EmbodimentSpec, EncodedRequest};
+use gr00t_embodiment::embodiment::{EmbodimentProcessor, EncodedRequest};
 use gr00t_embodiment::embodiment_tags;
-use gr00t_embodiment::encoded_views::ViewDecoder;
 use gr00t_embodiment::frame_history::FrameHistory;
 use gr00t_embodiment::image::ImagePipeline;
 use gr00t_embodiment::observation::{NoiseSource, Observation, RequestError};
 use gr00t_embodiment::prompt::PromptEncoder;
 use gr00t_embodiment::EMBODIMENT_TAG;
-use gr00t_model::checkpoint::ModalityConfigs;
 use gr00t_model::cpu_kernel;
 use gr00t_model::hub;
 use gr00t_model::int8::Int8Stages;
 use gr00t_model::taps::Recorder;
 use gr00t_model::vision_cache::VisionCacheStats;
 use gr00t_model::{Checkpoint, Gr00tModel, Rtc};
-use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -42,249 +41,6 @@ pub struct EngineOptions {
     pub device: DeviceOptions,
     /// Embodiments to serve (tags or upstream enum names); empty = every servable one.
     pub embodiments: Vec<String>,
-}
-
-/// What a door needs to turn its wire format into a [`Request`]: the served layouts, the
-/// default first, and the noise shape. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct Layouts {
-    /// Every served embodiment's layout, the default first.
-    pub specs: Vec<EmbodimentSpec>,
-    /// Each served layout's frame checks, in `specs` order (the doors decode base64 frames).
-    pub frames: Vec<ViewDecoder>,
-    /// Each served layout's modality config, in `specs` order.
-    pub modalities: Vec<ModalityConfigs>,
-    /// Whether DROID is served (the doors' DROID dialects need it).
-    pub droid: bool,
-    /// Rows the model generates (40).
-    pub horizon: usize,
-    /// Action width of the model (132).
-    pub action_dim: usize,
-}
-
-impl Layouts {
-    /// The served layout `name` means (tag in any case, or upstream's enum name).
-    pub fn resolve(&self, name: &str) -> Option<&EmbodimentSpec> {
-        let tag = embodiment_tags::resolve(name, self.specs.iter().map(|s| s.tag.as_str()))?;
-        self.specs.iter().find(|s| s.tag == tag)
-    }
-
-    /// The served layout `name` means and its frame checks.
-    pub fn resolve_with_frames(&self, name: &str) -> Option<(&EmbodimentSpec, &ViewDecoder)> {
-        let spec = self.resolve(name)?;
-        let i = self.specs.iter().position(|s| s.tag == spec.tag)?;
-        Some((spec, self.frames.get(i)?))
-    }
-
-    /// The layouts of `tags` (the first the default) read from `ckpt`'s files alone, no
-    /// weights loaded: what reads requests without a model (tools, the doors' tests).
-    pub fn of_checkpoint(ckpt: &Checkpoint, tags: &[&str]) -> Result<Layouts, InferError> {
-        let internal = |e: String| InferError::Internal(e);
-        let images = ImagePipeline::from_checkpoint(ckpt).map_err(|e| internal(e.to_string()))?;
-        let mut layouts = Layouts {
-            specs: Vec::with_capacity(tags.len()),
-            frames: Vec::with_capacity(tags.len()),
-            modalities: Vec::with_capacity(tags.len()),
-            droid: tags.contains(&EMBODIMENT_TAG),
-            horizon: ckpt.config.action_horizon,
-            action_dim: ckpt.config.max_action_dim,
-        };
-        for tag in tags {
-            let spec = EmbodimentSpec::new(ckpt, tag).map_err(|e| internal(e.to_string()))?;
-            layouts.specs.push(spec);
-            let frames = ViewDecoder::new(tag, &images).map_err(|e| internal(e.to_string()))?;
-            layouts.frames.push(frames);
-            let modality = ckpt.processor.modality_configs.get(*tag);
-            let modality =
-                modality.ok_or_else(|| internal(format!("no modality config {tag:?}")))?;
-            layouts.modalities.push(modality.clone());
-        }
-        Ok(layouts)
-    }
-
-    /// The served tags, the default first.
-    pub fn tags(&self) -> Vec<&str> {
-        self.specs.iter().map(|s| s.tag.as_str()).collect()
-    }
-}
-
-/// What `/info` reports about the loaded engine.
-#[derive(Debug, Clone, Serialize)]
-pub struct EngineInfo {
-    /// What is served: the Hub repository of a cached snapshot (`nvidia/GR00T-N1.7-3B`), else
-    /// the checkpoint folder's last two path components.
-    pub model_id: String,
-    /// The snapshot's commit (12 digits), or `local` for any other folder.
-    pub revision: String,
-    /// Checkpoint folder.
-    pub checkpoint: String,
-    /// sha256 over the weight files' safetensors headers and sizes (cheap, identifies the weights).
-    pub checkpoint_digest: String,
-    /// True for `gr00t synth-checkpoint` weights.
-    pub synthetic_weights: bool,
-    /// The default embodiment tag (the first served).
-    pub embodiment: String,
-    /// Every served embodiment's layout.
-    pub embodiments: Vec<EmbodimentInfo>,
-    /// MiB held by the served embodiments' category-specific weights (the other slots are
-    /// not kept).
-    pub embodiment_weights_mib: f64,
-    /// 40.
-    pub action_horizon: usize,
-    /// Denoise implementation (`--dit-backend`).
-    pub denoise_backend: String,
-    /// Images the vision cache keeps (`--vision-cache`; 0: off).
-    pub vision_cache_images: usize,
-    /// CPU GEMM kernel of the products (`amx` or `avx512bf16` for `--dtype bf16` on AMX or
-    /// AVX512-BF16 CPUs, `avx512`, `avx2`, `library`; `none` on a GPU).
-    pub cpu_kernel: String,
-    /// The CPU's L1d/L2 sizes and the blocks the f32 kernel takes from them (`none` on a GPU).
-    pub cpu_blocks: String,
-    /// Compute precision: `f32`, `bf16` or `int8`.
-    pub dtype: String,
-    /// Why this precision: what was asked, or what `--dtype auto` found.
-    pub dtype_reason: String,
-    /// The stages whose linear layers run int8 (empty unless `int8`).
-    pub int8_stages: Vec<&'static str>,
-    /// The int8 GEMM kernel (`avx512vnni`, `avxvnni`, `avx2`, `scalar`; `none` unless int8).
-    pub int8_kernel: &'static str,
-    /// Whether `gr00t check-dtype --dtype int8` passed for this checkpoint and these stages:
-    /// `passed`, `failed`, `not run` (`none` unless int8).
-    pub int8_check: &'static str,
-    /// Device.
-    pub device: String,
-    /// Compute threads.
-    pub threads: usize,
-    /// Build version.
-    pub version: String,
-}
-
-impl EngineInfo {
-    /// The kernels that multiply: the f32/bf16 one, and under int8 the int8 one and its stages
-    /// (`avx512 + int8 avx512vnni in adapter,dit`), for the start-up log and `gr00t bench`.
-    pub fn kernels(&self) -> String {
-        if self.dtype == "int8" {
-            format!(
-                "{} + int8 {} in {}",
-                self.cpu_kernel,
-                self.int8_kernel,
-                self.int8_stages.join(",")
-            )
-        } else {
-            self.cpu_kernel.clone()
-        }
-    }
-}
-
-/// One served embodiment's layout, as `/info` lists it.
-#[derive(Debug, Clone, Serialize)]
-pub struct EmbodimentInfo {
-    /// The tag.
-    pub tag: String,
-    /// Projector index of its category-specific weights.
-    pub embodiment_id: usize,
-    /// Video keys in prompt order.
-    pub views: Vec<String>,
-    /// Frame offsets of every view, oldest first.
-    pub frame_deltas: Vec<i64>,
-    /// State keys with their widths.
-    pub state: Vec<KeyWidth>,
-    /// Action keys with their widths and representations.
-    pub actions: Vec<KeyWidth>,
-    /// Steps returned per chunk.
-    pub action_horizon: usize,
-    /// The language key the instruction stands for.
-    pub language_key: String,
-}
-
-/// A key and its width.
-#[derive(Debug, Clone, Serialize)]
-pub struct KeyWidth {
-    /// The key.
-    pub key: String,
-    /// Its number of values.
-    pub dim: usize,
-    /// How an action key is decoded (`absolute`, `relative <format> to <state key>`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rep: Option<String>,
-}
-
-impl EmbodimentInfo {
-    fn of(spec: &EmbodimentSpec) -> EmbodimentInfo {
-        use gr00t_embodiment::actions::Representation;
-        EmbodimentInfo {
-            tag: spec.tag.clone(),
-            embodiment_id: spec.embodiment_id,
-            views: spec.views.clone(),
-            frame_deltas: spec.frame_deltas.clone(),
-            state: spec
-                .state
-                .keys()
-                .map(|(k, d)| KeyWidth {
-                    key: k.into(),
-                    dim: d,
-                    rep: None,
-                })
-                .collect(),
-            actions: spec
-                .actions
-                .keys()
-                .map(|(k, d, rep)| KeyWidth {
-                    key: k.into(),
-                    dim: d,
-                    rep: Some(match rep {
-                        Representation::Absolute => "absolute".into(),
-                        Representation::Relative { state_key, format } => {
-                            format!("relative {format:?} to state {state_key}")
-                        }
-                    }),
-                })
-                .collect(),
-            action_horizon: spec.actions.horizon(),
-            language_key: spec.language_key.clone(),
-        }
-    }
-}
-
-/// The tags to serve: the requested ones (resolved, in order), or every tag whose layout the
-/// server can serve, DROID first; unservable tags are logged when not asked for.
-fn served_tags(ckpt: &Checkpoint, requested: &[String]) -> Result<Vec<String>, LoadError> {
-    let all: Vec<&str> = ckpt
-        .processor
-        .modality_configs
-        .keys()
-        .map(String::as_str)
-        .collect();
-    if !requested.is_empty() {
-        let mut tags: Vec<String> = Vec::new();
-        for name in requested {
-            let tag = embodiment_tags::resolve(name, all.iter().copied()).ok_or_else(|| {
-                LoadError::Embodiments(format!(
-                    "--embodiment {name:?}: the checkpoint has no such embodiment (it has {all:?})"
-                ))
-            })?;
-            EmbodimentSpec::new(ckpt, tag)?;
-            if !tags.iter().any(|t| t == tag) {
-                tags.push(tag.to_string());
-            }
-        }
-        return Ok(tags);
-    }
-    let mut tags = Vec::new();
-    for tag in all {
-        match EmbodimentSpec::new(ckpt, tag) {
-            Ok(_) => tags.push(tag.to_string()),
-            Err(e) => tracing::warn!("embodiment {tag:?} is not served: {e}"),
-        }
-    }
-    // DROID first: the contract's default layout.
-    tags.sort_by_key(|t| t != EMBODIMENT_TAG);
-    if tags.is_empty() {
-        return Err(LoadError::Embodiments(
-            "the checkpoint has no embodiment this server can serve".into(),
-        ));
-    }
-    Ok(tags)
 }
 
 /// The bundled Qwen3 tokenizer (`assets/tokenizer/qwen3/tokenizer.json`).
@@ -315,15 +71,13 @@ impl Engine {
         };
         let tags = served_tags(&ckpt, &opts.embodiments)?;
         let pipeline = ImagePipeline::from_checkpoint(&ckpt)?;
-        // `served_tags` only returns tags the modality configs have.
-        let modalities: Vec<ModalityConfigs> = tags
+        let tags: Vec<&str> = tags.iter().map(String::as_str).collect();
+        let layouts = Layouts::of_checkpoint(&ckpt, &tags)?;
+        let embodiments: Vec<EmbodimentProcessor> = layouts
+            .all()
             .iter()
-            .filter_map(|t| ckpt.processor.modality_configs.get(t).cloned())
+            .map(|l| EmbodimentProcessor::with_layout(&ckpt, prompt.clone(), l.clone()))
             .collect();
-        let embodiments = tags
-            .iter()
-            .map(|t| EmbodimentProcessor::new(&ckpt, prompt.clone(), t))
-            .collect::<Result<Vec<_>, _>>()?;
         let device = opts.device.device.open()?;
         // Before the weights load: packing at load depends on the kernel.
         let kernel = cpu_kernel::select(opts.device.cpu_kernel.0.float);
@@ -368,11 +122,8 @@ impl Engine {
             checkpoint: opts.checkpoint.display().to_string(),
             checkpoint_digest: digest.clone(),
             synthetic_weights: ckpt.is_synthetic(),
-            embodiment: tags[0].clone(),
-            embodiments: embodiments
-                .iter()
-                .map(|p| EmbodimentInfo::of(p.spec()))
-                .collect(),
+            embodiment: tags[0].to_string(),
+            embodiments: layouts.all().iter().cloned().map(EmbodimentInfo).collect(),
             embodiment_weights_mib: model.embodiment_weight_bytes() as f64 / (1 << 20) as f64,
             action_horizon: ckpt.config.action_horizon,
             denoise_backend: model.denoise_backend().as_str().into(),
@@ -452,17 +203,6 @@ impl Engine {
                 s.actions.horizon()
             );
         }
-        let layouts = Layouts {
-            specs: embodiments.iter().map(|p| p.spec().clone()).collect(),
-            frames: embodiments
-                .iter()
-                .map(|p| p.view_decoder().clone())
-                .collect(),
-            modalities,
-            droid: embodiments.iter().any(|p| p.spec().tag == EMBODIMENT_TAG),
-            horizon: ckpt.config.action_horizon,
-            action_dim: ckpt.config.max_action_dim,
-        };
         Ok(Engine {
             model,
             embodiments,

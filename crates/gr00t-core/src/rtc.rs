@@ -5,7 +5,7 @@
 
 use crate::error::FieldError;
 use crate::session::LastChunk;
-use gr00t_embodiment::embodiment::EmbodimentSpec;
+use gr00t_embodiment::layout::EmbodimentSpec;
 pub use gr00t_model::rtc::DEFAULT_RAMP_RATE;
 use gr00t_model::Rtc;
 

@@ -8,15 +8,15 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-use crate::actions::{ActionDecoder, ActionError, DecodedActions};
-use crate::encoded_views::ViewDecoder;
+use crate::actions::{ActionError, DecodedActions};
 use crate::error::EmbodimentError;
 use crate::frame_history::{FrameHistory, KeptFrame};
 use crate::image::{Frame, ImagePipeline, PreparedFrame, ProcessedImages};
+use crate::layout::{EmbodimentSpec, Layout};
 pub use crate::observation::Observation;
 use crate::observation::{NoiseSource, RequestError};
 use crate::prompt::{EncodedPrompt, PromptEncoder, PromptError};
-use crate::state::{StateError, StateNormalizer};
+use crate::state::StateError;
 use gr00t_model::{Checkpoint, ModelInputs};
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,133 +32,6 @@ enum Source {
     Prepared(Arc<PreparedFrame>),
 }
 
-/// One embodiment's layout, read from the checkpoint's processor config and statistics.
-#[derive(Debug, Clone)]
-pub struct EmbodimentSpec {
-    /// The tag (`processor_config.json` modality config key).
-    pub tag: String,
-    /// Video keys in config order.
-    pub views: Vec<String>,
-    /// Frame offsets of every view (`video.delta_indices`, oldest first).
-    pub frame_deltas: Vec<i64>,
-    /// The language key the instruction is read under (the config's first).
-    pub language_key: String,
-    /// Projector index of the category-specific layers.
-    pub embodiment_id: usize,
-    /// State encoding (keys and widths).
-    pub state: StateNormalizer,
-    /// Action decoding (keys, widths, representations, horizon).
-    pub actions: ActionDecoder,
-}
-
-impl EmbodimentSpec {
-    /// The layout of `tag`; errors name the checkpoint file and key at fault.
-    pub fn new(ckpt: &Checkpoint, tag: &str) -> Result<EmbodimentSpec, EmbodimentError> {
-        let cfg_file = ckpt.dir.join("processor_config.json");
-        let modality = ckpt.processor.modality_configs.get(tag).ok_or_else(|| {
-            EmbodimentError::Checkpoint(format!(
-                "{}: no modality config for embodiment {tag:?} (it has {:?})",
-                cfg_file.display(),
-                ckpt.processor.modality_configs.keys().collect::<Vec<_>>()
-            ))
-        })?;
-        let in_cfg = |e: String| {
-            EmbodimentError::Checkpoint(format!("{}: embodiment {tag:?}: {e}", cfg_file.display()))
-        };
-        if modality.video.modality_keys.is_empty() || modality.video.delta_indices.is_empty() {
-            return Err(in_cfg(
-                "the video modality has no keys or no delta_indices".into(),
-            ));
-        }
-        let language_key = modality
-            .language
-            .modality_keys
-            .first()
-            .cloned()
-            .ok_or_else(|| in_cfg("the language modality has no key".into()))?;
-        let state = StateNormalizer::new(&ckpt.statistics, &ckpt.processor, tag)
-            .map_err(|e| in_cfg(e.to_string()))?;
-        let actions = ActionDecoder::new(&ckpt.statistics, &ckpt.processor, tag)
-            .map_err(|e| in_cfg(e.to_string()))?;
-        if actions.horizon() > ckpt.config.action_horizon {
-            return Err(in_cfg(format!(
-                "action horizon {} is longer than the model's {} generated steps",
-                actions.horizon(),
-                ckpt.config.action_horizon
-            )));
-        }
-        let embodiment_id = ckpt
-            .embodiment_id(tag)
-            .map_err(|e| EmbodimentError::Checkpoint(e.to_string()))?;
-        Ok(EmbodimentSpec {
-            tag: tag.to_string(),
-            views: modality.video.modality_keys.clone(),
-            frame_deltas: modality.video.delta_indices.clone(),
-            language_key,
-            embodiment_id,
-            state,
-            actions,
-        })
-    }
-}
-
-impl EmbodimentSpec {
-    /// Checks `(view, frame count)` pairs: exactly the embodiment's views, each once, each with
-    /// one frame per offset. The error names the view at fault and lists what is expected.
-    pub fn check_views<'a>(
-        &self,
-        given: impl Iterator<Item = (&'a str, usize)> + Clone,
-    ) -> Result<(), RequestError> {
-        self.check_sent_views(given, false)
-    }
-
-    /// [`Self::check_views`], where `current_only` also allows one frame (t) per view: a
-    /// session's history supplies the older offsets.
-    pub fn check_sent_views<'a>(
-        &self,
-        given: impl Iterator<Item = (&'a str, usize)> + Clone,
-        current_only: bool,
-    ) -> Result<(), RequestError> {
-        let t = self.frame_deltas.len();
-        let expected = || {
-            format!(
-                "{} takes views {:?}, {t} frame(s) each (offsets {:?}, oldest first)",
-                self.tag, self.views, self.frame_deltas
-            )
-        };
-        for (i, (view, count)) in given.clone().enumerate() {
-            let field = format!("images.{view}");
-            if !self.views.iter().any(|v| v == view) {
-                return Err(RequestError::new(
-                    field,
-                    format!("not a view of {}; {}", self.tag, expected()),
-                ));
-            }
-            if given.clone().take(i).any(|(v, _)| v == view) {
-                return Err(RequestError::new(field, "given twice"));
-            }
-            if count != t && !(current_only && count == 1) {
-                let or_one = if current_only { " (or 1: t)" } else { "" };
-                return Err(RequestError::new(
-                    field,
-                    format!("expected {t} frames{or_one}, got {count}; {}", expected()),
-                ));
-            }
-        }
-        if let Some(missing) = self
-            .views
-            .iter()
-            .find(|v| !given.clone().any(|(g, _)| g == v.as_str()))
-        {
-            return Err(RequestError::new(
-                format!("images.{missing}"),
-                format!("missing; {}", expected()),
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// A request turned into model inputs, with the time that took.
 #[derive(Debug, Clone)]
 pub struct EncodedRequest {
@@ -171,10 +44,9 @@ pub struct EncodedRequest {
 /// Pre- and post-processing of one embodiment for one checkpoint.
 #[derive(Debug)]
 pub struct EmbodimentProcessor {
-    spec: EmbodimentSpec,
+    /// The served layout (shared with the doors, which read requests against it).
+    layout: Arc<Layout>,
     images: ImagePipeline,
-    /// The tag's frame checks (its frame policy bound to this checkpoint's grid).
-    frames: ViewDecoder,
     prompt: PromptEncoder,
     /// Rows the model generates (`config.action_horizon`, 40).
     model_horizon: usize,
@@ -182,33 +54,45 @@ pub struct EmbodimentProcessor {
 }
 
 impl EmbodimentProcessor {
-    /// The processor of `tag`.
+    /// The processor of `tag` (its layout built here; a server builds each layout once and
+    /// passes it to [`Self::with_layout`]).
     pub fn new(
         ckpt: &Checkpoint,
         prompt: PromptEncoder,
         tag: &str,
     ) -> Result<EmbodimentProcessor, EmbodimentError> {
-        let spec = EmbodimentSpec::new(ckpt, tag)?;
         let images = ImagePipeline::from_checkpoint(ckpt)?;
-        let frames = ViewDecoder::new(tag, &images)?;
-        Ok(EmbodimentProcessor {
-            spec,
-            images,
-            frames,
+        let layout = Layout::new(ckpt, tag, &images)?;
+        Ok(EmbodimentProcessor::with_layout(
+            ckpt,
+            prompt,
+            Arc::new(layout),
+        ))
+    }
+
+    /// The processor of a layout built from `ckpt`.
+    pub fn with_layout(
+        ckpt: &Checkpoint,
+        prompt: PromptEncoder,
+        layout: Arc<Layout>,
+    ) -> EmbodimentProcessor {
+        EmbodimentProcessor {
+            images: layout.frames.images().clone(),
+            layout,
             prompt: prompt.with_formalize(ckpt.processor.formalize_language),
             model_horizon: ckpt.config.action_horizon,
             action_dim: ckpt.config.max_action_dim,
-        })
+        }
     }
 
-    /// The layout served.
+    /// The layout served: keys, widths, offsets and statistics.
     pub fn spec(&self) -> &EmbodimentSpec {
-        &self.spec
+        &self.layout.spec
     }
 
-    /// The layout's frame checks, for decoding base64 frames off the inference thread.
-    pub fn view_decoder(&self) -> &ViewDecoder {
-        &self.frames
+    /// The whole served layout, as the doors share it.
+    pub fn layout(&self) -> &Arc<Layout> {
+        &self.layout
     }
 
     /// Turns an observation into model inputs; the client's faults name the field.
@@ -231,11 +115,11 @@ impl EmbodimentProcessor {
         let (processed, prompt) =
             images_and_prompt(&self.images, &self.prompt, &frames, &obs.instruction)?;
         let state = self
-            .spec
+            .spec()
             .state
             .normalize(&obs.raw_state())
             .map_err(state_error)?;
-        self.spec
+        self.spec()
             .actions
             .check_references(&obs.raw_state())
             .map_err(|(key, e)| RequestError::new(format!("state.{key}"), e.to_string()))?;
@@ -257,7 +141,7 @@ impl EmbodimentProcessor {
         let noise = initial_noise(&obs.noise, self.model_horizon, self.action_dim)?;
         let t1 = Instant::now();
         let encoded = EncodedRequest {
-            inputs: model_inputs(processed, prompt, state, self.spec.embodiment_id, noise),
+            inputs: model_inputs(processed, prompt, state, self.spec().embodiment_id, noise),
             encode_ms: (t1 - t0).as_secs_f64() * 1e3,
         };
         Ok((encoded, currents))
@@ -270,7 +154,7 @@ impl EmbodimentProcessor {
         action_pred: &[f32],
         obs: &Observation,
     ) -> Result<DecodedActions, ActionError> {
-        self.spec.actions.decode(action_pred, &obs.raw_state())
+        self.spec().actions.decode(action_pred, &obs.raw_state())
     }
 
     /// Checks the views and frame counts, prepares the frames sent (eval transform and Qwen
@@ -283,7 +167,7 @@ impl EmbodimentProcessor {
         obs: &Observation,
         history: Option<&FrameHistory>,
     ) -> Result<(Vec<Arc<PreparedFrame>>, Option<Currents>), RequestError> {
-        let spec = &self.spec;
+        let spec = self.spec();
         let deltas = &spec.frame_deltas;
         let sent = || obs.images.iter().map(|(v, f)| (v.as_str(), f.len()));
         let history = history.filter(|h| h.engaged(sent(), deltas));
@@ -306,7 +190,9 @@ impl EmbodimentProcessor {
                 frame
                     .check()
                     .map_err(|e| RequestError::new(&field, e.to_string()))?;
-                self.frames.check_size(&field, frame.width, frame.height)?;
+                self.layout
+                    .frames
+                    .check_size(&field, frame.width, frame.height)?;
                 self.images
                     .geometry(frame.width, frame.height)
                     .map_err(|e| RequestError::new(&field, e.to_string()))?;

@@ -27,6 +27,11 @@ impl ViewDecoder {
         })
     }
 
+    /// The checkpoint's image pipeline these checks are bound to.
+    pub fn images(&self) -> &ImagePipeline {
+        &self.images
+    }
+
     /// Checks one frame's size against the tag's frame policy, if it has one; `field` names it.
     pub fn check_size(&self, field: &str, width: usize, height: usize) -> Result<(), RequestError> {
         match &self.policy {

@@ -18,6 +18,7 @@ pub mod error;
 pub mod frame_history;
 pub mod frame_policy;
 pub mod image;
+pub mod layout;
 pub mod observation;
 pub mod pose;
 pub mod prompt;

@@ -360,7 +360,7 @@ fn edited_checkpoint(
 /// over the model's 40, a state history, an unknown enum name, statistics missing for a key.
 #[test]
 fn unservable_layouts_are_refused_naming_file_and_key() {
-    use gr00t_embodiment::embodiment::EmbodimentSpec;
+    use gr00t_embodiment::layout::EmbodimentSpec;
     let tag = "new_embodiment";
     type Edit = fn(&mut serde_json::Value, &mut serde_json::Value);
     let cases: [(&str, Edit, &[&str]); 4] = [

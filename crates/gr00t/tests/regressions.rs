@@ -136,9 +136,10 @@ fn openpi_arrays_whose_bytes_do_not_match_their_shape_are_refused() {
 #[test]
 fn gr00t_observations_with_hostile_shapes_are_refused() {
     let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
-    let tag = gr00t_embodiment::EMBODIMENT_TAG;
-    let spec = gr00t_embodiment::embodiment::EmbodimentSpec::new(&ckpt, tag).unwrap();
-    let schema = schema::Schema::new(&spec, &ckpt.processor.modality_configs[tag], 40, 132, false);
+    let layouts =
+        gr00t_core::layouts::Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG])
+            .unwrap();
+    let schema = schema::Schema::new(layouts.all()[0].clone(), 40, 132, false);
     let npy_arr = |h: &str, data: &[u8]| {
         str_map(vec![
             ("__ndarray_class__", Value::Boolean(true)),
@@ -216,7 +217,7 @@ fn hostile_json_bodies_are_refused() {
     ];
     let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
     let layouts =
-        gr00t_core::engine::Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG])
+        gr00t_core::layouts::Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG])
             .unwrap();
     for b in bodies {
         let r = gr00t::request_from_body(&b, &layouts, None);

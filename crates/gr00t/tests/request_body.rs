@@ -2,7 +2,7 @@
 //! the fixture requests parse, and every malformed field is refused with an error that names
 //! it.
 
-use gr00t_core::engine::Layouts;
+use gr00t_core::layouts::Layouts;
 use gr00t_core::request::Request;
 use gr00t_embodiment::observation::{NoiseSource, RequestError, DEFAULT_SEED};
 use gr00t_model::Checkpoint;

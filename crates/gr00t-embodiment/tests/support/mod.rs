@@ -49,7 +49,7 @@ pub fn observation(p: &EmbodimentProcessor, body: &[u8]) -> Result<Observation, 
         (None, None) => NoiseSource::Seed(DEFAULT_SEED),
     };
     Ok(Observation {
-        images: p.view_decoder().decode(&views)?,
+        images: p.layout().frames.decode(&views)?,
         state: STATE_KEYS
             .iter()
             .map(|(k, _)| (k.to_string(), floats(&v["state"][*k])))

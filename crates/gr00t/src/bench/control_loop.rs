@@ -503,12 +503,10 @@ fn requests(engine: &Engine, count: usize) -> Result<Vec<Request>, LoopError> {
 /// The engine's action width and DROID's valid width.
 fn widths(engine: &Engine) -> Result<(usize, usize), LoopError> {
     let layouts = engine.layouts();
-    let spec = layouts
-        .specs
-        .iter()
-        .find(|s| s.tag == gr00t_embodiment::EMBODIMENT_TAG)
+    let layout = layouts
+        .resolve(gr00t_embodiment::EMBODIMENT_TAG)
         .ok_or_else(|| LoopError::Prepare("the checkpoint does not serve DROID".into()))?;
-    Ok((layouts.action_dim, valid_action_width(spec)))
+    Ok((layouts.action_dim, valid_action_width(&layout.spec)))
 }
 
 fn run_engine(engine: &Engine, request: Request) -> Result<PredictResponse, LoopError> {

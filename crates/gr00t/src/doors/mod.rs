@@ -19,10 +19,10 @@ pub mod zmq;
 use wire::schema;
 use ws as websocket;
 
-use crate::engine::EngineInfo;
 use browser::BrowserRules;
 use connections::{BodyPace, Caps, ConnInfo, LimitedListener, Timers};
-use gr00t_core::engine::Layouts;
+use gr00t_core::info::EngineInfo;
+use gr00t_core::layouts::Layouts;
 use gr00t_core::Queue;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -235,12 +235,9 @@ pub async fn start(
     // checkpoint is not opened again).
     let schemas = |flat: bool| -> Vec<schema::Schema> {
         layouts
-            .specs
+            .all()
             .iter()
-            .zip(&layouts.modalities)
-            .map(|(spec, modalities)| {
-                schema::Schema::new(spec, modalities, layouts.horizon, layouts.action_dim, flat)
-            })
+            .map(|l| schema::Schema::new(l.clone(), layouts.horizon, layouts.action_dim, flat))
             .collect()
     };
     if let Some(listener) = zmq_port {
@@ -285,7 +282,7 @@ pub async fn start(
         let ctx = Arc::new(websocket::WsContext {
             worker: worker.clone(),
             metadata: websocket::metadata(info),
-            vllm_omni_metadata: websocket::vllm_omni_metadata(info, &schema),
+            vllm_omni_metadata: websocket::vllm_omni_metadata(&schema),
             schema,
             schemas: nested,
             answers: answers.clone(),

@@ -10,14 +10,14 @@
 
 use super::json::{kind, object_with_fields, parse_body, parse_floats};
 use super::json::{parse_instruction, parse_noise_options, required};
-use gr00t_core::engine::Layouts;
+use gr00t_core::layouts::Layouts;
 use gr00t_core::request::Request;
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions, RTC_KEYS};
 use gr00t_core::session::{check_session_id, SessionKey};
 use gr00t_core::{Engine, InferError};
 use gr00t_embodiment::droid;
-use gr00t_embodiment::embodiment::EmbodimentSpec;
+use gr00t_embodiment::layout::EmbodimentSpec;
 use gr00t_embodiment::observation::{Observation, RequestError};
 use gr00t_embodiment::EMBODIMENT_TAG;
 use serde_json::{Map, Value};
@@ -258,19 +258,16 @@ pub fn request_from_body(
             ))
         }
     };
-    let default = layouts
-        .specs
-        .first()
-        .and_then(|s| layouts.resolve_with_frames(&s.tag));
-    let (spec, frames) = match &named {
-        None => default.ok_or_else(|| {
+    let layout = match &named {
+        None => layouts.default_layout().ok_or_else(|| {
             RequestError::new("embodiment", "no embodiment is served".to_string())
         })?,
-        Some(name) => layouts.resolve_with_frames(name).ok_or_else(|| {
+        Some(name) => layouts.resolve(name).ok_or_else(|| {
             let name = crate::doors::excerpt::excerpt(name);
             gr00t_core::error::not_served(&name, layouts.tags())
         })?,
     };
+    let (spec, frames) = (&layout.spec, &layout.frames);
     let session = session_of(&value, header_session)?;
     let session_token = session_token_of(&value, session.is_some())?;
     let rtc = match value.as_object() {

@@ -6,7 +6,7 @@ use super::demo::demo_body;
 use super::observe::Observer;
 use axum::body::Bytes;
 use axum::http::HeaderValue;
-use gr00t_core::engine::Layouts;
+use gr00t_core::layouts::Layouts;
 use gr00t_core::queue::{Queue, QueueState};
 use gr00t_core::EngineInfo;
 use std::sync::Arc;

@@ -541,7 +541,7 @@ fn parse_for(
             key.to_string()
         }
     };
-    let policy = frame_policy(&schema.tag);
+    let policy = frame_policy(schema.tag());
     // In a session (named, or the openpi door's connection) a camera may send its frame at t
     // alone.
     let named_session = match options {
@@ -555,17 +555,24 @@ fn parse_for(
         check_batch(&mut bs, a.shape.first().copied().unwrap_or(0), what, key)?;
         Ok(a)
     };
-    for cam in &schema.views {
+    for cam in schema.views() {
         let key = prefix("video", cam);
         let a = batched(videos, "Video", &key, 5)?;
-        cams.push(video(&a, &key, schema.video_t, policy, door, current_only)?);
+        cams.push(video(
+            &a,
+            &key,
+            schema.video_t(),
+            policy,
+            door,
+            current_only,
+        )?);
     }
-    for (name, dim) in &schema.state_keys {
+    for (name, dim) in schema.state_keys() {
         let key = prefix("state", name);
         let a = batched(states, "State", &key, 3)?;
-        state_rows.push(state(&a, &key, schema.state_t, *dim, door)?);
+        state_rows.push(state(&a, &key, schema.state_t(), dim, door)?);
     }
-    let key = &schema.language_key;
+    let key = schema.language_key();
     let lang = language(get(langs, key), key, schema.flat)?;
     let b = bs.unwrap_or(0);
     check_batch(&mut bs, lang.len(), "Language", key)?;
@@ -596,19 +603,18 @@ fn parse_for(
     let mut out = Vec::with_capacity(b);
     for (i, (instruction, noise)) in lang.into_iter().zip(noises).enumerate() {
         let images = schema
-            .views
+            .views()
             .iter()
             .zip(&cams)
             .map(|(view, c)| (view.clone(), c[i].clone()))
             .collect();
         let state = schema
-            .state_keys
-            .iter()
+            .state_keys()
             .zip(&state_rows)
-            .map(|((key, _), rows)| (key.clone(), rows[i].clone()))
+            .map(|((key, _), rows)| (key.to_string(), rows[i].clone()))
             .collect();
         out.push(Request::new(
-            schema.tag.clone(),
+            schema.tag().to_string(),
             Observation {
                 images,
                 state,
@@ -672,7 +678,7 @@ pub fn rtc(
         prefix,
         schema.horizon,
         schema.action_dim,
-        schema.action_width,
+        schema.action_width(),
         in_session,
     )
     .map_err(WireError::from)

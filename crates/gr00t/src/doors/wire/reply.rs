@@ -53,7 +53,7 @@ pub fn action_dict(
     form: ArrayForm,
 ) -> Result<Value, WireError> {
     let mut actions = Vec::new();
-    for key in &schema.action_keys {
+    for key in schema.action_keys() {
         let (mut values, mut horizon, mut dim) = (Vec::new(), 0, 0);
         for r in responses {
             let rows = r
@@ -70,7 +70,7 @@ pub fn action_dict(
         let name = if schema.flat {
             format!("action.{key}")
         } else {
-            key.clone()
+            key.to_string()
         };
         actions.push((Value::from(name), encode_array(&a, form)));
     }

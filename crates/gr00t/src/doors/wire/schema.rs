@@ -9,68 +9,83 @@
 use super::error::WireError;
 use super::msgpack_numpy::{str_map, type_name};
 use gr00t_core::rtc::valid_action_width;
-use gr00t_embodiment::embodiment::EmbodimentSpec;
 use gr00t_embodiment::embodiment_tags;
+use gr00t_embodiment::layout::Layout;
 use gr00t_model::checkpoint::ModalityConfigs;
 use rmpv::Value;
+use std::sync::Arc;
 
-/// The observation layout the server expects, from the checkpoint's modality config.
+/// How a wire door reads one served embodiment's messages: a view of its [`Layout`] (keys,
+/// shapes, action widths) with the door's key style and the modality config as msgpack.
 #[derive(Debug, Clone)]
 pub struct Schema {
-    /// The embodiment tag.
-    pub tag: String,
-    /// Video keys in config order.
-    pub views: Vec<String>,
-    /// State keys in config order with their widths.
-    pub state_keys: Vec<(String, usize)>,
-    /// Video frames per camera (`len(video.delta_indices)`, 2 for DROID).
-    pub video_t: usize,
-    /// State steps (`len(state.delta_indices)`, 1 for DROID).
-    pub state_t: usize,
-    /// The language key (`annotation.language.language_instruction`).
-    pub language_key: String,
-    /// Action keys in reply order.
-    pub action_keys: Vec<String>,
-    /// Action chunk length.
+    /// The served layout.
+    pub layout: Arc<Layout>,
+    /// Rows the model generates (an RTC `previous_chunk`'s rows; 40).
     pub horizon: usize,
     /// Width of one noise row (`max_action_dim`).
     pub action_dim: usize,
-    /// Action values per row the embodiment decodes (an RTC `previous_chunk` row).
-    pub action_width: usize,
     /// `--use-sim-policy-wrapper`: flat keys.
     pub flat: bool,
-    /// `get_modality_config`'s reply.
+    /// `get_modality_config`'s reply: the layout's modality config, encoded once.
     pub modality_config: Value,
 }
 
 impl Schema {
-    /// The schema of one embodiment (its layout and modality config).
-    pub fn new(
-        spec: &EmbodimentSpec,
-        m: &ModalityConfigs,
-        horizon: usize,
-        action_dim: usize,
-        flat: bool,
-    ) -> Schema {
+    /// The schema of one served layout.
+    pub fn new(layout: Arc<Layout>, horizon: usize, action_dim: usize, flat: bool) -> Schema {
         Schema {
-            tag: spec.tag.clone(),
-            views: spec.views.clone(),
-            state_keys: spec.state.keys().map(|(k, d)| (k.to_string(), d)).collect(),
-            video_t: m.video.delta_indices.len(),
-            state_t: m.state.delta_indices.len(),
-            language_key: m
-                .language
-                .modality_keys
-                .first()
-                .cloned()
-                .unwrap_or_else(|| "annotation.language.language_instruction".into()),
-            action_keys: m.action.modality_keys.clone(),
+            modality_config: modality_config_value(&layout.modality),
+            layout,
             horizon,
             action_dim,
-            action_width: valid_action_width(spec),
             flat,
-            modality_config: modality_config_value(m),
         }
+    }
+
+    /// The embodiment tag.
+    pub fn tag(&self) -> &str {
+        self.layout.tag()
+    }
+
+    /// Video keys in config order.
+    pub fn views(&self) -> &[String] {
+        &self.layout.spec.views
+    }
+
+    /// State keys in config order with their widths.
+    pub fn state_keys(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.layout.spec.state.keys()
+    }
+
+    /// Video frames per camera (`len(video.delta_indices)`, 2 for DROID).
+    pub fn video_t(&self) -> usize {
+        self.layout.spec.frame_deltas.len()
+    }
+
+    /// State steps (`len(state.delta_indices)`, 1 for DROID).
+    pub fn state_t(&self) -> usize {
+        self.layout.modality.state.delta_indices.len()
+    }
+
+    /// The language key (`annotation.language.language_instruction`).
+    pub fn language_key(&self) -> &str {
+        &self.layout.spec.language_key
+    }
+
+    /// Action keys in reply order.
+    pub fn action_keys(&self) -> impl Iterator<Item = &str> {
+        self.layout.spec.actions.keys().map(|(k, _, _)| k)
+    }
+
+    /// Action values per row the embodiment decodes (an RTC `previous_chunk` row).
+    pub fn action_width(&self) -> usize {
+        valid_action_width(&self.layout.spec)
+    }
+
+    /// Steps the embodiment returns per chunk.
+    pub fn action_horizon(&self) -> usize {
+        self.layout.spec.actions.horizon()
     }
 }
 
@@ -94,18 +109,16 @@ pub fn pick_schema<'a>(
             ))
         }
     };
-    let tag = embodiment_tags::resolve(name, schemas.iter().map(|s| s.tag.as_str())).ok_or_else(
-        || {
-            let name = crate::doors::excerpt::excerpt(name);
-            WireError::from(gr00t_core::error::not_served(
-                &name,
-                schemas.iter().map(|s| s.tag.as_str()),
-            ))
-        },
-    )?;
+    let tag = embodiment_tags::resolve(name, schemas.iter().map(Schema::tag)).ok_or_else(|| {
+        let name = crate::doors::excerpt::excerpt(name);
+        WireError::from(gr00t_core::error::not_served(
+            &name,
+            schemas.iter().map(Schema::tag),
+        ))
+    })?;
     schemas
         .iter()
-        .find(|s| s.tag == tag)
+        .find(|s| s.tag() == tag)
         .ok_or_else(|| WireError::Reply("internal: schema".into()))
 }
 

@@ -250,9 +250,10 @@ fn the_size_check_walks_every_msgpack_type_as_rmpv_decodes_it() {
 
 fn schema(flat: bool) -> Schema {
     let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
-    let tag = gr00t_embodiment::EMBODIMENT_TAG;
-    let spec = gr00t_embodiment::embodiment::EmbodimentSpec::new(&ckpt, tag).unwrap();
-    Schema::new(&spec, &ckpt.processor.modality_configs[tag], 40, 132, flat)
+    let layouts =
+        gr00t_core::layouts::Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG])
+            .unwrap();
+    Schema::new(layouts.all()[0].clone(), 40, 132, flat)
 }
 
 fn gr00t_obs(b: usize, t: usize, flat: bool) -> Value {

@@ -22,8 +22,8 @@ use crate::doors::wire::observation::{parse_openpi, rtc};
 use crate::doors::wire::reply::{action_dict, reply_info};
 use crate::doors::wire::schema::pick_schema;
 use crate::doors::wire::session::{session_id, session_token};
-use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
+use gr00t_core::info::EngineInfo;
 use gr00t_core::request::Request;
 use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::RtcPlan;
@@ -151,11 +151,11 @@ impl Connection {
         let nested = is_nested(m);
         // openpi's DROID keys: the RTC keys sit beside them, checked here before queueing.
         let droid_rtc = |m: &[(Value, Value)]| -> Result<Option<RtcPlan>, WireError> {
-            match ctx.schemas.iter().find(|s| s.tag == EMBODIMENT_TAG) {
+            match ctx.schemas.iter().find(|s| s.tag() == EMBODIMENT_TAG) {
                 Some(schema) => rtc(m, schema, "", true),
                 None => Err(WireError::from(gr00t_core::error::not_served(
                     EMBODIMENT_TAG,
-                    ctx.schemas.iter().map(|s| s.tag.as_str()),
+                    ctx.schemas.iter().map(|s| s.tag()),
                 ))),
             }
         };

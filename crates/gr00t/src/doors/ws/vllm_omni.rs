@@ -18,7 +18,6 @@ use crate::doors::wire::msgpack_numpy::{get, pack, str_map, type_name, uint, unp
 use crate::doors::wire::observation::parse;
 use crate::doors::wire::reply::action_dict;
 use crate::doors::wire::schema::Schema;
-use crate::engine::EngineInfo;
 use axum::extract::ws::Message;
 use gr00t_core::response::PredictResponse;
 use gr00t_embodiment::embodiment_tags;
@@ -27,22 +26,14 @@ use gr00t_embodiment::EMBODIMENT_TAG;
 use rmpv::Value;
 
 /// The metadata frame, with the fields vLLM-Omni's GR00T deploy config sends.
-pub fn metadata(info: &EngineInfo, schema: &Schema) -> Vec<u8> {
-    let keys = schema
-        .action_keys
-        .iter()
-        .map(|k| Value::from(k.as_str()))
-        .collect();
-    let horizon = info
-        .embodiments
-        .iter()
-        .find(|e| e.tag == schema.tag)
-        .map_or(info.action_horizon, |e| e.action_horizon);
+pub fn metadata(schema: &Schema) -> Vec<u8> {
+    let keys = schema.action_keys().map(Value::from).collect();
+    let horizon = schema.action_horizon();
     // vLLM-Omni spells the tag as Isaac-GR00T's EmbodimentTag enum name.
     let enum_name = embodiment_tags::ENUM_NAMES
         .iter()
-        .find(|(_, tag)| *tag == schema.tag)
-        .map_or(schema.tag.to_ascii_uppercase(), |(name, _)| {
+        .find(|(_, tag)| *tag == schema.tag())
+        .map_or(schema.tag().to_ascii_uppercase(), |(name, _)| {
             name.to_string()
         });
     let mut fields = vec![
@@ -52,7 +43,7 @@ pub fn metadata(info: &EngineInfo, schema: &Schema) -> Vec<u8> {
         ("needs_session_id", Value::Boolean(true)),
     ];
     // The DROID contract's frames; other embodiments take what their cameras give.
-    if schema.tag == EMBODIMENT_TAG {
+    if schema.tag() == EMBODIMENT_TAG {
         fields.push((
             "image_resolution",
             Value::Array(vec![Value::from(180), Value::from(320)]),
