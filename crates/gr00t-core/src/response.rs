@@ -1,11 +1,10 @@
-//! What every door answers from: the response of one request (docs/API.md's `/predict` body)
-//! with its stage timings. The HTTP door serialises it as is; ZMQ and websocket re-shape it.
+//! What every door answers from: the response of one request with its stage timings. Each
+//! door writes it in its own shape (the HTTP door's JSON body is `doors::http::reply`).
 
 pub use gr00t_embodiment::response::ActionGroups;
-use serde::Serialize;
 
 /// Stage timings in milliseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TimingMs {
     /// Base64 + image decode.
     pub decode: f64,
@@ -18,21 +17,17 @@ pub struct TimingMs {
     /// Whole request.
     pub total: f64,
     /// Vision tower.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub vision: Option<f64>,
     /// LLM.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub llm: Option<f64>,
     /// VL adapter.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub adapter: Option<f64>,
     /// Flow-matching loop.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub denoise: Option<f64>,
 }
 
 /// Where a session stands after a request.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionReply {
     /// Observations answered in the session, this one included.
     pub step: u64,
@@ -41,8 +36,8 @@ pub struct SessionReply {
     pub since_last_ms: Option<f64>,
 }
 
-/// The JSON body answered to a valid `/predict`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// The answer to one valid request.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PredictResponse {
     /// Physical action chunk.
     pub actions: ActionGroups,
@@ -57,7 +52,6 @@ pub struct PredictResponse {
     /// The seed used, or null for client noise.
     pub seed: Option<u64>,
     /// Model-space chunk before un-normalisation, valid dims only (on request).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub actions_normalized: Option<ActionGroups>,
     /// Stage timings.
     pub timing_ms: TimingMs,
@@ -67,17 +61,13 @@ pub struct PredictResponse {
     pub observation_age_ms: f64,
     /// Which previous chunk RTC used: `request`, `session`, or `none` (a session's first
     /// chunk); absent without RTC options.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rtc_source: Option<&'static str>,
     /// The request's session after it (absent outside a session).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionReply>,
     /// The session's token (absent outside a session): a client that echoes it as
     /// `session_token` is told when the server no longer holds this session (409).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub session_token: Option<String>,
     /// The model's whole normalised chunk, `horizon × action_dim` row-major and padded like
-    /// upstream's `action_pred` (what RTC reads as the previous chunk); not sent.
-    #[serde(skip)]
+    /// upstream's `action_pred` (what RTC reads as the previous chunk); no door sends it.
     pub chunk: Vec<f32>,
 }

@@ -407,7 +407,8 @@ fn predict(
     }
     match crate::doors::http::body::predict_body(&engine, &body) {
         Ok(resp) => {
-            println!("{}", serde_json::to_string(&resp)?);
+            let body = crate::doors::http::reply::PredictBody::from(&resp);
+            println!("{}", serde_json::to_string(&body)?);
             Ok(0)
         }
         Err(InferError::Invalid(e)) => {

@@ -223,7 +223,7 @@ pub fn entry_json(p: &Pending, pipeline: Option<&ImagePipeline>) -> Value {
                 "actions": response.actions,
                 "action_horizon": response.action_horizon,
                 "embodiment": response.embodiment,
-                "timing_ms": response.timing_ms,
+                "timing_ms": super::reply::TimingBody(&response.timing_ms),
                 "queue_ms": queue_ms,
                 "seq_len": response.seq_len,
                 "noise_source": response.noise_source,

@@ -11,6 +11,7 @@ mod history;
 mod json;
 pub(crate) mod metrics;
 pub(crate) mod observe;
+pub mod reply;
 pub mod request_log;
 pub(crate) mod routes;
 pub(crate) mod state;

@@ -100,7 +100,7 @@ pub fn router_with(
 async fn predict(State(app): State<AppState>, req: Request) -> Response {
     match compute(&app, req).await {
         Ok((body, response, queue_ms)) => {
-            let mut r = json_response(StatusCode::OK, &response);
+            let mut r = json_response(StatusCode::OK, &super::reply::PredictBody::from(&response));
             r.extensions_mut().insert(PredictNote::Served {
                 body,
                 response: Arc::new(response),
