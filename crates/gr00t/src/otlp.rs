@@ -12,7 +12,7 @@
 //! (counted, and logged by the exporter), and a collector that is down only costs the exporter
 //! thread a timeout.
 
-use crate::doors::request_line::REQUEST_TARGET;
+use crate::doors::request_line::{TraceParent, REQUEST_TARGET};
 use serde_json::{json, Value};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,6 +83,16 @@ impl Fields {
         match self.0.iter_mut().find(|(n, _)| *n == name) {
             Some(slot) => slot.1 = value,
             None => self.0.push((name, value)),
+        }
+    }
+}
+
+impl Fields {
+    /// The client's trace the span continues (the request span's `traceparent` field).
+    fn traceparent(&self) -> Option<TraceParent> {
+        match self.0.iter().find(|(n, _)| *n == "traceparent") {
+            Some((_, Attr::Str(s))) => TraceParent::parse(s),
+            _ => None,
         }
     }
 }
@@ -216,25 +226,30 @@ where
 {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(id) else { return };
+        let mut fields = Fields::default();
+        attrs.record(&mut fields);
         let parent = span.parent().and_then(|p| {
             p.extensions()
                 .get::<Open>()
                 .map(|o| (o.trace_id, o.span_id))
         });
-        let trace_id = match parent {
-            Some((t, _)) => t,
-            None if span.metadata().target() == REQUEST_TARGET => {
-                (u128::from(random_u64()) << 64) | u128::from(random_u64())
-            }
+        let (trace_id, parent_id) = match parent {
+            Some((t, s)) => (t, Some(s)),
+            // A request continues the client's trace when it sent one.
+            None if span.metadata().target() == REQUEST_TARGET => match fields.traceparent() {
+                Some(p) => (p.trace_id, Some(p.parent_id)),
+                None => (
+                    (u128::from(random_u64()) << 64) | u128::from(random_u64()),
+                    None,
+                ),
+            },
             // A stage outside any request (the warm-up, a bench): no trace of its own.
             None => return,
         };
-        let mut fields = Fields::default();
-        attrs.record(&mut fields);
         span.extensions_mut().insert(Open {
             trace_id,
             span_id: random_u64(),
-            parent_id: parent.map(|(_, s)| s),
+            parent_id,
             start: SystemTime::now(),
             fields,
         });
@@ -356,5 +371,38 @@ mod tests {
             attrs.contains("\"oxe_droid\"") && attrs.contains("\"http\""),
             "{attrs}"
         );
+    }
+
+    #[test]
+    fn a_request_with_a_traceparent_continues_the_clients_trace() {
+        let (tx, rx) = sync_channel(64);
+        let layer = OtlpLayer {
+            tx,
+            dropped: Arc::default(),
+        };
+        let client = TraceParent {
+            trace_id: 0x4bf92f3577b34da6a3ce929d0e0e4736,
+            parent_id: 0x00f067aa0ba902b7,
+        };
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let id = crate::doors::request_line::RequestId::generate();
+            let root = crate::doors::request_line::request_span("http", &id, Some(client));
+            root.in_scope(|| {
+                let _child = tracing::info_span!("vision").entered();
+            });
+            drop(root);
+            let plain = crate::doors::request_line::request_span("http", &id, None);
+            drop(plain);
+        });
+        let spans: Vec<Finished> = rx.try_iter().collect();
+        assert_eq!(spans.len(), 3);
+        let (child, root, plain) = (&spans[0].open, &spans[1].open, &spans[2].open);
+        assert_eq!(root.trace_id, client.trace_id);
+        assert_eq!(root.parent_id, Some(client.parent_id));
+        assert_eq!(child.trace_id, client.trace_id);
+        assert_eq!(child.parent_id, Some(root.span_id));
+        assert_ne!(plain.trace_id, client.trace_id);
+        assert_eq!(plain.parent_id, None);
     }
 }

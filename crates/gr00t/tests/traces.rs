@@ -259,6 +259,49 @@ fn otlp_export_carries_each_requests_span_tree() {
 }
 
 #[test]
+fn an_http_request_with_a_traceparent_continues_the_clients_trace() {
+    let receiver = Receiver::start();
+    let s = Server::start(&["--otlp-endpoint", &receiver.url]);
+    let body = serde_json::to_vec(&test_server::request("case0")).unwrap();
+    let client_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client_span = "00f067aa0ba902b7";
+    let traceparent = format!("00-{client_trace}-{client_span}-01");
+    let post = |traceparent: &str, id: &str| {
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("traceparent", traceparent),
+            ("x-request-id", id),
+        ];
+        let r = client::request(&s.http, "POST", "/predict", &headers, &body).unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+    };
+    post(&traceparent, "continued");
+    let (req, children) = receiver.trace_of("http", &stages());
+    assert_eq!(attr(&req, "request_id").as_deref(), Some("continued"));
+    assert_eq!(req["traceId"], client_trace, "{req}");
+    assert_eq!(req["parentSpanId"], client_span, "{req}");
+    for c in &children {
+        assert_eq!(c["traceId"], client_trace, "{c}");
+    }
+    // A malformed one (upper-case hex) starts a trace of the server's own.
+    post(&traceparent.to_uppercase(), "own");
+    let deadline = Instant::now() + EXPORT_TIMEOUT;
+    let own = loop {
+        let spans = receiver.spans();
+        if let Some(r) = spans
+            .iter()
+            .find(|s| s["name"] == "request" && attr(s, "request_id").as_deref() == Some("own"))
+        {
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "no span of the second request");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_ne!(own["traceId"], client_trace, "{own}");
+    assert!(own.get("parentSpanId").is_none(), "{own}");
+}
+
+#[test]
 fn a_json_request_line_carries_the_request_span() {
     let s = Server::start(&["--log-format", "json"]);
     // The support reads the address off a text line: here it is followed by JSON.

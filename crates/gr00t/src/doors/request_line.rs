@@ -47,18 +47,74 @@ impl RequestId {
     }
 }
 
+/// The W3C trace-context header a client's own trace arrives in.
+pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
+/// A client's W3C `traceparent`: the trace a request's span joins and the client's span it is
+/// a child of (the OTLP export continues the client's trace instead of starting one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceParent {
+    /// The client's trace.
+    pub trace_id: u128,
+    /// The client's span the request is a child of.
+    pub parent_id: u64,
+}
+
+impl TraceParent {
+    /// `version-traceid-parentid-flags` as W3C Trace Context writes it (lowercase hex; ids not
+    /// all zero; version `ff` invalid; a later version may append fields); `None` otherwise.
+    pub fn parse(s: &str) -> Option<TraceParent> {
+        fn hex(part: &str, len: usize) -> Option<&str> {
+            (part.len() == len && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+                .then_some(part)
+        }
+        let mut parts = s.splitn(5, '-');
+        let version = hex(parts.next()?, 2)?;
+        let trace = hex(parts.next()?, 32)?;
+        let parent = hex(parts.next()?, 16)?;
+        hex(parts.next()?, 2)?;
+        let more = parts.next();
+        if version == "ff" || (version == "00" && more.is_some()) {
+            return None;
+        }
+        let trace_id = u128::from_str_radix(trace, 16).ok().filter(|&t| t != 0)?;
+        let parent_id = u64::from_str_radix(parent, 16).ok().filter(|&p| p != 0)?;
+        Some(TraceParent {
+            trace_id,
+            parent_id,
+        })
+    }
+
+    /// The request's `traceparent` header, if it is a valid one.
+    pub fn from_headers(headers: &HeaderMap) -> Option<TraceParent> {
+        TraceParent::parse(headers.get(TRACEPARENT)?.to_str().ok()?)
+    }
+}
+
+impl std::fmt::Display for TraceParent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "00-{:032x}-{:016x}-01", self.trace_id, self.parent_id)
+    }
+}
+
 /// Target of the request log lines and of the request spans.
 pub const REQUEST_TARGET: &str = "gr00t::request";
 
 /// The span of one prediction request of `door` (`http`, `zmq`, `ws`): its stages are its
 /// children, the queue records `session` on it and carries it to the engine thread, which
-/// records `embodiment`, and the request's log line is written inside it.
-pub fn request_span(door: &'static str, id: &RequestId) -> tracing::Span {
+/// records `embodiment`, and the request's log line is written inside it. A client's
+/// `traceparent` makes it a child of the client's span.
+pub fn request_span(
+    door: &'static str,
+    id: &RequestId,
+    parent: Option<TraceParent>,
+) -> tracing::Span {
     tracing::info_span!(
         target: "gr00t::request",
         "request",
         request_id = id.as_str(),
         door,
+        traceparent = parent.map(tracing::field::display),
         session = tracing::field::Empty,
         embodiment = tracing::field::Empty,
     )
@@ -207,6 +263,32 @@ impl RequestLine<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_traceparent_is_read_as_w3c_writes_it() {
+        let t = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let p = TraceParent::parse(t).unwrap();
+        assert_eq!(p.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert_eq!(p.parent_id, 0x00f067aa0ba902b7);
+        assert_eq!(p.to_string(), t);
+        // A later version may append fields; version 00 may not.
+        assert!(TraceParent::parse(&format!("01-{}-extra", &t[3..])).is_some());
+        for bad in [
+            "",
+            "00",
+            &format!("{t}-extra"),
+            &t.to_uppercase(),
+            &format!("ff-{}", &t[3..]),
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7-01",
+            "00-+bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(TraceParent::parse(bad), None, "{bad}");
+        }
+    }
     use crate::doors::answers::Outcome;
     use axum::http::HeaderValue;
     use gr00t_core::response::TimingMs;

@@ -6,7 +6,7 @@ use super::errors::ErrorNote;
 use super::metrics::{Outcome, Stage};
 use super::observe::Finished;
 use super::state::AppState;
-use crate::doors::request_line::request_span;
+use crate::doors::request_line::{request_span, TraceParent};
 pub use crate::doors::request_line::{PredictFields, RequestId, RequestLine, X_REQUEST_ID};
 use axum::body::Bytes;
 use axum::extract::{Request, State};
@@ -54,7 +54,7 @@ pub async fn observe(State(app): State<AppState>, mut req: Request, next: Next) 
     let path = req.uri().path().to_owned();
     // A span for predictions only: page polls and scrapes are not worth a trace.
     let span = if method == Method::POST && path == "/predict" {
-        request_span("http", &id)
+        request_span("http", &id, TraceParent::from_headers(req.headers()))
     } else {
         tracing::Span::none()
     };

@@ -142,7 +142,7 @@ async fn recorded<T>(
 ) -> Result<T, Refusal> {
     let t0 = Instant::now();
     let id = RequestId::generate();
-    let span = request_span("ws", &id);
+    let span = request_span("ws", &id, None);
     let answer = answer.instrument(span.clone()).await;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     // The log line carries the span's fields.

@@ -391,7 +391,7 @@ fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
 async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Value>) -> Value {
     let t0 = Instant::now();
     let id = RequestId::generate();
-    let span = request_span("zmq", &id);
+    let span = request_span("zmq", &id, None);
     let answer = answer_action(ctx, obs, options)
         .instrument(span.clone())
         .await;
