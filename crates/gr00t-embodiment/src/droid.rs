@@ -3,6 +3,11 @@
 
 /// Camera names of the DROID layout, in model order.
 pub const CAMERAS: [&str; 2] = ["exterior_image_1_left", "wrist_image_left"];
+/// The short names the status page labels DROID's cameras with.
+pub const CAMERA_LABELS: [(&str, &str); 2] = [
+    ("exterior_image_1_left", "exterior"),
+    ("wrist_image_left", "wrist"),
+];
 /// Frames per camera: t−15 then t.
 pub const FRAMES_PER_CAMERA: usize = 2;
 /// State keys and widths, in model order.

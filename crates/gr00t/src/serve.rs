@@ -2,7 +2,7 @@
 //! owns the engine → every door (`doors::{http, zmq, ws}`) gets a queue handle and the stop
 //! switch, until SIGINT/SIGTERM.
 
-use crate::doors::answers::Answers;
+use crate::doors::answers::{Answers, FieldLabels};
 use crate::doors::browser::{BrowserOptions, BrowserRules};
 use crate::doors::connections::{self, ConnectionOptions, Timers};
 use crate::doors::http::state::{AppState, Limits};
@@ -197,6 +197,7 @@ fn observer(
             ("backend", info.denoise_backend.clone()),
         ],
         vision_cache: Some(vision_cache),
+        field_labels: FieldLabels::of_layouts(engine.layouts()),
     })?)
 }
 

@@ -4,9 +4,10 @@
 //! own so that the doors share it without importing one another.
 
 use crate::doors::request_line::{PredictFields, RequestId, RequestLine};
+use gr00t_core::layouts::Layouts;
 use gr00t_core::response::{PredictResponse, TimingMs};
 use gr00t_core::InferError;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 /// The door that answered, as the `door` label.
@@ -134,21 +135,16 @@ impl Histogram {
     }
 }
 
-/// Request fields a 400 may name (HTTP's, then the top-level keys of the msgpack doors' messages:
-/// GR00T's nested observation and options, openpi's `observation/…` keys, vLLM-Omni and
-/// RoboArena); anything else is counted as `other` (clients choose unknown field names, and a
-/// label must not grow without bound).
-const KNOWN_FIELDS: [&str; 25] = [
+/// Fields a 400 may be labelled by whatever is served: HTTP's own, then the top-level keys of
+/// the msgpack doors' messages (GR00T's nested observation and options, openpi's
+/// `observation/…` keys, vLLM-Omni and RoboArena). The served layouts add their own keys
+/// ([`FieldLabels::of_layouts`]).
+const DOOR_FIELDS: [&str; 20] = [
     "body",
     "content-type",
     "images",
-    "images.exterior_image_1_left",
-    "images.wrist_image_left",
     "instruction",
     "state",
-    "state.eef_9d",
-    "state.gripper_position",
-    "state.joint_position",
     "seed",
     "noise",
     "return_normalized",
@@ -166,13 +162,76 @@ const KNOWN_FIELDS: [&str; 25] = [
     "embodiment",
 ];
 
+/// The field labels `/metrics` may carry: [`DOOR_FIELDS`] and the served layouts' keys as the
+/// doors name them (`images.<view>`, `video.<view>`, `state.<key>`, the language key). Nothing
+/// is taken from client text, so the label set stays bounded.
+#[derive(Debug, Clone)]
+pub struct FieldLabels(BTreeSet<String>);
+
+impl Default for FieldLabels {
+    /// The doors' own fields only (no layout served).
+    fn default() -> FieldLabels {
+        FieldLabels(DOOR_FIELDS.iter().map(|f| f.to_string()).collect())
+    }
+}
+
+impl FieldLabels {
+    /// The doors' fields and every served layout's keys.
+    pub fn of_layouts(layouts: &Layouts) -> FieldLabels {
+        let mut labels = FieldLabels::default();
+        for layout in layouts.all() {
+            let spec = &layout.spec;
+            for view in &spec.views {
+                labels.0.insert(format!("images.{view}"));
+                labels.0.insert(format!("video.{view}"));
+            }
+            for (key, _) in spec.state.keys() {
+                labels.0.insert(format!("state.{key}"));
+            }
+            labels.0.insert(spec.language_key.clone());
+        }
+        labels
+    }
+
+    /// A refused field reduced to a label: array indices dropped (`noise[3][7]` → `noise`), a
+    /// served key as itself, else its top-level key when that is a door field
+    /// (`video.<unknown view>` → `video`, `observation/state` → `observation`), unknown names
+    /// → `other`, no field → `none`.
+    pub fn label(&self, field: &str) -> String {
+        let base: String = {
+            let mut out = String::with_capacity(field.len());
+            let mut depth = 0usize;
+            for c in field.chars() {
+                match c {
+                    '[' => depth += 1,
+                    ']' => depth = depth.saturating_sub(1),
+                    _ if depth == 0 => out.push(c),
+                    _ => {}
+                }
+            }
+            out
+        };
+        if base.is_empty() {
+            return "none".into();
+        }
+        if self.0.contains(&base) {
+            return base;
+        }
+        match base.split_once(['.', '/']) {
+            Some((top, _)) if self.0.contains(top) => top.to_string(),
+            _ => "other".into(),
+        }
+    }
+}
+
 /// How a prediction request ended, as the `outcome`/`code`/`field` labels (the HTTP status, or
 /// the one HTTP would have answered, on every door).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Outcome {
     /// 200.
     Ok,
-    /// 400, with the (normalised) field at fault.
+    /// 400, with the field at fault as the refusal names it; [`Answers::count`] reduces it to
+    /// a bounded label ([`FieldLabels::label`]).
     BadRequest(String),
     /// 413.
     TooLarge,
@@ -189,7 +248,7 @@ impl Outcome {
     pub fn from_status(status: u16, field: Option<&str>) -> Outcome {
         match status {
             200 => Outcome::Ok,
-            400 => Outcome::BadRequest(field_label(field.unwrap_or(""))),
+            400 => Outcome::BadRequest(field.unwrap_or("").to_string()),
             413 => Outcome::TooLarge,
             503 => Outcome::Busy,
             500 => Outcome::Internal,
@@ -222,46 +281,17 @@ impl Outcome {
     }
 }
 
-/// A refused field reduced to a bounded label: array indices dropped (`noise[3][7]` → `noise`),
-/// a known top-level key for its sub-keys (`video.ego_view` → `video`, `observation/state` →
-/// `observation`), unknown names → `other`, no field → `none`.
-pub fn field_label(field: &str) -> String {
-    let base: String = {
-        let mut out = String::with_capacity(field.len());
-        let mut depth = 0usize;
-        for c in field.chars() {
-            match c {
-                '[' => depth += 1,
-                ']' => depth = depth.saturating_sub(1),
-                _ if depth == 0 => out.push(c),
-                _ => {}
-            }
-        }
-        out
-    };
-    if base.is_empty() {
-        return "none".into();
-    }
-    if KNOWN_FIELDS.contains(&base.as_str()) {
-        return base;
-    }
-    match base.split_once(['.', '/']) {
-        Some((top, _)) if KNOWN_FIELDS.contains(&top) => top.to_string(),
-        _ => "other".into(),
-    }
-}
-
 impl Outcome {
-    /// A request the msgpack doors refused while reading it, labelled by the key at fault
-    /// (empty: none is).
+    /// A request the msgpack doors refused while reading it, with the key at fault (empty:
+    /// none is).
     pub fn refused(field: &str) -> Outcome {
-        Outcome::BadRequest(field_label(field))
+        Outcome::BadRequest(field.to_string())
     }
 
     /// The outcome of a request the queue or the engine did not answer, as HTTP maps it.
     pub fn of_error(e: &InferError) -> Outcome {
         match e {
-            InferError::Invalid(f) => Outcome::BadRequest(field_label(&f.field)),
+            InferError::Invalid(f) => Outcome::BadRequest(f.field.clone()),
             InferError::Busy { .. } => Outcome::Busy,
             InferError::Superseded
             | InferError::SessionRestarted(_)
@@ -283,16 +313,39 @@ pub enum Answered<'a> {
 /// shared by every door.
 #[derive(Debug, Default)]
 pub struct Answers {
+    /// What a refused field may be counted as.
+    labels: FieldLabels,
     counts: Mutex<BTreeMap<(Door, Outcome), u64>>,
     stages: Mutex<BTreeMap<Stage, Histogram>>,
 }
 
 impl Answers {
-    /// Counts one answer of `door`.
+    /// No answers yet; refused fields are labelled by `labels`.
+    pub fn new(labels: FieldLabels) -> Answers {
+        Answers {
+            labels,
+            ..Answers::default()
+        }
+    }
+
+    /// Counts one answer of `door` (a 400 by its field's label).
     pub fn count(&self, door: Door, outcome: Outcome) {
+        self.count_labelled(door, self.labelled(outcome));
+    }
+
+    /// Counts one answer whose 400 field is a label already.
+    fn count_labelled(&self, door: Door, outcome: Outcome) {
         // Every update is one increment: the map stays consistent after a panic elsewhere.
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         *counts.entry((door, outcome)).or_insert(0) += 1;
+    }
+
+    /// The outcome with a 400's field as its label.
+    fn labelled(&self, outcome: Outcome) -> Outcome {
+        match outcome {
+            Outcome::BadRequest(field) => Outcome::BadRequest(self.labels.label(&field)),
+            other => other,
+        }
     }
 
     /// The counts now.
@@ -372,6 +425,7 @@ impl Answers {
                 Outcome::Ok
             }
             Answered::Refused(outcome, message) => {
+                let outcome = self.labelled(outcome);
                 let field = match &outcome {
                     Outcome::BadRequest(f) => Some(f.as_str()),
                     _ => None,
@@ -384,7 +438,7 @@ impl Answers {
                 outcome
             }
         };
-        self.count(door, outcome);
+        self.count_labelled(door, outcome);
         self.observe(Stage::Request, ms / 1e3);
     }
 
@@ -401,22 +455,67 @@ mod tests {
 
     #[test]
     fn field_labels_stay_bounded() {
-        assert_eq!(field_label("state.eef_9d"), "state.eef_9d");
+        let labels = FieldLabels::default();
+        let label = |f: &str| labels.label(f);
+        assert_eq!(label("images.front_cam"), "images");
+        assert_eq!(label("noise[39][131]"), "noise");
+        assert_eq!(label("my_custom_key"), "other");
+        assert_eq!(label(""), "none");
+        // The msgpack doors' keys: the top-level key, never the client's own sub-key.
+        assert_eq!(label("video.exterior_image_1_left"), "video");
+        assert_eq!(label("options.rtc_overlap_steps"), "options");
+        assert_eq!(label("observation/joint_position"), "observation");
+        assert_eq!(label("observation/my_custom_key"), "observation");
+        assert_eq!(label("annotation.language.task"), "annotation");
+        assert_eq!(label("mine/video"), "other");
+        // Without a layout DROID's keys are nobody's: their top-level key.
+        assert_eq!(label("state.eef_9d"), "state");
+    }
+
+    #[test]
+    fn the_served_layouts_keys_are_labels_and_nothing_else_is() {
+        let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::multi_checkpoint()).unwrap();
+        let tags = [
+            "oxe_droid_relative_eef_relative_joint",
+            "simpler_env_widowx",
+        ];
+        let layouts = Layouts::of_checkpoint(&ckpt, &tags).unwrap();
+        let labels = FieldLabels::of_layouts(&layouts);
+        let label = |f: &str| labels.label(f);
+        // DROID's keys come from its layout, not from a list of their own.
+        assert_eq!(label("state.eef_9d"), "state.eef_9d");
         assert_eq!(
-            field_label("images.wrist_image_left[1]"),
+            label("images.wrist_image_left[1]"),
             "images.wrist_image_left"
         );
-        assert_eq!(field_label("images.front_cam"), "images");
-        assert_eq!(field_label("noise[39][131]"), "noise");
-        assert_eq!(field_label("my_custom_key"), "other");
-        assert_eq!(field_label(""), "none");
-        // The msgpack doors' keys: the top-level key, never the client's own sub-key.
-        assert_eq!(field_label("video.exterior_image_1_left"), "video");
-        assert_eq!(field_label("options.rtc_overlap_steps"), "options");
-        assert_eq!(field_label("observation/joint_position"), "observation");
-        assert_eq!(field_label("observation/my_custom_key"), "observation");
-        assert_eq!(field_label("annotation.language.task"), "annotation");
-        assert_eq!(field_label("mine/video"), "other");
+        assert_eq!(
+            label("video.exterior_image_1_left"),
+            "video.exterior_image_1_left"
+        );
+        // Every key of every served layout is its own label, on every door's spelling.
+        let mut keys = 0;
+        for layout in layouts.all() {
+            for view in &layout.spec.views {
+                assert_eq!(
+                    label(&format!("images.{view}[0]")),
+                    format!("images.{view}")
+                );
+                assert_eq!(label(&format!("video.{view}")), format!("video.{view}"));
+                keys += 1;
+            }
+            for (key, _) in layout.spec.state.keys() {
+                assert_eq!(label(&format!("state.{key}")), format!("state.{key}"));
+                keys += 1;
+            }
+            let language = &layout.spec.language_key;
+            assert_eq!(&label(language), language);
+        }
+        assert!(keys > 6, "{keys}");
+        // A layout that is not served adds nothing: new_embodiment's view and state key.
+        assert_eq!(label("images.front"), "images");
+        assert_eq!(label("video.front"), "video");
+        assert_eq!(label("state.single_arm"), "state");
+        assert_eq!(label("annotation.human.task_description"), "annotation");
     }
 
     #[test]
@@ -424,7 +523,7 @@ mod tests {
         let invalid = InferError::Invalid(RequestError::new("noise[3][7]", "bad"));
         assert_eq!(
             Outcome::of_error(&invalid),
-            Outcome::BadRequest("noise".into())
+            Outcome::BadRequest("noise[3][7]".into())
         );
         let busy = InferError::Busy {
             capacity: 4,
@@ -437,13 +536,22 @@ mod tests {
         let wire = crate::doors::wire::error::WireError::field("options.seed", "options.seed: bad");
         assert_eq!(
             Outcome::refused(wire.field_at_fault()),
-            Outcome::BadRequest("options".into())
+            Outcome::BadRequest("options.seed".into())
         );
         let whole = crate::doors::wire::error::WireError::bytes("not msgpack");
         assert_eq!(
             Outcome::refused(whole.field_at_fault()),
-            Outcome::BadRequest("none".into())
+            Outcome::BadRequest(String::new())
         );
+        // Counted by their labels.
+        let answers = Answers::default();
+        answers.count(Door::Zmq, Outcome::refused(wire.field_at_fault()));
+        answers.count(Door::Zmq, Outcome::refused(whole.field_at_fault()));
+        answers.count(Door::Http, Outcome::of_error(&invalid));
+        let counted: Vec<_> = answers.snapshot().into_keys().collect();
+        assert!(counted.contains(&(Door::Zmq, Outcome::BadRequest("options".into()))));
+        assert!(counted.contains(&(Door::Zmq, Outcome::BadRequest("none".into()))));
+        assert!(counted.contains(&(Door::Http, Outcome::BadRequest("noise".into()))));
     }
 
     #[test]

@@ -23,9 +23,6 @@ pub enum HttpError {
         #[source]
         cause: axum::http::header::InvalidHeaderValue,
     },
-    /// A frame of a logged request is not a string (the status page shows the error).
-    #[error("{0}: not a string")]
-    FrameNotText(String),
     /// A frame of a logged request does not decode or transform.
     #[error("{field}: {cause}")]
     Frame {

@@ -1,16 +1,18 @@
 //! The status page's memory: the last N requests, each kept as a ready-to-send JSON object.
 //!
 //! Entries are built on their own thread after the answer has gone out, so the request path
-//! only pays for handing over a reference-counted body. For a computed request the four frames
-//! are run again through the checkpoint's image pipeline (deterministic, so these are exactly
-//! the 448×256 `qwen_resized` frames the model saw) and sent as small JPEG data URLs.
+//! only pays for handing over the request's decoded frames, state and instruction ([`Shown`];
+//! the body is never parsed again). For a computed request the frames are run again through
+//! the checkpoint's image pipeline (deterministic, so these are exactly the `qwen_resized`
+//! frames the model saw) and sent as small JPEG data URLs.
 
 use super::errors::HttpError;
-use axum::body::Bytes;
 use base64::Engine as _;
+use gr00t_core::layouts::Layouts;
+use gr00t_core::request::Request;
 use gr00t_core::response::PredictResponse;
-use gr00t_embodiment::droid::{CAMERAS, FRAMES_PER_CAMERA};
-use gr00t_embodiment::image::{decode_base64_frame, ImagePipeline};
+use gr00t_embodiment::droid::CAMERA_LABELS;
+use gr00t_embodiment::image::{Frame, ImagePipeline};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -22,16 +24,55 @@ const JPEG_QUALITY: u8 = 85;
 /// rather than slowing anything down.
 const PENDING: usize = 16;
 
+/// What the page shows of a computed request's input, taken from the parsed request: each
+/// view's frames as decoded (in the layout's view order), the layout's frame offsets, the
+/// instruction and the state.
+#[derive(Debug, Clone)]
+pub struct Shown {
+    /// Per view, its frames as sent (oldest first; the current one alone in a session).
+    pub frames: Vec<(String, Vec<Frame>)>,
+    /// The layout's frame offsets (`[-15, 0]` for DROID).
+    pub deltas: Vec<i64>,
+    /// The instruction as sent.
+    pub instruction: String,
+    /// The state as sent, per key.
+    pub state: Vec<(String, Vec<f32>)>,
+}
+
+impl Shown {
+    /// The page's copy of `request`'s input, its views in the order of its served layout.
+    pub fn of(request: &Request, layouts: &Layouts) -> Shown {
+        let obs = &request.observation;
+        let (views, deltas) = match layouts.resolve(&request.tag) {
+            Some(l) => (l.spec.views.clone(), l.spec.frame_deltas.clone()),
+            None => (
+                obs.images.iter().map(|(v, _)| v.clone()).collect(),
+                Vec::new(),
+            ),
+        };
+        let frames = views
+            .iter()
+            .filter_map(|v| obs.images.iter().find(|(sent, _)| sent == v).cloned())
+            .collect();
+        Shown {
+            frames,
+            deltas,
+            instruction: obs.instruction.clone(),
+            state: obs.state.clone(),
+        }
+    }
+}
+
 /// A finished request handed to the history.
 pub enum Pending {
-    /// A computed prediction: the body as sent and the answer.
+    /// A computed prediction: its input and the answer.
     Served {
         /// The request id.
         request_id: String,
         /// When it finished, ms since the Unix epoch.
         unix_ms: u64,
-        /// The `/predict` body.
-        body: Bytes,
+        /// The request's input.
+        shown: Arc<Shown>,
         /// The answer.
         response: Arc<PredictResponse>,
         /// Time spent waiting for the worker.
@@ -200,25 +241,28 @@ pub fn entry_json(p: &Pending, pipeline: Option<&ImagePipeline>) -> Value {
         Pending::Served {
             request_id,
             unix_ms,
-            body,
+            shown,
             response,
             queue_ms,
         } => {
-            // The body was accepted by the processor, so it is a JSON object; be lenient anyway.
-            let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
             let (frames, frames_error) = match pipeline {
-                Some(p) => match model_frames(&request, p) {
+                Some(p) => match model_frames(shown, p) {
                     Ok(f) => (f, None),
                     Err(e) => (Vec::new(), Some(e.to_string())),
                 },
                 None => (Vec::new(), None),
             };
+            let state: serde_json::Map<String, Value> = shown
+                .state
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect();
             let mut v = json!({
                 "request_id": request_id,
                 "unix_ms": unix_ms,
                 "status": 200,
-                "instruction": request.get("instruction").cloned().unwrap_or(Value::Null),
-                "state": request.get("state").cloned().unwrap_or(Value::Null),
+                "instruction": shown.instruction,
+                "state": state,
                 "frames": frames,
                 "actions": response.actions,
                 "action_horizon": response.action_horizon,
@@ -237,56 +281,32 @@ pub fn entry_json(p: &Pending, pipeline: Option<&ImagePipeline>) -> Value {
     }
 }
 
-/// The four frames in model order (`[ext t−15, wrist t−15, ext t, wrist t]`) after the eval
-/// crop and the Qwen resize, as `{label, camera, t, width, height, src}` with a JPEG data URL.
-pub fn model_frames(request: &Value, pipeline: &ImagePipeline) -> Result<Vec<Value>, HttpError> {
-    let droid_views = CAMERAS.iter().all(|c| request["images"].get(c).is_some());
-    if let (false, Some(views)) = (droid_views, request["images"].as_object()) {
-        // Another embodiment: every view's frames, oldest first, labelled by view and index.
-        let mut out = Vec::new();
-        for (view, frames) in views {
-            for (t, b64) in frames.as_array().into_iter().flatten().enumerate() {
-                let field = format!("images.{view}[{t}]");
-                let b64 = b64
-                    .as_str()
-                    .ok_or_else(|| HttpError::FrameNotText(field.clone()))?;
-                out.push(seen_frame(
-                    b64,
-                    pipeline,
-                    &field,
-                    format!("{view} [{t}]"),
-                    view,
-                    t,
-                )?);
-            }
-        }
-        return Ok(out);
-    }
-    let mut out = Vec::with_capacity(CAMERAS.len() * FRAMES_PER_CAMERA);
-    for t in 0..FRAMES_PER_CAMERA {
-        for cam in CAMERAS {
-            let field = format!("images.{cam}[{t}]");
-            let b64 = request["images"][cam][t]
-                .as_str()
-                .ok_or_else(|| HttpError::FrameNotText(field.clone()))?;
-            let short = if cam.starts_with("wrist") {
-                "wrist"
-            } else {
-                "exterior"
+/// The frames in model order (time-major: each offset, every view) after the eval crop and
+/// the Qwen resize, as `{label, camera, t, width, height, src}` with a JPEG data URL; each
+/// labelled by its view (DROID's cameras by their short names) and its offset (`t−15`, `t`).
+pub fn model_frames(shown: &Shown, pipeline: &ImagePipeline) -> Result<Vec<Value>, HttpError> {
+    let last = shown.deltas.len().saturating_sub(1);
+    let mut out = Vec::new();
+    for (k, &delta) in shown.deltas.iter().enumerate() {
+        for (view, frames) in &shown.frames {
+            // A view sent with its current frame alone (in a session) shows at t only.
+            let i = match frames.len() {
+                n if n == shown.deltas.len() => k,
+                1 if k == last => 0,
+                _ => continue,
             };
-            let when = if t + 1 == FRAMES_PER_CAMERA {
-                "t"
-            } else {
-                "t−15"
+            let name = CAMERA_LABELS
+                .iter()
+                .find(|(camera, _)| camera == view)
+                .map_or(view.as_str(), |(_, short)| short);
+            let when = match delta {
+                0 => "t".to_string(),
+                d if d < 0 => format!("t−{}", -d),
+                d => format!("t+{d}"),
             };
-            out.push(seen_frame(
-                b64,
-                pipeline,
-                &field,
-                format!("{short} {when}"),
-                cam,
-                t,
-            )?);
+            let field = format!("images.{view}[{i}]");
+            let label = format!("{name} {when}");
+            out.push(seen_frame(&frames[i], pipeline, &field, label, view, i)?);
         }
     }
     Ok(out)
@@ -294,7 +314,7 @@ pub fn model_frames(request: &Value, pipeline: &ImagePipeline) -> Result<Vec<Val
 
 /// One frame as the model saw it (after crop and Qwen resize), as the page's JSON entry.
 fn seen_frame(
-    b64: &str,
+    frame: &Frame,
     pipeline: &ImagePipeline,
     field: &str,
     label: String,
@@ -305,8 +325,7 @@ fn seen_frame(
         field: field.into(),
         cause,
     };
-    let frame = decode_base64_frame(b64).map_err(image)?;
-    let seen = pipeline.frame_stages(&frame).map_err(image)?.qwen_resized;
+    let seen = pipeline.frame_stages(frame).map_err(image)?.qwen_resized;
     let jpeg =
         encode_jpeg(&seen.data, seen.width, seen.height).map_err(|cause| HttpError::Jpeg {
             field: field.into(),
@@ -398,19 +417,34 @@ mod tests {
 
     #[test]
     fn served_entry_carries_what_the_page_plots() {
-        let body = br#"{"instruction":"pick","state":{"eef_9d":[1,2,3,1,0,0,0,1,0],"gripper_position":[0.5],"joint_position":[1,2,3,4,5,6,7]}}"#;
+        let shown = Shown {
+            frames: Vec::new(),
+            deltas: vec![-15, 0],
+            instruction: "pick".into(),
+            state: vec![
+                (
+                    "eef_9d".into(),
+                    vec![1.0, 2.0, 3.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+                ),
+                ("gripper_position".into(), vec![0.5]),
+                (
+                    "joint_position".into(),
+                    vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0],
+                ),
+            ],
+        };
         let v = entry_json(
             &Pending::Served {
                 request_id: "abc".into(),
                 unix_ms: 9,
-                body: Bytes::from_static(body),
+                shown: Arc::new(shown),
                 response: response(),
                 queue_ms: 1.5,
             },
             None,
         );
         assert_eq!(v["instruction"], "pick");
-        assert_eq!(v["state"]["joint_position"][6], 7);
+        assert_eq!(v["state"]["joint_position"][6], 7.0);
         assert_eq!(v["actions"]["eef_9d"].as_array().unwrap().len(), 40);
         assert_eq!(v["seq_len"], 517);
         assert_eq!(v["noise_source"], "seed");
@@ -423,8 +457,10 @@ mod tests {
     fn frames_are_the_model_inputs_after_crop_and_resize() {
         let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
         let pipeline = ImagePipeline::from_checkpoint(&ckpt).unwrap();
-        let request: Value = serde_json::from_str(&gr00t_fixtures::request_json("case0")).unwrap();
-        let frames = model_frames(&request, &pipeline).unwrap();
+        let layouts = Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG]).unwrap();
+        let body = gr00t_fixtures::request_json("case0");
+        let request = crate::request_from_body(body.as_bytes(), &layouts, None).unwrap();
+        let frames = model_frames(&Shown::of(&request, &layouts), &pipeline).unwrap();
         let labels: Vec<&str> = frames
             .iter()
             .map(|f| f["label"].as_str().unwrap())
@@ -464,5 +500,26 @@ mod tests {
             // swapped channels would be tens of levels off.
             assert!(mean_abs < 3.0, "frame {i}: mean |Δ| {mean_abs}");
         }
+    }
+
+    #[test]
+    fn a_session_frame_sent_alone_shows_at_t() {
+        let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+        let pipeline = ImagePipeline::from_checkpoint(&ckpt).unwrap();
+        let layouts = Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG]).unwrap();
+        let mut body: Value = serde_json::from_str(&gr00t_fixtures::request_json("case0")).unwrap();
+        for cam in gr00t_embodiment::droid::CAMERAS {
+            let t = body["images"][cam][1].clone();
+            body["images"][cam] = json!([t]);
+        }
+        body["session_id"] = json!("arm-1");
+        let bytes = serde_json::to_vec(&body).unwrap();
+        let request = crate::request_from_body(&bytes, &layouts, None).unwrap();
+        let frames = model_frames(&Shown::of(&request, &layouts), &pipeline).unwrap();
+        let labels: Vec<&str> = frames
+            .iter()
+            .map(|f| f["label"].as_str().unwrap())
+            .collect();
+        assert_eq!(labels, ["exterior t", "wrist t"]);
     }
 }

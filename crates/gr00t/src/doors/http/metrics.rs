@@ -1,7 +1,7 @@
 //! `GET /metrics`: request counters, per-stage latency histograms and process gauges, written in
 //! the Prometheus text exposition format (version 0.0.4) by hand.
 
-use crate::doors::answers::{Answers, Door};
+use crate::doors::answers::{Answers, Door, FieldLabels};
 pub use crate::doors::answers::{Outcome, Stage, BUCKETS_S};
 use gr00t_core::response::TimingMs;
 use gr00t_core::session::SessionStats;
@@ -49,10 +49,15 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Empty metrics; `model_load_s` and the `build` labels are fixed for the process.
-    pub fn new(model_load_s: f64, build: Vec<(&'static str, String)>) -> Metrics {
+    /// Empty metrics; `model_load_s` and the `build` labels are fixed for the process, and a
+    /// refused field is counted by its label in `labels`.
+    pub fn new(
+        model_load_s: f64,
+        build: Vec<(&'static str, String)>,
+        labels: FieldLabels,
+    ) -> Metrics {
         Metrics {
-            answers: Arc::default(),
+            answers: Arc::new(Answers::new(labels)),
             model_load_s,
             build,
         }
@@ -410,10 +415,18 @@ mod tests {
         (name.to_string(), l)
     }
 
+    /// The field labels of a server of the DROID layout.
+    fn droid_labels() -> FieldLabels {
+        let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+        let tags = [gr00t_embodiment::EMBODIMENT_TAG];
+        FieldLabels::of_layouts(&gr00t_core::layouts::Layouts::of_checkpoint(&ckpt, &tags).unwrap())
+    }
+
     fn metrics() -> Metrics {
         Metrics::new(
             1.25,
             vec![("version", "0.1.0".into()), ("model", "m\"x".into())],
+            droid_labels(),
         )
     }
 

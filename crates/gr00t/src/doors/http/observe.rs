@@ -1,9 +1,9 @@
 //! What the server records about finished predictions (metrics and the status page's history),
 //! behind one entry point that every protocol can call.
 
-use super::history::{History, Pending};
+use super::history::{History, Pending, Shown};
 use super::metrics::{process_rss_bytes, CacheCounts, Gauges, Metrics, Outcome};
-use axum::body::Bytes;
+use crate::doors::answers::FieldLabels;
 use gr00t_core::queue::QueueState;
 use gr00t_core::response::PredictResponse;
 use gr00t_core::session::SessionStats;
@@ -28,6 +28,8 @@ pub struct ObserveOptions {
     pub build: Vec<(&'static str, String)>,
     /// Vision-cache counters; `None` exports zeros.
     pub vision_cache: Option<CacheProbe>,
+    /// What a refused field is counted as (the served layouts' keys and the doors' fields).
+    pub field_labels: FieldLabels,
 }
 
 impl Default for ObserveOptions {
@@ -38,6 +40,7 @@ impl Default for ObserveOptions {
             model_load_s: 0.0,
             build: Vec::new(),
             vision_cache: None,
+            field_labels: FieldLabels::default(),
         }
     }
 }
@@ -46,8 +49,8 @@ impl Default for ObserveOptions {
 pub enum Finished {
     /// Computed and answered.
     Served {
-        /// The request body as received.
-        body: Bytes,
+        /// The request's input as the status page shows it (`None` when the page is off).
+        shown: Option<Arc<Shown>>,
         /// The answer.
         response: Arc<PredictResponse>,
         /// Time spent waiting for the worker.
@@ -82,7 +85,7 @@ impl Observer {
             n => Some(History::start(n, opts.pipeline)?),
         };
         Ok(Observer(Arc::new(Inner {
-            metrics: Metrics::new(opts.model_load_s, opts.build),
+            metrics: Metrics::new(opts.model_load_s, opts.build, opts.field_labels),
             history,
             vision_cache: opts.vision_cache,
         })))
@@ -108,16 +111,16 @@ impl Observer {
         let metrics = &self.0.metrics;
         let pending = match finished {
             Finished::Served {
-                body,
+                shown,
                 response,
                 queue_ms,
             } => {
                 metrics.count_request(Outcome::Ok);
                 metrics.observe_timings(&response.timing_ms, queue_ms);
-                Some(Pending::Served {
+                shown.map(|shown| Pending::Served {
                     request_id: request_id.to_string(),
                     unix_ms,
-                    body,
+                    shown,
                     response,
                     queue_ms,
                 })

@@ -3,12 +3,12 @@
 //! [`Observer`](super::observe::Observer).
 
 use super::errors::ErrorNote;
+use super::history::Shown;
 use super::metrics::{Outcome, Stage};
 use super::observe::Finished;
 use super::state::AppState;
 use crate::doors::request_line::{request_span, TraceParent};
 pub use crate::doors::request_line::{PredictFields, RequestId, RequestLine, X_REQUEST_ID};
-use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
@@ -23,8 +23,8 @@ use tracing::Instrument;
 pub enum PredictNote {
     /// Computed and answered 200.
     Served {
-        /// The request body.
-        body: Bytes,
+        /// The request's input as the status page shows it (`None` with `--no-ui`).
+        shown: Option<Arc<Shown>>,
         /// The answer.
         response: Arc<PredictResponse>,
         /// Time spent waiting for the worker.
@@ -94,7 +94,7 @@ pub async fn observe(State(app): State<AppState>, mut req: Request, next: Next) 
     let _in_request = span.enter();
     match &note {
         Some(PredictNote::Served {
-            body,
+            shown,
             response: r,
             queue_ms,
         }) => {
@@ -104,7 +104,7 @@ pub async fn observe(State(app): State<AppState>, mut req: Request, next: Next) 
             observer.finished(
                 id.as_str(),
                 Finished::Served {
-                    body: body.clone(),
+                    shown: shown.clone(),
                     response: r.clone(),
                     queue_ms: *queue_ms,
                 },

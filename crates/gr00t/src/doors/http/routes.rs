@@ -5,6 +5,7 @@
 )]
 
 use super::errors::{json_response, ApiError, HttpError};
+use super::history::Shown;
 use super::request_log::{self, PredictNote};
 use super::state::AppState;
 use axum::body::Bytes;
@@ -99,10 +100,10 @@ pub fn router_with(
 /// Answers `/predict`, leaving a [`PredictNote`] on the response for the log and metrics.
 async fn predict(State(app): State<AppState>, req: Request) -> Response {
     match compute(&app, req).await {
-        Ok((body, response, queue_ms)) => {
+        Ok((shown, response, queue_ms)) => {
             let mut r = json_response(StatusCode::OK, &super::reply::PredictBody::from(&response));
             r.extensions_mut().insert(PredictNote::Served {
-                body,
+                shown,
                 response: Arc::new(response),
                 queue_ms,
             });
@@ -117,11 +118,19 @@ async fn predict(State(app): State<AppState>, req: Request) -> Response {
     }
 }
 
-/// The body, the answer and the time it waited in the queue.
+/// What the status page shows of the request (when it is on), the answer and the time it
+/// waited in the queue.
 async fn compute(
     app: &AppState,
     req: Request,
-) -> Result<(Bytes, gr00t_core::response::PredictResponse, f64), ApiError> {
+) -> Result<
+    (
+        Option<Arc<Shown>>,
+        gr00t_core::response::PredictResponse,
+        f64,
+    ),
+    ApiError,
+> {
     // The guard refused non-JSON bodies (`doors::browser`); the request log stamped the
     // head's arrival.
     let arrived = req
@@ -153,7 +162,7 @@ async fn compute(
         return Err(api_error(app.0.worker.busy()));
     }
     let layouts = app.0.layouts.clone();
-    let raw = body.clone();
+    let page = app.0.observer.history().is_some();
     // Parsed off the two runtime threads, a few at a time; the session must be known before
     // queueing, for latest-wins.
     let permit = app
@@ -164,8 +173,12 @@ async fn compute(
         .map_err(|e| ApiError::internal(format!("the body parser is closed: {e}")))?;
     // Parsed and its frames decoded here, on the blocking pool: the request's `parse` span.
     let parse = tracing::info_span!("parse");
-    let request = tokio::task::spawn_blocking(move || {
-        parse.in_scope(|| super::body::request_from_body(&raw, &layouts, session))
+    let (request, shown) = tokio::task::spawn_blocking(move || {
+        let request =
+            parse.in_scope(|| super::body::request_from_body(&body, &layouts, session))?;
+        // The page's copy of the decoded input: its history thread never reads the body.
+        let shown = page.then(|| Arc::new(Shown::of(&request, &layouts)));
+        Ok::<_, gr00t_embodiment::observation::RequestError>((request, shown))
     })
     .await
     .map_err(|e| ApiError::internal(format!("the body decoder failed: {e}")))?
@@ -180,7 +193,7 @@ async fn compute(
         Ok(Ok(response)) => {
             // The body's parse counts as decoding (`timing_ms.decode`), not waiting.
             let queue_ms = response.queue_ms;
-            Ok((body, response, queue_ms))
+            Ok((shown, response, queue_ms))
         }
         Ok(Err(e)) => Err(api_error(e)),
         Err(_) => Err(ApiError::internal(
