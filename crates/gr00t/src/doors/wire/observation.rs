@@ -62,7 +62,7 @@ type CameraFrames = Vec<Vec<Frame>>;
 /// Checks a video array like `check_observation` and cuts it into frames; `policy` (the tag's
 /// frame policy, DROID's 16:9 bounds) refuses a wrong aspect before the frames are copied.
 fn video(
-    a: &NdArray,
+    a: NdArray,
     key: &str,
     t: usize,
     policy: Option<&FramePolicy>,
@@ -111,17 +111,26 @@ fn video(
             .map_err(|e| WireError::field(key, format!("Video key '{key}': {e}")))?;
     }
     let frame_len = h * w * 3;
-    let mut chunks = a.data.chunks_exact(frame_len.max(1));
+    let n = b * tt;
+    let mut data = a.data;
+    if n > 0 && (frame_len == 0 || data.len() < n * frame_len) {
+        return Err(WireError::field(key, "video data is short"));
+    }
+    // The first frame keeps the array's buffer; the others are copied out of it.
+    let mut copies: Vec<Vec<u8>> = (1..n)
+        .map(|i| data[i * frame_len..(i + 1) * frame_len].to_vec())
+        .collect();
+    data.truncate(frame_len);
+    // A kept frame must not hold the rest of the array (a session's history counts lengths).
+    data.shrink_to_fit();
+    copies.insert(0, data);
+    let mut bytes = copies.into_iter();
     let mut out = Vec::with_capacity(b);
     for _ in 0..b {
         let mut frames = Vec::with_capacity(tt);
-        for _ in 0..tt {
-            let bytes = chunks
-                .next()
-                .ok_or_else(|| WireError::field(key, "video data is short"))?
-                .to_vec();
+        for data in bytes.by_ref().take(tt) {
             frames.push(
-                Frame::new(w, h, bytes)
+                Frame::new(w, h, data)
                     .map_err(|e| WireError::field(key, format!("Video key '{key}': {e}")))?,
             );
         }
@@ -427,15 +436,15 @@ pub struct Parsed {
 
 impl Parsed {
     /// Each batch item's request, in order, with the message's RTC plan and session token, in
-    /// `session` (the door's key for it).
-    pub fn requests(&self, session: Option<SessionKey>) -> Vec<Request> {
+    /// `session` (the door's key for it); the items move out, their frames are not copied.
+    pub fn into_requests(self, session: Option<SessionKey>) -> Vec<Request> {
+        let (rtc, token) = (self.rtc, self.session_token);
         self.items
-            .iter()
+            .into_iter()
             .map(|item| {
-                item.clone()
-                    .with_rtc_plan(self.rtc.clone())
+                item.with_rtc_plan(rtc.clone())
                     .in_session(session.clone())
-                    .with_session_token(self.session_token.clone())
+                    .with_session_token(token.clone())
             })
             .collect()
     }
@@ -559,7 +568,7 @@ fn parse_for(
         let key = prefix("video", cam);
         let a = batched(videos, "Video", &key, 5)?;
         cams.push(video(
-            &a,
+            a,
             &key,
             schema.video_t(),
             policy,

@@ -220,7 +220,7 @@ impl Connection {
         let t0 = Instant::now();
         // One queue entry per batch item, in order, as on the ZMQ door.
         let mut responses = Vec::with_capacity(parsed.items.len());
-        for request in parsed.requests(session) {
+        for request in parsed.into_requests(session) {
             responses.push(ctx.worker.infer(request).await.map_err(Refusal::infer)?);
         }
         let infer_ms = t0.elapsed().as_secs_f64() * 1e3;

@@ -430,7 +430,8 @@ async fn answer_action(
         .in_scope(|| parse(obs, options, schema))
         .map_err(refused)?;
     let session = p.session.as_ref().map(|id| SessionKey::named(SESSIONS, id));
-    let requests = p.requests(session);
+    let form = p.form;
+    let requests = p.into_requests(session);
     if requests.len() > ctx.max_batch {
         return Err(refused(WireError::field(
             "observation",
@@ -454,7 +455,7 @@ async fn answer_action(
             .map_err(|e| (Outcome::of_error(&e), e.to_string()))?;
         responses.push(r);
     }
-    let reply = action_reply(&responses, schema, p.form)
+    let reply = action_reply(&responses, schema, form)
         .map_err(|e| (Outcome::Internal, format!("internal error: {e}")))?;
     Ok((reply, responses))
 }
