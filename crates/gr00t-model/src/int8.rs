@@ -6,7 +6,7 @@
 
 use crate::error::SettingError;
 pub use crate::gemm::int8::{Int8Kernel, PackedI8, LEVELS};
-use crate::linear::{bias_of, input_rows};
+use crate::op_inputs::{bias_of, input_rows};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Storage, Tensor, D};
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -143,13 +143,9 @@ pub fn loading_with_stages<R>(stages: Int8Stages, levels: i32, f: impl FnOnce() 
     f()
 }
 
-/// Loads `stage` through `f`: its linear layers int8 when the stage is in the load's set.
-pub(crate) fn loading_stage<R>(stage: Stage, f: impl FnOnce() -> R) -> R {
-    if LOAD_STAGES.with(Cell::get).contains(stage) {
-        crate::linear::loading_with(crate::linear::Products::Int8, f)
-    } else {
-        f()
-    }
+/// Whether the layers of `stage` load int8 on this thread.
+pub(crate) fn loads_int8(stage: Stage) -> bool {
+    LOAD_STAGES.with(Cell::get).contains(stage)
 }
 
 /// The grid the weights loading now are quantised to.

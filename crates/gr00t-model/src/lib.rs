@@ -19,6 +19,7 @@ pub mod linear;
 pub mod model;
 pub(crate) mod nn;
 pub mod noise;
+pub(crate) mod op_inputs;
 pub mod rtc;
 pub mod synth;
 pub mod taps;

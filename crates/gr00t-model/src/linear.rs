@@ -15,7 +15,8 @@ use crate::cpu_kernel::{self, CpuKernel};
 use crate::gemm::avx512::{self, Rhs};
 use crate::gemm::out_ptr::OutPtr;
 use crate::gemm::{amx, avx2, avx512bf16, widen};
-use crate::int8::PackedI8;
+use crate::int8::{self, PackedI8, Stage};
+use crate::op_inputs::{bias_of, input_rows};
 use crate::weights::COMPACT;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Storage, Tensor, D};
 use candle_nn::VarBuilder;
@@ -63,6 +64,16 @@ pub fn loading_with<R>(products: Products, f: impl FnOnce() -> R) -> R {
     }
     let _restore = Restore(LOAD_PRODUCTS.with(|p| p.replace(products)));
     f()
+}
+
+/// Loads `stage` through `f`: its linear layers int8 when the stage is in the load's set
+/// ([`int8::loading_with_stages`]).
+pub(crate) fn loading_stage<R>(stage: Stage, f: impl FnOnce() -> R) -> R {
+    if int8::loads_int8(stage) {
+        loading_with(Products::Int8, f)
+    } else {
+        f()
+    }
 }
 
 /// Rounds f32 values to bf16 (round to nearest even), kept as f32.
@@ -406,34 +417,6 @@ impl CustomOp1 for WidenedMatMul<'_> {
             }
         };
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
-    }
-}
-
-/// The `[m, k]` f32 input of a CPU product op (`op` names it in the error): its values, m, k.
-pub(crate) fn input_rows<'a>(
-    storage: &'a CpuStorage,
-    layout: &Layout,
-    op: &str,
-) -> candle_core::Result<(&'a [f32], usize, usize)> {
-    let (m, k) = layout.shape().dims2()?;
-    match (storage, layout.contiguous_offsets()) {
-        (CpuStorage::F32(v), Some((a, b))) => Ok((&v[a..b], m, k)),
-        _ => candle_core::bail!("{op}: input must be contiguous f32"),
-    }
-}
-
-/// A product op's `[n]` f32 bias from its locked storage and layout (`None` without a bias).
-pub(crate) fn bias_of<'a>(
-    bias: Option<(&'a Storage, &Layout)>,
-    n: usize,
-    op: &str,
-) -> candle_core::Result<Option<&'a [f32]>> {
-    match bias {
-        None => Ok(None),
-        Some((g, bl)) => match (g, bl.contiguous_offsets()) {
-            (Storage::Cpu(CpuStorage::F32(v)), Some((a, e))) if e - a == n => Ok(Some(&v[a..e])),
-            _ => candle_core::bail!("{op}: bias must be a CPU f32 [{n}]"),
-        },
     }
 }
 

@@ -14,7 +14,8 @@ mod sampler;
 mod vl_adapter;
 
 use crate::config::Gr00tConfig;
-use crate::int8::{loading_stage, Stage};
+use crate::int8::Stage;
+use crate::linear::loading_stage;
 use crate::rtc::Rtc;
 use crate::taps::Recorder;
 use crate::{Error, Result};

@@ -4,7 +4,8 @@
 
 use crate::config::BackboneConfig;
 use crate::error::{Error, Result};
-use crate::int8::{loading_stage, Stage};
+use crate::int8::Stage;
+use crate::linear::loading_stage;
 use crate::taps::Recorder;
 use crate::text::{rope_index, TextModel};
 use crate::vision::VisionTower;

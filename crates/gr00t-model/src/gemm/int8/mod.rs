@@ -28,8 +28,9 @@ mod ymm;
 
 use super::driver::has_features;
 use super::out_ptr::{split, OutPtr};
+pub use pack::PackedI8;
 use pack::NP;
-pub use pack::{PackedI8, LEVELS};
+pub use quant::LEVELS;
 use quant::{quantize_rows, Encoding, QuantRows};
 
 /// An int8 GEMM kernel, in increasing order of speed.

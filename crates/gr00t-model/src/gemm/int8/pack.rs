@@ -3,7 +3,7 @@
 //! `[⌈K/4⌉][NP][4]` (four consecutive k of a column in one 32-bit lane), k and the columns
 //! past N padded with zero.
 
-use super::quant::quantize_row;
+use super::quant::{quantize_row, row_scale, LEVELS};
 use rayon::prelude::*;
 
 /// Columns of a panel: one AVX-512 vector of i32 sums, two AVX2 ones.
@@ -11,10 +11,6 @@ pub(crate) const NP: usize = 16;
 
 /// Columns the stored scales and sums cover: whole AVX-512 tiles of two panels.
 const N_ALIGN: usize = 2 * NP;
-
-/// The quantisation grid of a full int8: values `-127..=127` (the symmetric range, so that
-/// negating a weight never overflows and `vpsignb` stays exact).
-pub const LEVELS: i32 = 127;
 
 /// An `[N, K]` weight as s8 panels with one f32 scale per column (row of the weight).
 #[derive(Debug)]
@@ -152,47 +148,4 @@ impl PackedI8 {
     pub fn bytes(&self) -> usize {
         self.storage.len() + 8 * self.scales.len()
     }
-}
-
-/// `(max|x|/levels, levels/max|x|)` of a row: `(0, 0)` for an all-zero row, NaN scale for a
-/// row holding a NaN or infinity.
-pub(crate) fn row_scale(x: &[f32], levels: i32) -> (f32, f32) {
-    let amax = abs_max_bits(x);
-    if amax >= f32::INFINITY.to_bits() {
-        (f32::NAN, 0.0)
-    } else if amax == 0 {
-        (0.0, 0.0)
-    } else {
-        let amax = f32::from_bits(amax);
-        (amax / levels as f32, levels as f32 / amax)
-    }
-}
-
-/// The bits of `max|x|`: on sign-cleared bits integer order is float order, and a NaN or an
-/// infinity compares at or above the infinity's bits (an integer max vectorises; a float one
-/// with NaN rules does not).
-fn abs_max_bits(x: &[f32]) -> u32 {
-    #[inline(always)]
-    fn plain(x: &[f32]) -> u32 {
-        x.iter().fold(0, |m, v| m.max(v.to_bits() & 0x7fff_ffff))
-    }
-    /// [`plain`] compiled for AVX2 (vectorised by the compiler).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn avx2(x: &[f32]) -> u32 {
-        plain(x)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was detected.
-        return unsafe { avx2(x) };
-    }
-    plain(x)
-}
-
-/// `round_ties_even(v·inv)` clamped to `±levels`.
-#[inline(always)]
-pub(crate) fn quantize_value(v: f32, inv: f32, levels: i32) -> i8 {
-    let l = levels as f32;
-    (v * inv).round_ties_even().clamp(-l, l) as i8
 }

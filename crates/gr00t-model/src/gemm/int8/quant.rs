@@ -1,8 +1,13 @@
-//! The activations of an int8 product, quantised per call: each row to s8 by its own absolute
-//! maximum (per token), k padded with zero to a multiple of 4.
+//! Quantisation to int8: the grid ([`LEVELS`]), a row's scale and one value's rounding (the
+//! weights' at load and the activations' per call), and the activations of an int8 product,
+//! quantised per call: each row to s8 by its own absolute maximum (per token), k padded with
+//! zero to a multiple of 4.
 
-use super::pack::{quantize_value, row_scale, LEVELS};
 use crate::gemm::out_ptr::{par_fresh, OutPtr};
+
+/// The quantisation grid of a full int8: values `-127..=127` (the symmetric range, so that
+/// negating a weight never overflows and `vpsignb` stays exact).
+pub const LEVELS: i32 = 127;
 
 /// How a kernel reads the quantised activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,4 +150,47 @@ unsafe fn quantize_row_avx2(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mu
         }
     }
     quantize_row_plain(&x[whole..n], inv, levels, flip, &mut out[whole..n]);
+}
+
+/// `(max|x|/levels, levels/max|x|)` of a row: `(0, 0)` for an all-zero row, NaN scale for a
+/// row holding a NaN or infinity.
+pub(crate) fn row_scale(x: &[f32], levels: i32) -> (f32, f32) {
+    let amax = abs_max_bits(x);
+    if amax >= f32::INFINITY.to_bits() {
+        (f32::NAN, 0.0)
+    } else if amax == 0 {
+        (0.0, 0.0)
+    } else {
+        let amax = f32::from_bits(amax);
+        (amax / levels as f32, levels as f32 / amax)
+    }
+}
+
+/// The bits of `max|x|`: on sign-cleared bits integer order is float order, and a NaN or an
+/// infinity compares at or above the infinity's bits (an integer max vectorises; a float one
+/// with NaN rules does not).
+fn abs_max_bits(x: &[f32]) -> u32 {
+    #[inline(always)]
+    fn plain(x: &[f32]) -> u32 {
+        x.iter().fold(0, |m, v| m.max(v.to_bits() & 0x7fff_ffff))
+    }
+    /// [`plain`] compiled for AVX2 (vectorised by the compiler).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(x: &[f32]) -> u32 {
+        plain(x)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected.
+        return unsafe { avx2(x) };
+    }
+    plain(x)
+}
+
+/// `round_ties_even(v·inv)` clamped to `±levels`.
+#[inline(always)]
+pub(crate) fn quantize_value(v: f32, inv: f32, levels: i32) -> i8 {
+    let l = levels as f32;
+    (v * inv).round_ties_even().clamp(-l, l) as i8
 }
