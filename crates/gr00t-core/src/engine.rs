@@ -7,7 +7,7 @@ use crate::device::DeviceOptions;
 use crate::dtype_check;
 use crate::error::{InferError, LoadError};
 use crate::info::{EmbodimentInfo, EngineInfo};
-use crate::layouts::{served_tags, Layouts};
+use crate::layouts::Layouts;
 use crate::precision::{self, Precision};
 use crate::request::Request;
 use crate::response::{ActionGroups, PredictResponse, TimingMs};
@@ -20,7 +20,6 @@ use gr00t_embodiment::frame_history::FrameHistory;
 use gr00t_embodiment::image::ImagePipeline;
 use gr00t_embodiment::observation::{NoiseSource, Observation, RequestError};
 use gr00t_embodiment::prompt::PromptEncoder;
-use gr00t_embodiment::EMBODIMENT_TAG;
 use gr00t_model::cpu_kernel;
 use gr00t_model::hub;
 use gr00t_model::int8::Int8Stages;
@@ -52,11 +51,7 @@ pub struct Engine {
     model: Gr00tModel,
     /// Every served embodiment, the default first.
     embodiments: Vec<EmbodimentProcessor>,
-    horizon: usize,
-    action_dim: usize,
     info: EngineInfo,
-    /// The checkpoint's image pipeline (the status page shows frames as the model saw them).
-    pipeline: ImagePipeline,
     /// The served layouts as the doors read requests against them, built once at load.
     layouts: Layouts,
 }
@@ -69,10 +64,7 @@ impl Engine {
             Some(path) => PromptEncoder::load(path)?,
             None => PromptEncoder::from_bytes(BUNDLED_TOKENIZER)?,
         };
-        let tags = served_tags(&ckpt, &opts.embodiments)?;
-        let pipeline = ImagePipeline::from_checkpoint(&ckpt)?;
-        let tags: Vec<&str> = tags.iter().map(String::as_str).collect();
-        let layouts = Layouts::of_checkpoint(&ckpt, &tags)?;
+        let layouts = Layouts::of_checkpoint(&ckpt, &opts.embodiments)?;
         let embodiments: Vec<EmbodimentProcessor> = layouts
             .all()
             .iter()
@@ -122,7 +114,10 @@ impl Engine {
             checkpoint: opts.checkpoint.display().to_string(),
             checkpoint_digest: digest.clone(),
             synthetic_weights: ckpt.is_synthetic(),
-            embodiment: tags[0].to_string(),
+            embodiment: layouts
+                .tags()
+                .first()
+                .map_or(String::new(), |t| t.to_string()),
             embodiments: layouts.all().iter().cloned().map(EmbodimentInfo).collect(),
             embodiment_weights_mib: model.embodiment_weight_bytes() as f64 / (1 << 20) as f64,
             action_horizon: ckpt.config.action_horizon,
@@ -206,10 +201,7 @@ impl Engine {
         Ok(Engine {
             model,
             embodiments,
-            horizon: ckpt.config.action_horizon,
-            action_dim: ckpt.config.max_action_dim,
             info,
-            pipeline,
             layouts,
         })
     }
@@ -289,7 +281,12 @@ impl Engine {
                     )));
                 }
                 let rtc = steps
-                    .against(last.values, last.rows, self.horizon, self.action_dim)
+                    .against(
+                        last.values,
+                        last.rows,
+                        self.layouts.horizon,
+                        self.layouts.action_dim,
+                    )
                     .map_err(InferError::Invalid)?;
                 Ok((Some(rtc), Some("session")))
             }
@@ -302,14 +299,9 @@ impl Engine {
         &self.layouts
     }
 
-    /// The checkpoint's image pipeline.
+    /// The checkpoint's image pipeline (the status page shows frames as the model saw them).
     pub fn image_pipeline(&self) -> &ImagePipeline {
-        &self.pipeline
-    }
-
-    /// Whether the DROID layout is served (the demo request and the ZMQ/websocket doors need it).
-    pub fn serves_droid(&self) -> bool {
-        self.embodiment(EMBODIMENT_TAG).is_some()
+        self.embodiments[0].layout().frames.images()
     }
 
     /// Runs one blank observation of the default embodiment (mid-grey 256×256 frames, zero

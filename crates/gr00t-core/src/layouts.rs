@@ -1,10 +1,9 @@
 //! The served layouts as the doors read requests against them ([`Layouts`]: one
-//! [`Layout`] per served embodiment, the default first, built once at load) and which tags a
-//! checkpoint serves ([`served_tags`]).
+//! [`Layout`] per served embodiment, the default first, built once at load, each spec read once
+//! also when deciding which tags a checkpoint can serve).
 
 use crate::error::LoadError;
 use gr00t_embodiment::embodiment_tags;
-use gr00t_embodiment::error::EmbodimentError;
 use gr00t_embodiment::image::ImagePipeline;
 use gr00t_embodiment::layout::{EmbodimentSpec, Layout};
 use gr00t_embodiment::EMBODIMENT_TAG;
@@ -17,8 +16,6 @@ use std::sync::Arc;
 pub struct Layouts {
     /// Every served embodiment's layout, the default first.
     served: Vec<Arc<Layout>>,
-    /// Whether DROID is served (the doors' DROID dialects need it).
-    pub droid: bool,
     /// Rows the model generates (40).
     pub horizon: usize,
     /// Action width of the model (132).
@@ -26,21 +23,57 @@ pub struct Layouts {
 }
 
 impl Layouts {
-    /// The layouts of `tags` (the first the default) read from `ckpt`'s files alone, no
-    /// weights loaded: the engine's at load, and what reads requests without a model (tools,
-    /// the doors' tests).
-    pub fn of_checkpoint(ckpt: &Checkpoint, tags: &[&str]) -> Result<Layouts, EmbodimentError> {
+    /// The layouts `names` ask for (tags in any case or upstream's enum names, resolved, in
+    /// order, the first the default), or with no names every layout the checkpoint can serve,
+    /// DROID first (the others logged); read from `ckpt`'s files alone, no weights loaded. The
+    /// engine's at load, and what reads requests without a model (tools, the doors' tests).
+    pub fn of_checkpoint<S: AsRef<str>>(
+        ckpt: &Checkpoint,
+        names: &[S],
+    ) -> Result<Layouts, LoadError> {
         let images = ImagePipeline::from_checkpoint(ckpt)?;
-        let served = tags
-            .iter()
-            .map(|tag| Layout::new(ckpt, tag, &images).map(Arc::new))
-            .collect::<Result<Vec<_>, _>>()?;
+        let all: Vec<&str> = ckpt
+            .processor
+            .modality_configs
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut served: Vec<Arc<Layout>> = Vec::new();
+        for name in names.iter().map(AsRef::as_ref) {
+            let tag = embodiment_tags::resolve(name, all.iter().copied()).ok_or_else(|| {
+                LoadError::Embodiments(format!(
+                    "--embodiment {name:?}: the checkpoint has no such embodiment (it has {all:?})"
+                ))
+            })?;
+            if !served.iter().any(|l| l.tag() == tag) {
+                served.push(Arc::new(Layout::new(ckpt, tag, &images)?));
+            }
+        }
+        if names.is_empty() {
+            for tag in &all {
+                match EmbodimentSpec::new(ckpt, tag) {
+                    Ok(spec) => served.push(Arc::new(Layout::of_spec(ckpt, spec, &images)?)),
+                    Err(e) => tracing::warn!("embodiment {tag:?} is not served: {e}"),
+                }
+            }
+            // DROID first: the contract's default layout.
+            served.sort_by_key(|l| l.tag() != EMBODIMENT_TAG);
+            if served.is_empty() {
+                return Err(LoadError::Embodiments(
+                    "the checkpoint has no embodiment this server can serve".into(),
+                ));
+            }
+        }
         Ok(Layouts {
             served,
-            droid: tags.contains(&EMBODIMENT_TAG),
             horizon: ckpt.config.action_horizon,
             action_dim: ckpt.config.max_action_dim,
         })
+    }
+
+    /// Whether DROID is served (the doors' DROID dialects need it).
+    pub fn serves_droid(&self) -> bool {
+        self.served.iter().any(|l| l.tag() == EMBODIMENT_TAG)
     }
 
     /// The served layout `name` means (tag in any case, or upstream's enum name).
@@ -63,45 +96,4 @@ impl Layouts {
     pub fn tags(&self) -> Vec<&str> {
         self.served.iter().map(|l| l.tag()).collect()
     }
-}
-
-/// The tags to serve: the requested ones (resolved, in order), or every tag whose layout the
-/// server can serve, DROID first; unservable tags are logged when not asked for.
-pub fn served_tags(ckpt: &Checkpoint, requested: &[String]) -> Result<Vec<String>, LoadError> {
-    let all: Vec<&str> = ckpt
-        .processor
-        .modality_configs
-        .keys()
-        .map(String::as_str)
-        .collect();
-    if !requested.is_empty() {
-        let mut tags: Vec<String> = Vec::new();
-        for name in requested {
-            let tag = embodiment_tags::resolve(name, all.iter().copied()).ok_or_else(|| {
-                LoadError::Embodiments(format!(
-                    "--embodiment {name:?}: the checkpoint has no such embodiment (it has {all:?})"
-                ))
-            })?;
-            EmbodimentSpec::new(ckpt, tag)?;
-            if !tags.iter().any(|t| t == tag) {
-                tags.push(tag.to_string());
-            }
-        }
-        return Ok(tags);
-    }
-    let mut tags = Vec::new();
-    for tag in all {
-        match EmbodimentSpec::new(ckpt, tag) {
-            Ok(_) => tags.push(tag.to_string()),
-            Err(e) => tracing::warn!("embodiment {tag:?} is not served: {e}"),
-        }
-    }
-    // DROID first: the contract's default layout.
-    tags.sort_by_key(|t| t != EMBODIMENT_TAG);
-    if tags.is_empty() {
-        return Err(LoadError::Embodiments(
-            "the checkpoint has no embodiment this server can serve".into(),
-        ));
-    }
-    Ok(tags)
 }

@@ -46,7 +46,6 @@ pub struct EncodedRequest {
 pub struct EmbodimentProcessor {
     /// The served layout (shared with the doors, which read requests against it).
     layout: Arc<Layout>,
-    images: ImagePipeline,
     prompt: PromptEncoder,
     /// Rows the model generates (`config.action_horizon`, 40).
     model_horizon: usize,
@@ -77,7 +76,6 @@ impl EmbodimentProcessor {
         layout: Arc<Layout>,
     ) -> EmbodimentProcessor {
         EmbodimentProcessor {
-            images: layout.frames.images().clone(),
             layout,
             prompt: prompt.with_formalize(ckpt.processor.formalize_language),
             model_horizon: ckpt.config.action_horizon,
@@ -88,6 +86,11 @@ impl EmbodimentProcessor {
     /// The layout served: keys, widths, offsets and statistics.
     pub fn spec(&self) -> &EmbodimentSpec {
         &self.layout.spec
+    }
+
+    /// The checkpoint's image pipeline (the one the layout's frame checks are bound to).
+    fn images(&self) -> &ImagePipeline {
+        self.layout.frames.images()
     }
 
     /// The whole served layout, as the doors share it.
@@ -113,7 +116,7 @@ impl EmbodimentProcessor {
         let (frames, currents) = self.time_major_frames(obs, history)?;
         let frames: Vec<&PreparedFrame> = frames.iter().map(|f| &**f).collect();
         let (processed, prompt) =
-            images_and_prompt(&self.images, &self.prompt, &frames, &obs.instruction)?;
+            images_and_prompt(self.images(), &self.prompt, &frames, &obs.instruction)?;
         let state = self
             .spec()
             .state
@@ -193,7 +196,7 @@ impl EmbodimentProcessor {
                 self.layout
                     .frames
                     .check_size(&field, frame.width, frame.height)?;
-                self.images
+                self.images()
                     .geometry(frame.width, frame.height)
                     .map_err(|e| RequestError::new(&field, e.to_string()))?;
                 flat.push((field, frame));
@@ -224,7 +227,7 @@ impl EmbodimentProcessor {
             .chain(kept_sent.iter().map(|f| &**f))
             .collect();
         let mut prepared = Vec::with_capacity(inputs.len());
-        for (i, p) in self.images.prepare_all(&inputs).into_iter().enumerate() {
+        for (i, p) in self.images().prepare_all(&inputs).into_iter().enumerate() {
             // A kept frame passed these checks when it was sent.
             let field = flat.get(i).map_or("images", |(field, _)| field.as_str());
             prepared.push(Arc::new(
@@ -278,7 +281,7 @@ impl EmbodimentProcessor {
                                 s0.0,
                                 s0.1,
                                 spec.tag,
-                                if self.images.eval.letter_box {
+                                if self.images().eval.letter_box {
                                     ""
                                 } else {
                                     ", or serve a checkpoint with letter_box_transform: true"

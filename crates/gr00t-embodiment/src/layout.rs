@@ -35,7 +35,16 @@ impl Layout {
         tag: &str,
         images: &ImagePipeline,
     ) -> Result<Layout, EmbodimentError> {
-        let spec = EmbodimentSpec::new(ckpt, tag)?;
+        Layout::of_spec(ckpt, EmbodimentSpec::new(ckpt, tag)?, images)
+    }
+
+    /// The layout of a spec read from `ckpt`: its frame checks and modality config added.
+    pub fn of_spec(
+        ckpt: &Checkpoint,
+        spec: EmbodimentSpec,
+        images: &ImagePipeline,
+    ) -> Result<Layout, EmbodimentError> {
+        let tag = spec.tag.as_str();
         let frames = ViewDecoder::new(tag, images)?;
         // `EmbodimentSpec::new` found the tag's modality config.
         let modality = ckpt

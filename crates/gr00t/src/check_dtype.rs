@@ -129,7 +129,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
     bar.set_message("loading f32");
     let f32_engine = engine_with(DtypeSetting::F32)?;
     // The demo is DROID: a fine-tune without that embodiment skips it.
-    let droid = f32_engine.layouts().droid;
+    let droid = f32_engine.layouts().serves_droid();
     if !droid {
         observations.remove(0);
         bar.set_length(2 * observations.len() as u64);

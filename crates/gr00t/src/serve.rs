@@ -378,7 +378,7 @@ fn loud_warning(lines: &[String]) {
 /// loaded checkpoint is the one the demo reference was computed for, checks the answer.
 fn warm_up(engine: &Engine, info: &EngineInfo) -> Result<(), ServeError> {
     let t0 = Instant::now();
-    if !engine.serves_droid() {
+    if !engine.layouts().serves_droid() {
         // The demo is a DROID request: warm up on a blank observation of the default instead.
         engine.warm_up_blank().map_err(ServeError::WarmUp)?;
         tracing::info!(

@@ -280,7 +280,7 @@ pub fn request_from_body(
         )?,
         None => None,
     };
-    let keys = if layouts.droid && spec.tag == EMBODIMENT_TAG {
+    let keys = if spec.tag == EMBODIMENT_TAG {
         Keys::Droid
     } else {
         Keys::Layout(spec)

@@ -43,17 +43,18 @@ impl Shown {
     /// The page's copy of `request`'s input, its views in the order of its served layout.
     pub fn of(request: &Request, layouts: &Layouts) -> Shown {
         let obs = &request.observation;
-        let (views, deltas) = match layouts.resolve(&request.tag) {
-            Some(l) => (l.spec.views.clone(), l.spec.frame_deltas.clone()),
-            None => (
-                obs.images.iter().map(|(v, _)| v.clone()).collect(),
-                Vec::new(),
+        // The request was read against a served layout; without one, nothing is shown.
+        let (frames, deltas) = match layouts.resolve(&request.tag) {
+            Some(l) => (
+                l.spec
+                    .views
+                    .iter()
+                    .filter_map(|v| obs.images.iter().find(|(sent, _)| sent == v).cloned())
+                    .collect(),
+                l.spec.frame_deltas.clone(),
             ),
+            None => (Vec::new(), Vec::new()),
         };
-        let frames = views
-            .iter()
-            .filter_map(|v| obs.images.iter().find(|(sent, _)| sent == v).cloned())
-            .collect();
         Shown {
             frames,
             deltas,

@@ -117,14 +117,13 @@ fn video(
         return Err(WireError::field(key, "video data is short"));
     }
     // The first frame keeps the array's buffer; the others are copied out of it.
-    let mut copies: Vec<Vec<u8>> = (1..n)
+    let copies: Vec<Vec<u8>> = (1..n)
         .map(|i| data[i * frame_len..(i + 1) * frame_len].to_vec())
         .collect();
     data.truncate(frame_len);
     // A kept frame must not hold the rest of the array (a session's history counts lengths).
     data.shrink_to_fit();
-    copies.insert(0, data);
-    let mut bytes = copies.into_iter();
+    let mut bytes = std::iter::once(data).chain(copies);
     let mut out = Vec::with_capacity(b);
     for _ in 0..b {
         let mut frames = Vec::with_capacity(tt);
