@@ -15,9 +15,9 @@ use crate::rtc::RtcPlan;
 use candle_core::DType;
 use gr00t_embodiment::actions::ActionError;
 use gr00t_embodiment::embodiment::{EmbodimentProcessor, EncodedRequest};
-use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::frame_history::FrameHistory;
 use gr00t_embodiment::image::ImagePipeline;
+use gr00t_embodiment::layout::Layout;
 use gr00t_embodiment::observation::{NoiseSource, Observation, RequestError};
 use gr00t_embodiment::prompt::PromptEncoder;
 use gr00t_model::cpu_kernel;
@@ -225,13 +225,7 @@ impl Engine {
         let decode_span = tracing::info_span!("decode").entered();
         let pre_ms = request.decode_ms;
         let plan = request.rtc;
-        let served = |tag: &str| {
-            self.embodiment(tag).ok_or_else(|| {
-                let served = self.embodiments.iter().map(|p| p.spec().tag.as_str());
-                InferError::Invalid(crate::error::not_served(tag, served))
-            })
-        };
-        let processor = served(&request.tag)?;
+        let processor = self.processor_of(&request.layout)?;
         let return_normalized = request.return_normalized;
         request_span.record("embodiment", processor.spec().tag.as_str());
         let (rtc, rtc_source) = self.rtc_of(plan, &processor.spec().tag)?;
@@ -337,11 +331,21 @@ impl Engine {
         )
     }
 
-    /// The served embodiment `name` means (tag in any case, or upstream's enum name).
-    pub fn embodiment(&self, name: &str) -> Option<&EmbodimentProcessor> {
-        let tag =
-            embodiment_tags::resolve(name, self.embodiments.iter().map(|p| p.spec().tag.as_str()))?;
-        self.embodiments.iter().find(|p| p.spec().tag == tag)
+    /// The processor of a layout a door resolved against [`Self::layouts`]; a layout this
+    /// engine does not serve is the server's fault (the door resolved the tag), not the
+    /// client's.
+    fn processor_of(&self, layout: &Layout) -> Result<&EmbodimentProcessor, InferError> {
+        self.embodiments
+            .iter()
+            .find(|p| p.spec().tag == layout.tag())
+            .ok_or_else(|| {
+                InferError::Internal(format!(
+                    "a request of embodiment {:?} reached an engine that serves {:?}: its door \
+                     resolved it against other layouts",
+                    layout.tag(),
+                    self.layouts.tags()
+                ))
+            })
     }
 
     /// [`Self::forward`] of an encoded observation of `processor`'s embodiment.

@@ -482,11 +482,27 @@ mod tests {
     use gr00t_embodiment::embodiment::Observation;
     use gr00t_embodiment::observation::NoiseSource;
     use std::sync::mpsc::channel;
+    use std::sync::OnceLock;
+
+    /// The tiny checkpoint's DROID layout, read once (the stub never looks at it).
+    fn layout() -> std::sync::Arc<gr00t_embodiment::layout::Layout> {
+        static LAYOUT: OnceLock<std::sync::Arc<gr00t_embodiment::layout::Layout>> = OnceLock::new();
+        LAYOUT
+            .get_or_init(|| {
+                let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint())
+                    .expect("the tiny checkpoint opens");
+                crate::layouts::Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG])
+                    .expect("the tiny checkpoint serves DROID")
+                    .all()[0]
+                    .clone()
+            })
+            .clone()
+    }
 
     /// A stand-in request whose instruction is `tag` (the first byte routes the stub).
     fn req(tag: &[u8]) -> Request {
         Request::new(
-            "test",
+            layout(),
             Observation {
                 images: vec![],
                 state: vec![],

@@ -1,19 +1,24 @@
-//! What every door hands the inference queue: one typed [`Request`] (a tag and a generic
-//! observation), built from its wire format (HTTP JSON, ZMQ and websocket msgpack) before it
-//! is queued; the queue never holds bytes.
+//! What every door hands the inference queue: one checked [`Request`] (the served layout the
+//! door resolved and a generic observation whose views, frame counts and frame sizes the door
+//! checked against it), built from its wire format (HTTP JSON, ZMQ and websocket msgpack)
+//! before it is queued; the queue never holds bytes, the engine does not check them again.
 
 use crate::rtc::RtcPlan;
 use crate::session::SessionKey;
+use gr00t_embodiment::layout::Layout;
 use gr00t_embodiment::observation::Observation;
 use gr00t_model::Rtc;
+use std::sync::Arc;
 
 /// One request of any door.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Request {
-    /// The embodiment tag the observation is of.
-    pub tag: String,
-    /// The observation in the generic layout, frames decoded (a view sent with its current
-    /// frame only is completed from the session's frame history).
+    /// The served layout the observation is of, as the door resolved its tag
+    /// ([`crate::layouts::Layouts::resolve`]).
+    pub layout: Arc<Layout>,
+    /// The observation in the generic layout, frames decoded and checked against `layout` by
+    /// the door (a view sent with its current frame only is completed from the session's frame
+    /// history).
     pub observation: Observation,
     /// Also return the normalised chunk.
     pub return_normalized: bool,
@@ -30,12 +35,26 @@ pub struct Request {
     pub session_token: Option<String>,
 }
 
+impl PartialEq for Request {
+    /// Requests are equal when they are of the same served tag and all else is equal (a
+    /// layout is the checkpoint's, read once: its tag names it).
+    fn eq(&self, other: &Request) -> bool {
+        self.tag() == other.tag()
+            && self.observation == other.observation
+            && self.return_normalized == other.return_normalized
+            && self.decode_ms == other.decode_ms
+            && self.rtc == other.rtc
+            && self.session == other.session
+            && self.session_token == other.session_token
+    }
+}
+
 impl Request {
-    /// A request of `observation` for embodiment `tag`, no normalised chunk, nothing decoded
-    /// by the door.
-    pub fn new(tag: impl Into<String>, observation: Observation) -> Request {
+    /// A request of `observation`, checked against the served `layout`, no normalised chunk,
+    /// nothing decoded by the door.
+    pub fn new(layout: Arc<Layout>, observation: Observation) -> Request {
         Request {
-            tag: tag.into(),
+            layout,
             observation,
             return_normalized: false,
             decode_ms: 0.0,
@@ -43,6 +62,11 @@ impl Request {
             session: None,
             session_token: None,
         }
+    }
+
+    /// The embodiment tag the observation is of.
+    pub fn tag(&self) -> &str {
+        self.layout.tag()
     }
 
     /// The request with real-time chunking against a chunk of its own.

@@ -98,13 +98,37 @@ impl EmbodimentProcessor {
         &self.layout
     }
 
-    /// Turns an observation into model inputs; the client's faults name the field.
+    /// Turns an observation into model inputs, checking it first ([`Self::check`]); the
+    /// client's faults name the field.
     pub fn encode(&self, obs: &Observation) -> Result<EncodedRequest, EmbodimentError> {
+        self.check(obs)?;
         Ok(self.encode_in(obs, None)?.0)
     }
 
-    /// [`Self::encode`] in a session whose `history` supplies the older frames of views sent
-    /// with their current frame only; also returns each view's current frame, prepared, for
+    /// What a door checks before it hands over an observation of this layout: exactly its
+    /// views, one frame per offset each, every frame's size accepted by the layout's frame
+    /// checks (the checks the doors run on headers and array shapes, on decoded frames).
+    pub fn check(&self, obs: &Observation) -> Result<(), RequestError> {
+        let sent = || obs.images.iter().map(|(v, f)| (v.as_str(), f.len()));
+        self.spec().check_sent_views(sent(), false)?;
+        for (view, frames) in &obs.images {
+            for (i, frame) in frames.iter().enumerate() {
+                let field = format!("images.{view}[{i}]");
+                frame
+                    .check()
+                    .map_err(|e| RequestError::new(&field, e.to_string()))?;
+                self.layout
+                    .frames
+                    .check_size(&field, frame.width, frame.height)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::encode`] of an observation its door checked against this layout (views and
+    /// counts, a lone current frame only in a session, frame sizes: debug assertions here), in
+    /// a session whose `history` supplies the older frames of views sent with their current
+    /// frame only; also returns each view's current frame, prepared, for
     /// [`FrameHistory::record`] once the observation is answered (`None` while the session
     /// has only ever sent whole views: it keeps no frames then).
     pub fn encode_in(
@@ -160,11 +184,12 @@ impl EmbodimentProcessor {
         self.spec().actions.decode(action_pred, &obs.raw_state())
     }
 
-    /// Checks the views and frame counts, prepares the frames sent (eval transform and Qwen
-    /// resize, one thread each), completes lone frames from `history` and orders the frames as
-    /// the prompt wants them: time-major, for each offset every view in config order. Every
-    /// frame must reach the same size after the eval transform (upstream stacks the views).
-    /// Also returns each view's current frame when the history takes part.
+    /// Prepares the frames sent (eval transform and Qwen resize, one thread each), completes
+    /// lone frames from `history` and orders the frames as the prompt wants them: time-major,
+    /// for each offset every view in config order. Every frame, kept ones included, must reach
+    /// the same size after the eval transform (upstream stacks the views): the one check only
+    /// the session's history can make. Also returns each view's current frame when the
+    /// history takes part.
     fn time_major_frames(
         &self,
         obs: &Observation,
@@ -174,7 +199,11 @@ impl EmbodimentProcessor {
         let deltas = &spec.frame_deltas;
         let sent = || obs.images.iter().map(|(v, f)| (v.as_str(), f.len()));
         let history = history.filter(|h| h.engaged(sent(), deltas));
-        spec.check_sent_views(sent(), history.is_some())?;
+        debug_assert_eq!(
+            spec.check_sent_views(sent(), history.is_some()),
+            Ok(()),
+            "the door checks the views and counts"
+        );
         let per_view: Vec<(&String, &Vec<Frame>)> = spec
             .views
             .iter()
@@ -185,20 +214,20 @@ impl EmbodimentProcessor {
                     .map(|(_, f)| (view, f))
             })
             .collect();
-        // The cheap checks of every frame sent, before any is processed.
+        // Every frame sent, named for a refusal of its preparation.
         let mut flat = Vec::new();
         for (view, frames) in &per_view {
             for (i, frame) in frames.iter().enumerate() {
                 let field = format!("images.{view}[{i}]");
-                frame
-                    .check()
-                    .map_err(|e| RequestError::new(&field, e.to_string()))?;
-                self.layout
-                    .frames
-                    .check_size(&field, frame.width, frame.height)?;
-                self.images()
-                    .geometry(frame.width, frame.height)
-                    .map_err(|e| RequestError::new(&field, e.to_string()))?;
+                debug_assert!(
+                    frame.check().is_ok(),
+                    "{field}: the door builds whole frames"
+                );
+                debug_assert_eq!(
+                    self.layout.frames.frame_size(frame.width, frame.height),
+                    Ok(()),
+                    "{field}: the door checks frame sizes"
+                );
                 flat.push((field, frame));
             }
         }

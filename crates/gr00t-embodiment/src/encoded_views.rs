@@ -32,20 +32,33 @@ impl ViewDecoder {
         &self.images
     }
 
-    /// Checks one frame's size against the tag's frame policy, if it has one; `field` names it.
+    /// Checks one frame's size (from its header or its pixels) as the door must before the
+    /// engine takes it: the tag's frame policy where it has one, else that the eval transform
+    /// and the Qwen resize can run on it. `field` names the frame.
     pub fn check_size(&self, field: &str, width: usize, height: usize) -> Result<(), RequestError> {
+        self.frame_size(width, height)
+            .map_err(|e| RequestError::new(field, e))
+    }
+
+    /// [`Self::check_size`]'s refusal text, for doors that word the field their own way.
+    pub fn frame_size(&self, width: usize, height: usize) -> Result<(), String> {
         match &self.policy {
+            // The policy's grid check runs the whole geometry.
             Some(policy) => policy
                 .check_size(&self.images, width, height)
-                .map_err(|e| RequestError::new(field, e.to_string())),
-            None => Ok(()),
+                .map_err(|e| e.to_string()),
+            None => self
+                .images
+                .geometry(width, height)
+                .map(drop)
+                .map_err(|e| e.to_string()),
         }
     }
 
     /// Decodes base64 frames per view (`(view, [frame per offset])`), time-major, each
     /// frame's size checked from its header before its pixels are decoded. The caller checks
-    /// the views and counts first (`EmbodimentSpec::check_sent_views`); the processor checks
-    /// them again.
+    /// the views and counts first (`EmbodimentSpec::check_sent_views`); the processor
+    /// takes them checked.
     pub fn decode(
         &self,
         views: &[(String, Vec<String>)],

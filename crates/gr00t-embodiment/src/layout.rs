@@ -155,40 +155,68 @@ impl EmbodimentSpec {
         given: impl Iterator<Item = (&'a str, usize)> + Clone,
         current_only: bool,
     ) -> Result<(), RequestError> {
-        let t = self.frame_deltas.len();
-        let expected = || {
-            format!(
-                "{} takes views {:?}, {t} frame(s) each (offsets {:?}, oldest first)",
-                self.tag, self.views, self.frame_deltas
-            )
-        };
         for (i, (view, count)) in given.clone().enumerate() {
-            let field = format!("images.{view}");
             if !self.views.iter().any(|v| v == view) {
-                return Err(RequestError::new(
-                    field,
-                    format!("not a view of {}; {}", self.tag, expected()),
-                ));
+                return Err(self.unknown_view(view));
             }
             if given.clone().take(i).any(|(v, _)| v == view) {
-                return Err(RequestError::new(field, "given twice"));
+                return Err(RequestError::new(format!("images.{view}"), "given twice"));
             }
-            if count != t && !(current_only && count == 1) {
-                let or_one = if current_only { " (or 1: t)" } else { "" };
-                return Err(RequestError::new(
-                    field,
-                    format!("expected {t} frames{or_one}, got {count}; {}", expected()),
-                ));
-            }
+            self.check_frame_count(view, count, current_only)?;
         }
         if let Some(missing) = self
             .views
             .iter()
             .find(|v| !given.clone().any(|(g, _)| g == v.as_str()))
         {
+            return Err(self.missing_view(missing));
+        }
+        Ok(())
+    }
+
+    /// What the layout's `images` must hold, as its refusals say it.
+    pub fn views_hint(&self) -> String {
+        format!(
+            "{} takes views {:?}, {} frame(s) each (offsets {:?}, oldest first)",
+            self.tag,
+            self.views,
+            self.frame_deltas.len(),
+            self.frame_deltas
+        )
+    }
+
+    /// The refusal of a view the layout does not have.
+    pub fn unknown_view(&self, view: &str) -> RequestError {
+        RequestError::new(
+            format!("images.{view}"),
+            format!("not a view of {}; {}", self.tag, self.views_hint()),
+        )
+    }
+
+    /// The refusal of a view of the layout that was not sent.
+    pub fn missing_view(&self, view: &str) -> RequestError {
+        RequestError::new(
+            format!("images.{view}"),
+            format!("missing; {}", self.views_hint()),
+        )
+    }
+
+    /// Checks one view's frame count: one per offset, or (`current_only`) the frame at t alone.
+    pub fn check_frame_count(
+        &self,
+        view: &str,
+        count: usize,
+        current_only: bool,
+    ) -> Result<(), RequestError> {
+        let t = self.frame_deltas.len();
+        if count != t && !(current_only && count == 1) {
+            let or_one = if current_only { " (or 1: t)" } else { "" };
             return Err(RequestError::new(
-                format!("images.{missing}"),
-                format!("missing; {}", expected()),
+                format!("images.{view}"),
+                format!(
+                    "expected {t} frames{or_one}, got {count}; {}",
+                    self.views_hint()
+                ),
             ));
         }
         Ok(())

@@ -91,7 +91,7 @@ fn fixture_requests_parse_with_their_noise() {
         for key in ["joint_position", "eef_9d", "gripper_position"] {
             assert_eq!(state(&req, key), taps.f32s(&format!("input.state.{key}")));
         }
-        assert_eq!(req.tag, gr00t_embodiment::EMBODIMENT_TAG);
+        assert_eq!(req.tag(), gr00t_embodiment::EMBODIMENT_TAG);
         assert_eq!(
             req.observation.instruction,
             gr00t_fixtures::case_info(case)["instruction"]

@@ -1,7 +1,8 @@
-//! Request spans across the doors and the queue: `serve --otlp-endpoint` exports an HTTP and a
-//! ZMQ request's trace (the request span with its door and embodiment, its stages as children)
-//! to an OTLP/HTTP receiver run by the test itself, and `--log-format json` puts the request
-//! span's fields on the request's log line.
+//! Request spans across the doors and the queue: `serve --otlp-endpoint` exports an HTTP, a
+//! ZMQ and a websocket request's trace (the request span with its door and embodiment, its
+//! stages as children; a client's `traceparent` continued) to an OTLP/HTTP receiver run by the
+//! test itself, and `--log-format json` puts the request span's fields on the request's log
+//! line.
 
 use gr00t::doors::wire::msgpack_numpy::{gr00t_array, str_map};
 use gr00t::doors::wire::ndarray::NdArray;
@@ -299,6 +300,26 @@ fn an_http_request_with_a_traceparent_continues_the_clients_trace() {
     };
     assert_ne!(own["traceId"], client_trace, "{own}");
     assert!(own.get("parentSpanId").is_none(), "{own}");
+}
+
+#[test]
+fn a_websocket_handshake_with_a_traceparent_puts_each_message_in_the_clients_trace() {
+    let receiver = Receiver::start();
+    let s = Server::start(&["--ws-port", "0", "--otlp-endpoint", &receiver.url]);
+    let client_trace = "0af7651916cd43dd8448eb211c80319c";
+    let client_span = "b7ad6b7169203331";
+    let traceparent = format!("00-{client_trace}-{client_span}-01");
+    let ws = s.ws.clone().expect("ws address");
+    let (mut sock, _) =
+        openpi_ws::connect_with(&ws, "/", &[("traceparent", traceparent.as_str())]).unwrap();
+    let reply = openpi_ws::infer(&mut sock, &Value::Map(openpi_ws::observation(None)));
+    assert!(matches!(reply, Value::Map(_)), "{reply}");
+    let (req, children) = receiver.trace_of("ws", &stages());
+    assert_eq!(req["traceId"], client_trace, "{req}");
+    assert_eq!(req["parentSpanId"], client_span, "{req}");
+    for c in &children {
+        assert_eq!(c["traceId"], client_trace, "{c}");
+    }
 }
 
 #[test]

@@ -25,14 +25,25 @@ pub fn connect_to(
     path: &str,
     api_key: Option<&str>,
 ) -> Result<(Ws, Value), tungstenite::Error> {
+    let auth = api_key.map(|k| format!("Api-Key {k}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+    connect_with(addr, path, &headers)
+}
+
+/// A websocket to `path` on `addr` whose handshake carries `headers`, and its metadata frame.
+pub fn connect_with(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<(Ws, Value), tungstenite::Error> {
     let stream = TcpStream::connect(addr).expect("tcp connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(120)))
         .unwrap();
     let mut req = format!("ws://{addr}{path}").into_client_request().unwrap();
-    if let Some(k) = api_key {
-        req.headers_mut()
-            .insert("Authorization", format!("Api-Key {k}").parse().unwrap());
+    for (name, value) in headers {
+        let name: tungstenite::http::HeaderName = name.parse().unwrap();
+        req.headers_mut().insert(name, value.parse().unwrap());
     }
     let (mut ws, _) = tungstenite::client(req, stream).map_err(|e| match e {
         tungstenite::HandshakeError::Failure(e) => e,

@@ -1,8 +1,8 @@
-//! The HTTP `/predict` body (docs/API.md) → one typed [`Request`]: DROID's layout unless the
-//! body names another `embodiment`. Every layout's `images` and `state` are read from its key
-//! table ([`Keys`]): DROID's contract names ([`droid`]) or the checkpoint's layout. Frames are
-//! decoded last, each size checked from its header first; the door runs this on the blocking
-//! pool.
+//! The HTTP `/predict` body (docs/API.md) → one checked [`Request`]: DROID's layout unless the
+//! body names another `embodiment`. Every layout's `images` and `state` are read against its
+//! served layout by one reader; how a refusal reads is table data ([`Wording`]: DROID's
+//! contract texts, or the layout's own lists). Frames are decoded last, each size checked from
+//! its header first; the door runs this on the blocking pool.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -16,7 +16,6 @@ use gr00t_core::response::PredictResponse;
 use gr00t_core::rtc::{valid_action_width, Chunk, RtcOptions, RTC_KEYS};
 use gr00t_core::session::{check_session_id, SessionKey};
 use gr00t_core::{Engine, InferError};
-use gr00t_embodiment::droid;
 use gr00t_embodiment::layout::EmbodimentSpec;
 use gr00t_embodiment::observation::{Observation, RequestError};
 use gr00t_embodiment::EMBODIMENT_TAG;
@@ -51,188 +50,270 @@ const LAYOUT_FIELDS: [&str; DROID_FIELDS.len() + 1] = {
     fields
 };
 
-/// The keys a body's `images` and `state` must have, and how a refusal words them: DROID's
-/// contract keeps the texts docs/API.md fixed; every other layout lists its own keys.
-#[derive(Clone, Copy)]
-enum Keys<'a> {
-    /// [`droid::CAMERAS`] × [`droid::FRAMES_PER_CAMERA`], [`droid::STATE_KEYS`].
-    Droid,
-    /// The layout's views × frame offsets and state keys.
-    Layout(&'a EmbodimentSpec),
-}
-
-impl Keys<'_> {
-    /// The top-level fields a body may have.
-    fn fields(self) -> &'static [&'static str] {
-        match self {
-            Keys::Droid => &DROID_FIELDS,
-            Keys::Layout(_) => &LAYOUT_FIELDS,
-        }
-    }
-
-    /// `{view: [base64, …]}`, views and frame counts checked; `current_only` also allows the
-    /// frame at t alone (a session's history has the older ones).
-    fn images(
-        self,
-        v: &Value,
+/// How a body's refusals of one layout's `images` and `state` read: the entry of
+/// [`WORDINGS`] where the serving contract fixes the texts (DROID's, docs/API.md), else the
+/// layout's own lists ([`LayoutWording`]). The keys, widths and counts are the layout's.
+trait Wording: Sync {
+    /// The top-level fields a body of this layout may have.
+    fn fields(&self) -> &'static [&'static str];
+    /// `images` is not an object (a value of JSON type `kind`).
+    fn images_not_object(&self, spec: &EmbodimentSpec, kind: &str) -> String;
+    /// `images.{view}` names no view of the layout.
+    fn unknown_view(&self, spec: &EmbodimentSpec, view: &str) -> RequestError;
+    /// The layout's `images.{view}` was not sent.
+    fn missing_view(&self, spec: &EmbodimentSpec, view: &str) -> RequestError;
+    /// `images.{view}` is not an array.
+    fn frames_not_array(&self, view: &str, kind: &str) -> RequestError;
+    /// `images.{view}` holds `count` frames: one per offset, or the one at t in a session.
+    fn check_frame_count(
+        &self,
+        spec: &EmbodimentSpec,
+        view: &str,
+        count: usize,
         current_only: bool,
-    ) -> Result<Vec<(String, Vec<String>)>, RequestError> {
-        match self {
-            Keys::Droid => droid_images(v, current_only),
-            Keys::Layout(spec) => layout_images(v, spec, current_only),
-        }
-    }
-
-    /// `{key: [D]}` with exactly the table's keys and widths, in model order.
-    fn state(self, v: &Value) -> Result<Vec<(String, Vec<f32>)>, RequestError> {
-        let keys: Vec<(&str, usize)> = match self {
-            Keys::Droid => droid::STATE_KEYS.to_vec(),
-            Keys::Layout(spec) => spec.state.keys().collect(),
-        };
-        let wording = match self {
-            Keys::Droid => None,
-            Keys::Layout(spec) => {
-                let list: Vec<String> = keys.iter().map(|(k, d)| format!("{k} [{d}]")).collect();
-                Some(format!("{} takes state {{{}}}", spec.tag, list.join(", ")))
-            }
-        };
-        let map = v.as_object().ok_or_else(|| {
-            let msg = match &wording {
-                None => format!("expected an object, got {}", kind(v)),
-                Some(w) => format!("expected an object of keys, got {}; {w}", kind(v)),
-            };
-            RequestError::new("state", msg)
-        })?;
-        if let Some(k) = map.keys().find(|k| !keys.iter().any(|(key, _)| key == k)) {
-            let msg = match (&wording, self) {
-                (Some(w), Keys::Layout(spec)) => format!("not a state key of {}; {w}", spec.tag),
-                _ => {
-                    let names: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
-                    format!("unknown state key (expected {})", names.join(", "))
-                }
-            };
-            return Err(RequestError::new(format!("state.{k}"), msg));
-        }
-        keys.iter()
-            .map(|&(key, dim)| {
-                let field = format!("state.{key}");
-                let missing = match &wording {
-                    None => "is required".to_string(),
-                    Some(w) => format!("missing; {w}"),
-                };
-                let value = map
-                    .get(key)
-                    .ok_or_else(|| RequestError::new(&field, missing))?;
-                Ok((key.to_string(), parse_floats(value, &field, dim)?))
-            })
-            .collect()
-    }
+    ) -> Result<(), RequestError>;
+    /// The base64 text of one frame (`field` is `images.{view}[i]`).
+    fn frame(&self, field: String, v: &Value) -> Result<String, RequestError>;
+    /// `state` is not an object.
+    fn state_not_object(&self, spec: &EmbodimentSpec, kind: &str) -> String;
+    /// `state.{key}` names no state key of the layout.
+    fn unknown_state_key(&self, spec: &EmbodimentSpec) -> String;
+    /// A state key of the layout was not sent.
+    fn missing_state_key(&self, spec: &EmbodimentSpec) -> String;
 }
 
-/// DROID's `images`: exactly its two cameras, each `[t-15, t]` (or `[t]` in a session).
-fn droid_images(v: &Value, current_only: bool) -> Result<Vec<(String, Vec<String>)>, RequestError> {
-    let obj = v.as_object().ok_or_else(|| {
-        RequestError::new("images", format!("expected an object, got {}", kind(v)))
-    })?;
-    let cameras = droid::CAMERAS;
-    if let Some(key) = obj.keys().find(|k| !cameras.contains(&k.as_str())) {
-        return Err(RequestError::new(
-            format!("images.{key}"),
+/// The tags whose body refusals the contract words; every other layout lists its own keys.
+const WORDINGS: &[(&str, &dyn Wording)] = &[(EMBODIMENT_TAG, &DroidWording)];
+
+/// The wording of a body of layout `tag`.
+fn wording_of(tag: &str) -> &'static dyn Wording {
+    WORDINGS
+        .iter()
+        .find(|(t, _)| *t == tag)
+        .map_or(&LayoutWording, |(_, w)| *w)
+}
+
+/// DROID's texts, as docs/API.md fixes them (two cameras `[t-15, t]`, three state keys).
+struct DroidWording;
+
+impl Wording for DroidWording {
+    fn fields(&self) -> &'static [&'static str] {
+        &DROID_FIELDS
+    }
+
+    fn images_not_object(&self, _: &EmbodimentSpec, kind: &str) -> String {
+        format!("expected an object, got {kind}")
+    }
+
+    fn unknown_view(&self, spec: &EmbodimentSpec, view: &str) -> RequestError {
+        RequestError::new(
+            format!("images.{view}"),
             format!(
                 "unknown camera (expected exactly {})",
-                cameras.join(" and ")
+                spec.views.join(" and ")
             ),
-        ));
+        )
     }
-    let count = droid::FRAMES_PER_CAMERA;
-    cameras
+
+    fn missing_view(&self, _: &EmbodimentSpec, view: &str) -> RequestError {
+        RequestError::new(format!("images.{view}"), "camera is missing")
+    }
+
+    fn frames_not_array(&self, view: &str, _: &str) -> RequestError {
+        RequestError::new(
+            format!("images.{view}"),
+            "expected an array of two base64 strings [t-15, t]",
+        )
+    }
+
+    fn check_frame_count(
+        &self,
+        spec: &EmbodimentSpec,
+        view: &str,
+        count: usize,
+        current_only: bool,
+    ) -> Result<(), RequestError> {
+        let t = spec.frame_deltas.len();
+        if count == t || (current_only && count == 1) {
+            return Ok(());
+        }
+        let or_one = if current_only {
+            " (or 1, [t]: the session keeps t-15)"
+        } else {
+            ""
+        };
+        Err(RequestError::new(
+            format!("images.{view}"),
+            format!("expected exactly {t} frames [t-15, t]{or_one}, got {count}"),
+        ))
+    }
+
+    fn frame(&self, field: String, v: &Value) -> Result<String, RequestError> {
+        match v {
+            Value::String(s) if !s.is_empty() => Ok(s.clone()),
+            _ => Err(RequestError::new(
+                field,
+                "expected a non-empty base64 string",
+            )),
+        }
+    }
+
+    fn state_not_object(&self, _: &EmbodimentSpec, kind: &str) -> String {
+        format!("expected an object, got {kind}")
+    }
+
+    fn unknown_state_key(&self, spec: &EmbodimentSpec) -> String {
+        let names: Vec<&str> = spec.state.keys().map(|(k, _)| k).collect();
+        format!("unknown state key (expected {})", names.join(", "))
+    }
+
+    fn missing_state_key(&self, _: &EmbodimentSpec) -> String {
+        "is required".into()
+    }
+}
+
+/// Any other layout: each refusal lists the layout's own views or state keys.
+struct LayoutWording;
+
+impl LayoutWording {
+    /// What the layout's `state` must hold.
+    fn state_hint(spec: &EmbodimentSpec) -> String {
+        let list: Vec<String> = spec
+            .state
+            .keys()
+            .map(|(k, d)| format!("{k} [{d}]"))
+            .collect();
+        format!("{} takes state {{{}}}", spec.tag, list.join(", "))
+    }
+}
+
+impl Wording for LayoutWording {
+    fn fields(&self) -> &'static [&'static str] {
+        &LAYOUT_FIELDS
+    }
+
+    fn images_not_object(&self, spec: &EmbodimentSpec, kind: &str) -> String {
+        format!(
+            "expected an object of views, got {kind}; {}",
+            spec.views_hint()
+        )
+    }
+
+    fn unknown_view(&self, spec: &EmbodimentSpec, view: &str) -> RequestError {
+        spec.unknown_view(view)
+    }
+
+    fn missing_view(&self, spec: &EmbodimentSpec, view: &str) -> RequestError {
+        spec.missing_view(view)
+    }
+
+    fn frames_not_array(&self, view: &str, kind: &str) -> RequestError {
+        RequestError::new(
+            format!("images.{view}"),
+            format!("expected an array of base64 frames, got {kind}"),
+        )
+    }
+
+    fn check_frame_count(
+        &self,
+        spec: &EmbodimentSpec,
+        view: &str,
+        count: usize,
+        current_only: bool,
+    ) -> Result<(), RequestError> {
+        spec.check_frame_count(view, count, current_only)
+    }
+
+    fn frame(&self, field: String, v: &Value) -> Result<String, RequestError> {
+        v.as_str().map(str::to_string).ok_or_else(|| {
+            RequestError::new(
+                field,
+                format!("expected a base64 PNG/JPEG string, got {}", kind(v)),
+            )
+        })
+    }
+
+    fn state_not_object(&self, spec: &EmbodimentSpec, kind: &str) -> String {
+        format!(
+            "expected an object of keys, got {kind}; {}",
+            Self::state_hint(spec)
+        )
+    }
+
+    fn unknown_state_key(&self, spec: &EmbodimentSpec) -> String {
+        format!(
+            "not a state key of {}; {}",
+            spec.tag,
+            Self::state_hint(spec)
+        )
+    }
+
+    fn missing_state_key(&self, spec: &EmbodimentSpec) -> String {
+        format!("missing; {}", Self::state_hint(spec))
+    }
+}
+
+/// `{view: [base64, …]}`: no view the layout lacks, then each of its views in config order
+/// with one frame per offset (`current_only`: or the frame at t alone, a session's history
+/// has the older ones), checked before any frame is decoded.
+fn images(
+    v: &Value,
+    spec: &EmbodimentSpec,
+    wording: &dyn Wording,
+    current_only: bool,
+) -> Result<Vec<(String, Vec<String>)>, RequestError> {
+    let map: &Map<String, Value> = v
+        .as_object()
+        .ok_or_else(|| RequestError::new("images", wording.images_not_object(spec, kind(v))))?;
+    if let Some(view) = map.keys().find(|k| !spec.views.contains(k)) {
+        return Err(wording.unknown_view(spec, view));
+    }
+    spec.views
         .iter()
-        .map(|cam| {
-            let field = format!("images.{cam}");
-            let frames = obj
-                .get(*cam)
-                .ok_or_else(|| RequestError::new(&field, "camera is missing"))?
+        .map(|view| {
+            let list = map
+                .get(view)
+                .ok_or_else(|| wording.missing_view(spec, view))?;
+            let list = list
                 .as_array()
-                .ok_or_else(|| {
-                    RequestError::new(&field, "expected an array of two base64 strings [t-15, t]")
-                })?;
-            if frames.len() != count && !(current_only && frames.len() == 1) {
-                let or_one = if current_only {
-                    " (or 1, [t]: the session keeps t-15)"
-                } else {
-                    ""
-                };
-                return Err(RequestError::new(
-                    &field,
-                    format!(
-                        "expected exactly {count} frames [t-15, t]{or_one}, got {}",
-                        frames.len()
-                    ),
-                ));
-            }
-            let frames = frames
+                .ok_or_else(|| wording.frames_not_array(view, kind(list)))?;
+            wording.check_frame_count(spec, view, list.len(), current_only)?;
+            let frames = list
                 .iter()
                 .enumerate()
-                .map(|(i, f)| match f {
-                    Value::String(s) if !s.is_empty() => Ok(s.clone()),
-                    _ => Err(RequestError::new(
-                        format!("{field}[{i}]"),
-                        "expected a non-empty base64 string",
-                    )),
-                })
+                .map(|(i, f)| wording.frame(format!("images.{view}[{i}]"), f))
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok((cam.to_string(), frames))
+            Ok((view.clone(), frames))
         })
         .collect()
 }
 
-/// Any layout's `images`: its views, one frame per offset each, checked before any frame is
-/// read.
-fn layout_images(
+/// `{key: [D]}` with exactly the layout's state keys and widths, in model order.
+fn state(
     v: &Value,
     spec: &EmbodimentSpec,
-    current_only: bool,
-) -> Result<Vec<(String, Vec<String>)>, RequestError> {
-    let map: &Map<String, Value> = v.as_object().ok_or_else(|| {
-        RequestError::new(
-            "images",
-            format!(
-                "expected an object of views, got {}; {} takes views {:?}, {} frame(s) each (offsets {:?}, oldest first)",
-                kind(v),
-                spec.tag,
-                spec.views,
-                spec.frame_deltas.len(),
-                spec.frame_deltas
-            ),
-        )
-    })?;
-    let mut lists = Vec::with_capacity(map.len());
-    for (view, frames) in map {
-        let list = frames.as_array().ok_or_else(|| {
-            RequestError::new(
-                format!("images.{view}"),
-                format!("expected an array of base64 frames, got {}", kind(frames)),
-            )
-        })?;
-        lists.push((view.as_str(), list));
+    wording: &dyn Wording,
+) -> Result<Vec<(String, Vec<f32>)>, RequestError> {
+    let map = v
+        .as_object()
+        .ok_or_else(|| RequestError::new("state", wording.state_not_object(spec, kind(v))))?;
+    if let Some(k) = map
+        .keys()
+        .find(|k| !spec.state.keys().any(|(key, _)| key == *k))
+    {
+        return Err(RequestError::new(
+            format!("state.{k}"),
+            wording.unknown_state_key(spec),
+        ));
     }
-    spec.check_sent_views(lists.iter().map(|(v, l)| (*v, l.len())), current_only)?;
-    lists
-        .into_iter()
-        .map(|(view, list)| {
-            let frames = list
-                .iter()
-                .enumerate()
-                .map(|(i, f)| {
-                    f.as_str().map(str::to_string).ok_or_else(|| {
-                        RequestError::new(
-                            format!("images.{view}[{i}]"),
-                            format!("expected a base64 PNG/JPEG string, got {}", kind(f)),
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok((view.to_string(), frames))
+    spec.state
+        .keys()
+        .map(|(key, dim)| {
+            let field = format!("state.{key}");
+            let value = map
+                .get(key)
+                .ok_or_else(|| RequestError::new(&field, wording.missing_state_key(spec)))?;
+            Ok((key.to_string(), parse_floats(value, &field, dim)?))
         })
         .collect()
 }
@@ -280,20 +361,16 @@ pub fn request_from_body(
         )?,
         None => None,
     };
-    let keys = if spec.tag == EMBODIMENT_TAG {
-        Keys::Droid
-    } else {
-        Keys::Layout(spec)
-    };
+    let wording = wording_of(&spec.tag);
     // DROID's body may name its tag; its unknown-field refusal lists DROID's own fields.
-    let obj = object_with_fields(&value, keys.fields(), &["embodiment"])?;
+    let obj = object_with_fields(&value, wording.fields(), &["embodiment"])?;
     let in_session = session.is_some();
-    let views = keys.images(required(obj, "images")?, in_session)?;
-    let state = keys.state(required(obj, "state")?)?;
+    let views = images(required(obj, "images")?, spec, wording, in_session)?;
+    let state = state(required(obj, "state")?, spec, wording)?;
     let instruction = parse_instruction(obj)?;
     let (noise, return_normalized) = parse_noise_options(obj, horizon, action_dim)?;
     drop(value);
-    // The views and counts were checked with the key table.
+    // The views and counts were checked above; each frame size is checked from its header.
     let images = frames.decode(&views)?;
     let observation = Observation {
         images,
@@ -307,7 +384,7 @@ pub fn request_from_body(
         rtc,
         session: session.map(|id| session_key(&id)),
         session_token,
-        ..Request::new(spec.tag.clone(), observation)
+        ..Request::new(layout.clone(), observation)
     })
 }
 

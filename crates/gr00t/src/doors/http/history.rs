@@ -8,7 +8,6 @@
 
 use super::errors::HttpError;
 use base64::Engine as _;
-use gr00t_core::layouts::Layouts;
 use gr00t_core::request::Request;
 use gr00t_core::response::PredictResponse;
 use gr00t_embodiment::droid::CAMERA_LABELS;
@@ -41,23 +40,15 @@ pub struct Shown {
 
 impl Shown {
     /// The page's copy of `request`'s input, its views in the order of its served layout.
-    pub fn of(request: &Request, layouts: &Layouts) -> Shown {
-        let obs = &request.observation;
-        // The request was read against a served layout; without one, nothing is shown.
-        let (frames, deltas) = match layouts.resolve(&request.tag) {
-            Some(l) => (
-                l.spec
-                    .views
-                    .iter()
-                    .filter_map(|v| obs.images.iter().find(|(sent, _)| sent == v).cloned())
-                    .collect(),
-                l.spec.frame_deltas.clone(),
-            ),
-            None => (Vec::new(), Vec::new()),
-        };
+    pub fn of(request: &Request) -> Shown {
+        let (obs, spec) = (&request.observation, &request.layout.spec);
         Shown {
-            frames,
-            deltas,
+            frames: spec
+                .views
+                .iter()
+                .filter_map(|v| obs.images.iter().find(|(sent, _)| sent == v).cloned())
+                .collect(),
+            deltas: spec.frame_deltas.clone(),
             instruction: obs.instruction.clone(),
             state: obs.state.clone(),
         }
@@ -359,6 +350,7 @@ fn encode_jpeg(rgb: &[u8], width: usize, height: usize) -> Result<Vec<u8>, image
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gr00t_core::layouts::Layouts;
     use gr00t_core::response::{ActionGroups, TimingMs};
 
     fn response() -> Arc<PredictResponse> {
@@ -461,7 +453,7 @@ mod tests {
         let layouts = Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG]).unwrap();
         let body = gr00t_fixtures::request_json("case0");
         let request = crate::request_from_body(body.as_bytes(), &layouts, None).unwrap();
-        let frames = model_frames(&Shown::of(&request, &layouts), &pipeline).unwrap();
+        let frames = model_frames(&Shown::of(&request), &pipeline).unwrap();
         let labels: Vec<&str> = frames
             .iter()
             .map(|f| f["label"].as_str().unwrap())
@@ -516,7 +508,7 @@ mod tests {
         body["session_id"] = json!("arm-1");
         let bytes = serde_json::to_vec(&body).unwrap();
         let request = crate::request_from_body(&bytes, &layouts, None).unwrap();
-        let frames = model_frames(&Shown::of(&request, &layouts), &pipeline).unwrap();
+        let frames = model_frames(&Shown::of(&request), &pipeline).unwrap();
         let labels: Vec<&str> = frames
             .iter()
             .map(|f| f["label"].as_str().unwrap())

@@ -177,7 +177,7 @@ async fn compute(
         let request =
             parse.in_scope(|| super::body::request_from_body(&body, &layouts, session))?;
         // The page's copy of the decoded input: its history thread never reads the body.
-        let shown = page.then(|| Arc::new(Shown::of(&request, &layouts)));
+        let shown = page.then(|| Arc::new(Shown::of(&request)));
         Ok::<_, gr00t_embodiment::observation::RequestError>((request, shown))
     })
     .await

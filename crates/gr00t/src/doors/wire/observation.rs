@@ -26,7 +26,7 @@ use gr00t_core::request::Request;
 use gr00t_core::rtc::{Chunk, RtcOptions, RtcPlan};
 use gr00t_core::session::SessionKey;
 use gr00t_embodiment::embodiment::Observation;
-use gr00t_embodiment::frame_policy::{frame_policy, FramePolicy};
+use gr00t_embodiment::encoded_views::ViewDecoder;
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::observation::{NoiseSource, DEFAULT_SEED};
 use rmpv::Value;
@@ -59,15 +59,16 @@ fn array(
 /// One camera's frames `[B][T]`.
 type CameraFrames = Vec<Vec<Frame>>;
 
-/// Checks a video array like `check_observation` and cuts it into frames; `policy` (the tag's
-/// frame policy, DROID's 16:9 bounds) refuses a wrong aspect before the frames are copied.
+/// Checks a video array like `check_observation` and cuts it into frames; the frame size is
+/// checked against the layout's (`frames`: DROID's 16:9 bounds and patch grid, any tag's
+/// geometry) before the frames are copied, so the engine takes them checked.
 fn video(
     a: NdArray,
     key: &str,
     t: usize,
-    policy: Option<&FramePolicy>,
+    frames: &ViewDecoder,
     door: Door,
-    current_only: bool,
+    in_session: bool,
 ) -> Result<CameraFrames, WireError> {
     if a.dtype != DType::U8 {
         return Err(WireError::field(
@@ -88,6 +89,9 @@ fn video(
             ),
         ));
     };
+    // In a session a camera may send its frame at t alone; the openpi door's connection is
+    // the session of a batch of one.
+    let current_only = in_session || (door == Door::Openpi && b == 1);
     if tt != t && !(current_only && tt == 1) {
         let or_one = if current_only {
             " (or 1: the session keeps the older frames)"
@@ -105,11 +109,9 @@ fn video(
             format!("Video key '{key}'s channel 'C' must be 3. Got {c}"),
         ));
     }
-    if let Some(policy) = policy {
-        policy
-            .check_aspect(w, h)
-            .map_err(|e| WireError::field(key, format!("Video key '{key}': {e}")))?;
-    }
+    frames
+        .frame_size(w, h)
+        .map_err(|e| WireError::field(key, format!("Video key '{key}': {e}")))?;
     let frame_len = h * w * 3;
     let n = b * tt;
     let mut data = a.data;
@@ -549,14 +551,10 @@ fn parse_for(
             key.to_string()
         }
     };
-    let policy = frame_policy(schema.tag());
-    // In a session (named, or the openpi door's connection) a camera may send its frame at t
-    // alone.
     let named_session = match options {
         Some(Value::Map(m)) => session_id(m, door.options_prefix())?,
         _ => None,
     };
-    let current_only = named_session.is_some() || door == Door::Openpi;
     // One key's array, shaped for the door (`rank` dims with the batch), its batch checked.
     let mut batched = |map, what: &str, key: &str, rank: usize| -> Result<NdArray, WireError> {
         let a = door.batched(array(get(map, key), what, key, &mut forms)?, rank);
@@ -570,9 +568,9 @@ fn parse_for(
             a,
             &key,
             schema.video_t(),
-            policy,
+            &schema.layout.frames,
             door,
-            current_only,
+            named_session.is_some(),
         )?);
     }
     for (name, dim) in schema.state_keys() {
@@ -622,7 +620,7 @@ fn parse_for(
             .map(|((key, _), rows)| (key.to_string(), rows[i].clone()))
             .collect();
         out.push(Request::new(
-            schema.tag().to_string(),
+            schema.layout.clone(),
             Observation {
                 images,
                 state,

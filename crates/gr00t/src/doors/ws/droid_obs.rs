@@ -17,12 +17,14 @@ use crate::doors::wire::ndarray::{DType, Kind};
 use gr00t_core::request::Request;
 use gr00t_embodiment::droid::{RawState, CAMERAS};
 use gr00t_embodiment::embodiment::Observation;
+use gr00t_embodiment::encoded_views::ViewDecoder;
 use gr00t_embodiment::frame_policy::check_frame_geometry;
 use gr00t_embodiment::image::Frame;
+use gr00t_embodiment::layout::Layout;
 use gr00t_embodiment::observation::{NoiseSource, DEFAULT_SEED};
 use gr00t_embodiment::pose;
-use gr00t_embodiment::EMBODIMENT_TAG;
 use rmpv::Value;
+use std::sync::Arc;
 
 /// How many observations back the t−15 frame is taken from.
 pub const HISTORY_STEPS: usize = 15;
@@ -53,9 +55,27 @@ pub struct DroidObservation {
 }
 
 impl DroidObservation {
-    /// The request: DROID's generic observation, a camera sent alone with its one frame
-    /// (the session's frame history completes it on the inference thread).
-    pub fn into_request(self) -> Request {
+    /// Checks every frame's size against the served DROID layout's (`frames`: the 16:9 bounds
+    /// [`parse`] checked, then the patch grid), so that the engine takes them checked.
+    pub fn check_frames(&self, frames: &ViewDecoder) -> Result<(), WireError> {
+        for (cam, input) in CAMERAS.iter().zip(&self.cameras) {
+            let sent = match input {
+                CameraInput::Current(frame) => std::slice::from_ref(frame),
+                CameraInput::Pair(pair) => &pair[..],
+            };
+            for frame in sent {
+                let key = camera_key(cam);
+                frames
+                    .frame_size(frame.width, frame.height)
+                    .map_err(|e| WireError::field(&key, format!("{key}: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The request of the served DROID `layout`: its generic observation, a camera sent alone
+    /// with its one frame (the session's frame history completes it on the inference thread).
+    pub fn into_request(self, layout: Arc<Layout>) -> Request {
         let images = CAMERAS
             .iter()
             .zip(self.cameras)
@@ -68,7 +88,7 @@ impl DroidObservation {
             })
             .collect();
         Request::new(
-            EMBODIMENT_TAG,
+            layout,
             Observation {
                 images,
                 state: self.state.to_pairs(),

@@ -27,7 +27,7 @@ pub use vllm_omni::metadata as vllm_omni_metadata;
 use super::answers::{Answered, Answers, Door, Outcome};
 use super::browser::{BrowserRules, Verdict};
 use super::connections::{within, ConnInfo, ConnState};
-use super::request_line::{request_span, RequestId};
+use super::request_line::{request_span, RequestId, TraceParent};
 use super::wire::error::WireError;
 use super::wire::schema::Schema;
 use super::Stop;
@@ -134,15 +134,16 @@ impl Refusal {
 type Answer<T> = Result<(T, Option<Vec<PredictResponse>>), Refusal>;
 
 /// Runs one message's answer and records it (a reset aside) on the websocket door as `what`:
-/// counted, timed and logged.
+/// counted, timed and logged, its span a child of the handshake's `traceparent` (`parent`).
 async fn recorded<T>(
     ctx: &WsContext,
     what: &str,
+    parent: Option<TraceParent>,
     answer: impl std::future::Future<Output = Answer<T>>,
 ) -> Result<T, Refusal> {
     let t0 = Instant::now();
     let id = RequestId::generate();
-    let span = request_span("ws", &id, None);
+    let span = request_span("ws", &id, parent);
     let answer = answer.instrument(span.clone()).await;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     // The log line carries the span's fields.
@@ -249,11 +250,13 @@ async fn upgrade<const VLLM_OMNI: bool>(
         }
     };
     let conn = conn.map(|axum::Extension(ConnectInfo(ConnInfo(state)))| state);
+    // A client's trace given at the handshake: every message's span joins it.
+    let parent = TraceParent::from_headers(&headers);
     match ws {
         Ok(ws) => ws
             .max_message_size(ctx.max_message_bytes)
             .max_frame_size(ctx.max_message_bytes)
-            .on_upgrade(move |socket| connection(socket, ctx, dialect, conn)),
+            .on_upgrade(move |socket| connection(socket, ctx, dialect, conn, parent)),
         Err(rejection) => rejection.into_response(),
     }
 }
@@ -275,6 +278,7 @@ async fn connection(
     ctx: Arc<WsContext>,
     mut dialect: Dialect,
     conn: Option<Arc<ConnState>>,
+    parent: Option<TraceParent>,
 ) {
     let metadata = match dialect {
         Dialect::Openpi(_) => ctx.metadata.clone(),
@@ -297,8 +301,8 @@ async fn connection(
         let busy = conn.as_ref().map(|c| c.busy());
         let step = match msg {
             Some(Ok(Message::Binary(bytes))) => match &mut dialect {
-                Dialect::Openpi(c) => c.handle(&ctx, &bytes).await,
-                Dialect::VllmOmni => vllm_omni::handle(&ctx, &bytes).await,
+                Dialect::Openpi(c) => c.handle(&ctx, &bytes, parent).await,
+                Dialect::VllmOmni => vllm_omni::handle(&ctx, &bytes, parent).await,
             },
             Some(Ok(Message::Text(_))) => {
                 let e = "expected a binary msgpack frame, got a text frame".to_string();

@@ -14,6 +14,7 @@ use super::droid_obs::{parse, HISTORY_STEPS};
 use super::roboarena::{self, Endpoint};
 use super::{recorded, Answer, Refusal, Step, WsContext};
 
+use crate::doors::request_line::TraceParent;
 use crate::doors::wire::error::WireError;
 use crate::doors::wire::msgpack_numpy::ArrayForm;
 use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
@@ -129,9 +130,15 @@ impl Connection {
         key
     }
 
-    /// Answers one binary message; counts, times and logs it unless it was a reset.
-    pub async fn handle(&mut self, ctx: &WsContext, bytes: &[u8]) -> Step {
-        match recorded(ctx, "openpi", self.answer(ctx, bytes)).await {
+    /// Answers one binary message; counts, times and logs it unless it was a reset, in the
+    /// trace of the handshake's `parent`.
+    pub async fn handle(
+        &mut self,
+        ctx: &WsContext,
+        bytes: &[u8],
+        parent: Option<TraceParent>,
+    ) -> Step {
+        match recorded(ctx, "openpi", parent, self.answer(ctx, bytes)).await {
             Ok(reply) => Step::Send(reply),
             Err(r) => Step::Fail(r.message),
         }
@@ -149,21 +156,29 @@ impl Connection {
             return Err(format!("the observation must be a dict. Got {}", type_name(&v)).into());
         };
         let nested = is_nested(m);
-        // openpi's DROID keys: the RTC keys sit beside them, checked here before queueing.
-        let droid_rtc = |m: &[(Value, Value)]| -> Result<Option<RtcPlan>, WireError> {
-            match ctx.schemas.iter().find(|s| s.tag() == EMBODIMENT_TAG) {
-                Some(schema) => rtc(m, schema, "", true),
-                None => Err(WireError::from(gr00t_core::error::not_served(
-                    EMBODIMENT_TAG,
-                    ctx.schemas.iter().map(|s| s.tag()),
-                ))),
-            }
+        // openpi's DROID keys: the frames and the RTC keys beside them are checked against the
+        // served DROID layout here, before queueing.
+        let droid = |m: &[(Value, Value)]| -> Result<(Request, Option<RtcPlan>), WireError> {
+            let obs = tracing::info_span!("parse").in_scope(|| parse(m))?;
+            let schema = ctx
+                .schemas
+                .iter()
+                .find(|s| s.tag() == EMBODIMENT_TAG)
+                .ok_or_else(|| {
+                    WireError::from(gr00t_core::error::not_served(
+                        EMBODIMENT_TAG,
+                        ctx.schemas.iter().map(|s| s.tag()),
+                    ))
+                })?;
+            obs.check_frames(&schema.layout.frames)?;
+            let plan = rtc(m, schema, "", true)?;
+            Ok((obs.into_request(schema.layout.clone()), plan))
         };
         let (item, rtc, session) = match get(m, "endpoint") {
             None if nested => return self.nested(ctx, &v, m).await.map(|(r, p)| (r, Some(p))),
             None => {
-                let obs = tracing::info_span!("parse").in_scope(|| parse(m))?;
-                (obs.into_request(), droid_rtc(m)?, None)
+                let (request, plan) = droid(m)?;
+                (request, plan, None)
             }
             Some(e) => {
                 let session = session_id(m, "")?.map(|id| self.arena_key(&id));
@@ -182,8 +197,8 @@ impl Connection {
                         return self.nested(ctx, &v, m).await.map(|(r, p)| (r, Some(p)))
                     }
                     Endpoint::Infer => {
-                        let obs = tracing::info_span!("parse").in_scope(|| parse(m))?;
-                        (obs.into_request(), droid_rtc(m)?, session)
+                        let (request, plan) = droid(m)?;
+                        (request, plan, session)
                     }
                 }
             }

@@ -88,12 +88,21 @@ fn state() -> RawState {
     }
 }
 
+/// The tiny checkpoint's DROID layout, as the door's requests carry it.
+fn droid_layout() -> Arc<gr00t_embodiment::layout::Layout> {
+    let ckpt = gr00t_model::Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
+    let layouts =
+        gr00t_core::layouts::Layouts::of_checkpoint(&ckpt, &[gr00t_embodiment::EMBODIMENT_TAG])
+            .unwrap();
+    layouts.all()[0].clone()
+}
+
 /// A DROID observation through a session's frame history as the engine applies it (DROID's
 /// offsets `[-15, 0]`): each camera's `[t−15, t]`.
 fn through(h: &mut FrameHistory, obs: droid_obs::DroidObservation) -> Vec<Vec<Frame>> {
     let deltas = [-15, 0];
-    let a = obs.into_request();
-    assert_eq!(a.tag, gr00t_embodiment::EMBODIMENT_TAG);
+    let a = obs.into_request(droid_layout());
+    assert_eq!(a.tag(), gr00t_embodiment::EMBODIMENT_TAG);
     let images = a.observation.images;
     let names: Vec<&str> = images.iter().map(|(v, _)| v.as_str()).collect();
     assert_eq!(names, gr00t_embodiment::droid::CAMERAS);
@@ -113,6 +122,31 @@ fn through(h: &mut FrameHistory, obs: droid_obs::DroidObservation) -> Vec<Vec<Fr
         h.record(currents, &deltas);
     }
     used
+}
+
+#[test]
+fn droid_frames_off_the_layouts_grid_are_refused_at_the_door() {
+    let layout = droid_layout();
+    let frame = |w: usize, h: usize| Frame::new(w, h, vec![0; w * h * 3]).unwrap();
+    let with = |exterior: Frame, wrist: CameraInput| {
+        let mut o = observation(0);
+        o.cameras = [CameraInput::Pair([exterior.clone(), exterior]), wrist];
+        o
+    };
+    with(frame(320, 180), CameraInput::Current(frame(320, 180)))
+        .check_frames(&layout.frames)
+        .unwrap();
+    // A frame the layout refuses (here its aspect; a 16:9 frame off a 320x180 frame's patch
+    // grid, which no tiny checkpoint has, takes the same path): the door refuses it, naming
+    // the camera, where the engine used to.
+    let e = with(frame(320, 180), CameraInput::Current(frame(256, 256)))
+        .check_frames(&layout.frames)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("observation/wrist_image_left: bad image geometry: frame 256x256"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -137,7 +171,7 @@ fn history_pairs_each_frame_with_the_one_15_observations_back() {
     o.cameras[0] = CameraInput::Pair([frame(1), frame(2)]);
     assert_eq!(through(&mut h, o)[0], [frame(1), frame(2)]);
     // The state and the rest of the observation pass unchanged.
-    let a = observation(3).into_request();
+    let a = observation(3).into_request(droid_layout());
     assert_eq!(a.observation.state, state().to_pairs());
     assert_eq!(a.observation.instruction, "go");
     assert_eq!(a.observation.noise, NoiseSource::Seed(42));

@@ -14,6 +14,7 @@
 )]
 
 use super::{recorded, Answer, Refusal, Step, WsContext};
+use crate::doors::request_line::TraceParent;
 use crate::doors::wire::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
 use crate::doors::wire::observation::parse;
 use crate::doors::wire::reply::action_dict;
@@ -62,9 +63,9 @@ pub fn error(message: String) -> Step {
 }
 
 /// Answers one binary message; every failure is an error map. Counts, times and logs it
-/// unless it was a reset.
-pub async fn handle(ctx: &WsContext, bytes: &[u8]) -> Step {
-    match recorded(ctx, "vllm-omni", answer(ctx, bytes)).await {
+/// unless it was a reset, in the trace of the handshake's `parent`.
+pub async fn handle(ctx: &WsContext, bytes: &[u8], parent: Option<TraceParent>) -> Step {
+    match recorded(ctx, "vllm-omni", parent, answer(ctx, bytes)).await {
         Ok(v) => Step::Send(Message::Binary(pack(&v).into())),
         Err(r) => error(r.message),
     }
