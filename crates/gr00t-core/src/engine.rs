@@ -304,7 +304,7 @@ impl Engine {
         let processor = &self.embodiments[0];
         let spec = processor.spec();
         let frame = gr00t_embodiment::image::Frame::new(256, 256, vec![128; 256 * 256 * 3])
-            .map_err(|e| InferError::Internal(e.to_string()))?;
+            .map_err(InferError::caused_by)?;
         let observation = gr00t_embodiment::embodiment::Observation {
             images: spec
                 .views
@@ -339,7 +339,7 @@ impl Engine {
             .iter()
             .find(|p| p.spec().tag == layout.tag())
             .ok_or_else(|| {
-                InferError::Internal(format!(
+                InferError::internal(format!(
                     "a request of embodiment {:?} reached an engine that serves {:?}: its door \
                      resolved it against other layouts",
                     layout.tag(),
@@ -392,12 +392,12 @@ impl Engine {
                 gr00t_model::Error::Rtc(e) => {
                     InferError::Invalid(RequestError::new(e.field.name(), e.message))
                 }
-                e => InferError::Internal(e.to_string()),
+                e => InferError::caused_by(e),
             })?;
         let t2 = Instant::now();
         let (actions, normalized, horizon) = tracing::info_span!("decode_actions")
             .in_scope(|| decode(&out.action_pred))
-            .map_err(|e| InferError::Internal(e.to_string()))?;
+            .map_err(InferError::caused_by)?;
         let t3 = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
         let (noise_source, seed) = match noise {

@@ -3,6 +3,8 @@
 
 use gr00t_embodiment::error::EmbodimentError;
 use gr00t_embodiment::observation::RequestError;
+use std::fmt;
+use std::sync::Arc;
 
 /// The client's field at fault and what is wrong with it.
 pub type FieldError = RequestError;
@@ -50,16 +52,80 @@ pub enum InferError {
     Stopped,
     /// Something failed inside the server (HTTP 500).
     #[error("internal error: {0}")]
-    Internal(String),
+    Internal(#[source] InternalError),
+}
+
+impl InferError {
+    /// A failure inside the server that has no cause but itself.
+    pub fn internal(message: impl Into<String>) -> InferError {
+        InferError::Internal(InternalError::new(message))
+    }
+
+    /// A failure inside the server, caused by `cause` (kept as the error's source).
+    pub fn caused_by(cause: impl std::error::Error + Send + Sync + 'static) -> InferError {
+        InferError::Internal(InternalError::caused_by(cause))
+    }
 }
 
 impl From<EmbodimentError> for InferError {
-    /// The client's refusal stays the client's; the rest is the server's.
+    /// The client's refusal stays the client's; the rest is the server's, its cause kept.
     fn from(e: EmbodimentError) -> InferError {
         match e {
             EmbodimentError::Invalid(e) => InferError::Invalid(e),
-            other => InferError::Internal(other.to_string()),
+            other => InferError::caused_by(other),
         }
+    }
+}
+
+/// What failed inside the server, and the error that caused it where there is one. Shared, so
+/// every waiter of a request gets the same error; its text is the cause's where there is one.
+#[derive(Debug, Clone)]
+pub struct InternalError {
+    message: String,
+    cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl InternalError {
+    /// A failure described by `message` alone.
+    pub fn new(message: impl Into<String>) -> InternalError {
+        InternalError {
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// A failure caused by `cause`, worded as it words itself.
+    pub fn caused_by(cause: impl std::error::Error + Send + Sync + 'static) -> InternalError {
+        InternalError {
+            message: cause.to_string(),
+            cause: Some(Arc::new(cause)),
+        }
+    }
+
+    /// The failure's text.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for InternalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for InternalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_deref()
+            .map(|c| c as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl PartialEq for InternalError {
+    /// Equal when they say the same (a cause is compared by its text).
+    fn eq(&self, other: &InternalError) -> bool {
+        self.message == other.message
     }
 }
 
@@ -89,6 +155,30 @@ pub enum LoadError {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use std::error::Error;
+
+    #[test]
+    fn an_internal_error_keeps_its_cause_and_its_text() {
+        let cause = EmbodimentError::Tokenizer("vocab missing".into());
+        let e = InferError::from(cause.clone());
+        assert_eq!(
+            e.to_string(),
+            "internal error: tokenizer failure: vocab missing"
+        );
+        // InferError → InternalError → the embodiment error, found by type.
+        let inner = e.source().and_then(Error::source).expect("the cause");
+        assert_eq!(inner.downcast_ref::<EmbodimentError>(), Some(&cause));
+        // Cloned to every waiter, the cause is shared.
+        let copy = e.clone();
+        assert_eq!(copy, e);
+        assert!(InferError::internal("no cause")
+            .source()
+            .unwrap()
+            .source()
+            .is_none());
+    }
+
     #[test]
     fn one_text_for_an_embodiment_not_served() {
         let e = super::not_served("REAL_G1", ["oxe_droid", "unitree_g1"]);

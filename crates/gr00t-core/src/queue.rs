@@ -229,7 +229,7 @@ fn guarded(
     history: Option<&mut FrameHistory>,
 ) -> Outcome {
     catch_unwind(AssertUnwindSafe(|| predict(request, history))).unwrap_or_else(|payload| {
-        Err(InferError::Internal(format!(
+        Err(InferError::internal(format!(
             "inference panicked: {}",
             panic_text(&*payload)
         )))
@@ -410,8 +410,8 @@ impl Queue {
     pub async fn infer(&self, request: Request) -> Outcome {
         match self.submit(request)?.await {
             Ok(outcome) => outcome,
-            Err(_) => Err(InferError::Internal(
-                "the inference worker dropped the request".into(),
+            Err(_) => Err(InferError::internal(
+                "the inference worker dropped the request",
             )),
         }
     }
@@ -596,7 +596,7 @@ mod tests {
         let (worker, handle) = start(f, 1).unwrap();
         let out = wait(handle.submit(req(b"p")).unwrap());
         match out {
-            Err(InferError::Internal(m)) => assert!(m.contains("boom"), "{m}"),
+            Err(InferError::Internal(m)) => assert!(m.message().contains("boom"), "{m}"),
             other => panic!("expected an internal error, got {other:?}"),
         }
         assert_eq!(
@@ -767,7 +767,7 @@ mod tests {
     fn a_session_begins_with_its_first_answer_and_its_token_says_when_it_is_gone() {
         // 'e' is refused, 'p' panics, anything else is answered.
         let f: PredictFn = Box::new(|r: Request, _| match first_byte(&r) {
-            b'e' => Err(InferError::Internal("refused".into())),
+            b'e' => Err(InferError::internal("refused")),
             b'p' => panic!("boom"),
             b => Ok(response(b)),
         });

@@ -170,7 +170,7 @@ impl Checkpoint {
         let mut h = Sha256::new();
         let mut buf = vec![0u8; BLOCK];
         for path in &self.weight_files {
-            let io = |e: std::io::Error| Error::file(path, format!("cannot read: {e}"));
+            let io = |e: std::io::Error| Error::io(path, "read", e);
             let mut f = std::fs::File::open(path).map_err(io)?;
             let len = f.metadata().map_err(io)?.len();
             let name = path
@@ -246,15 +246,14 @@ fn pick(dir: &Path, proc_dir: &Path, name: &str) -> PathBuf {
 
 /// Reads and parses a JSON file, naming the file in any error.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
-    let bytes = std::fs::read(path).map_err(|e| Error::file(path, format!("cannot read: {e}")))?;
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, "read", e))?;
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let at = e.path().to_string();
-        let inner = e.into_inner();
-        if at.is_empty() || at == "." {
-            Error::file(path, format!("malformed JSON: {inner}"))
-        } else {
-            Error::file(path, format!("malformed JSON at {at}: {inner}"))
+        Error::Json {
+            path: path.to_path_buf(),
+            at: (!at.is_empty() && at != ".").then_some(at),
+            source: e.into_inner(),
         }
     })
 }
@@ -326,8 +325,7 @@ struct HeaderEntry {
 
 fn read_safetensors_header(path: &Path) -> Result<HashMap<String, HeaderEntry>> {
     use std::io::Read;
-    let mut f =
-        std::fs::File::open(path).map_err(|e| Error::file(path, format!("cannot open: {e}")))?;
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
     let file_len = f.metadata().map(|m| m.len()).unwrap_or(0);
     let mut len = [0u8; 8];
     f.read_exact(&mut len)

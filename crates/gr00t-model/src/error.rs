@@ -9,6 +9,29 @@ pub enum Error {
     /// A checkpoint file is missing or malformed; names the file and what is wrong.
     #[error("{}: {problem}", path.display())]
     File { path: PathBuf, problem: String },
+    /// A file could not be opened, read or written; names the file and the operation.
+    #[error("{}: cannot {action}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A JSON file (or the JSON written to one) is malformed; names the file and the key path.
+    #[error("{}: malformed JSON{}: {source}", path.display(), at.as_ref().map(|a| format!(" at {a}")).unwrap_or_default())]
+    Json {
+        path: PathBuf,
+        at: Option<String>,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A config built into the binary does not parse (a build defect, named).
+    #[error("the built-in {what} is malformed: {source}")]
+    BuiltIn {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
     /// A tensor computation failed.
     #[error("tensor error: {0}")]
     Candle(#[from] candle_core::Error),
@@ -26,6 +49,15 @@ impl Error {
         Error::File {
             path: path.as_ref().to_path_buf(),
             problem: problem.into(),
+        }
+    }
+
+    /// The `action` (open, read, write, create) on one file failed.
+    pub fn io(path: impl AsRef<Path>, action: &'static str, source: std::io::Error) -> Error {
+        Error::Io {
+            path: path.as_ref().to_path_buf(),
+            action,
+            source,
         }
     }
 }

@@ -229,9 +229,9 @@ pub fn synth_configs(size: SynthSize) -> Result<(Gr00tConfig, BackboneConfig)> {
         SynthSize::Full => (Gr00tConfig::released_n17_3b(), BackboneConfig::default()),
         SynthSize::Tiny => {
             let cfg: Gr00tConfig =
-                serde_json::from_str(TINY_CONFIG).map_err(|e| Error::Input(e.to_string()))?;
+                serde_json::from_str(TINY_CONFIG).map_err(built_in("tiny config"))?;
             let bb: BackboneConfig = serde_json::from_str(TINY_BACKBONE_CONFIG)
-                .map_err(|e| Error::Input(e.to_string()))?;
+                .map_err(built_in("tiny backbone config"))?;
             (cfg, bb)
         }
     })
@@ -255,7 +255,7 @@ pub fn write_synthetic_checkpoint(
 ) -> Result<()> {
     let (mut cfg, bb) = synth_configs(size)?;
     cfg.synthetic_weights = true;
-    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create: {e}")))?;
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, "create", e))?;
     let model_name = match size {
         SynthSize::Full => "nvidia/Cosmos-Reason2-2B",
         SynthSize::Tiny => "nvidia/Cosmos-Reason2-2B-tiny-random",
@@ -263,14 +263,14 @@ pub fn write_synthetic_checkpoint(
     cfg.model_name = model_name.into();
     write_json(&out.join("config.json"), &config_json(&cfg)?)?;
     let mut proc: Value =
-        serde_json::from_str(PROCESSOR_CONFIG).map_err(|e| Error::Input(e.to_string()))?;
+        serde_json::from_str(PROCESSOR_CONFIG).map_err(built_in("processor config"))?;
     proc["processor_kwargs"]["model_name"] = Value::from(model_name);
     write_json(&out.join("processor_config.json"), &proc)?;
     write_text(&out.join("statistics.json"), STATISTICS)?;
     write_text(&out.join("embodiment_id.json"), EMBODIMENT_IDS)?;
     if size == SynthSize::Tiny {
         std::fs::create_dir_all(out.join("backbone"))
-            .map_err(|e| Error::file(out, e.to_string()))?;
+            .map_err(|e| Error::io(out.join("backbone"), "create", e))?;
         write_text(&out.join("backbone/config.json"), TINY_BACKBONE_CONFIG)?;
         write_text(
             &out.join("backbone/preprocessor_config.json"),
@@ -308,11 +308,24 @@ pub fn write_synthetic_checkpoint(
 
 /// `config.json` text: our typed fields plus the released key set's remaining fields.
 fn config_json(cfg: &Gr00tConfig) -> Result<Value> {
-    let mut v: Value =
-        serde_json::from_str(TINY_CONFIG).map_err(|e| Error::Input(e.to_string()))?;
-    let typed = serde_json::to_value(cfg).map_err(|e| Error::Input(e.to_string()))?;
+    let mut v: Value = serde_json::from_str(TINY_CONFIG).map_err(built_in("tiny config"))?;
+    let typed = serde_json::to_value(cfg).map_err(built_in("config fields"))?;
     merge(&mut v, typed);
     Ok(v)
+}
+
+/// The error of a config built into the binary, `what` named.
+fn built_in(what: &'static str) -> impl Fn(serde_json::Error) -> Error {
+    move |source| Error::BuiltIn { what, source }
+}
+
+/// The error of JSON written to `path` that does not serialise.
+fn json_error(path: &Path) -> impl Fn(serde_json::Error) -> Error + '_ {
+    move |source| Error::Json {
+        path: path.to_path_buf(),
+        at: None,
+        source,
+    }
 }
 
 /// Deep-merges `src` into `dst` (objects key by key, anything else replaced).
@@ -350,12 +363,12 @@ fn split_shards(specs: &[ParamSpec]) -> Vec<Vec<&ParamSpec>> {
 }
 
 fn write_json(path: &Path, v: &Value) -> Result<()> {
-    let text = serde_json::to_string_pretty(v).map_err(|e| Error::file(path, e.to_string()))?;
+    let text = serde_json::to_string_pretty(v).map_err(json_error(path))?;
     write_text(path, &text)
 }
 
 fn write_text(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).map_err(|e| Error::file(path, format!("cannot write: {e}")))
+    std::fs::write(path, text).map_err(|e| Error::io(path, "write", e))
 }
 
 fn write_shard(
@@ -365,7 +378,7 @@ fn write_shard(
     total: u64,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
-    let io = |e: std::io::Error| Error::file(path, format!("cannot write: {e}"));
+    let io = |e: std::io::Error| Error::io(path, "write", e);
     let mut header = serde_json::Map::new();
     header.insert(
         "__metadata__".into(),
@@ -380,7 +393,7 @@ fn write_shard(
         );
         offset = end;
     }
-    let mut text = serde_json::to_string(&header).map_err(|e| Error::file(path, e.to_string()))?;
+    let mut text = serde_json::to_string(&header).map_err(json_error(path))?;
     while text.len() % 8 != 0 {
         text.push(' ');
     }

@@ -124,7 +124,7 @@ pub enum BenchError {
     Refused(gr00t_core::error::FieldError),
     /// The engine failed on the request.
     #[error("{0}")]
-    Internal(String),
+    Internal(#[source] gr00t_core::error::InternalError),
     /// The request was not answered otherwise.
     #[error(transparent)]
     Infer(InferError),

@@ -358,7 +358,7 @@ pub enum CliError {
     Load(#[from] gr00t_core::LoadError),
     /// The engine failed on the request.
     #[error("{0}")]
-    Internal(String),
+    Internal(#[source] gr00t_core::error::InternalError),
     /// The request was not answered otherwise (the queue's refusal).
     #[error(transparent)]
     Infer(InferError),

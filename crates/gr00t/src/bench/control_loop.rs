@@ -64,6 +64,15 @@ pub enum LoopError {
     /// The loop's observations could not be prepared from the demo request.
     #[error("{0}")]
     Prepare(String),
+    /// The demo request's frames could not be walked into the loop's observations.
+    #[error(transparent)]
+    Demo(#[from] Box<crate::bench::BenchError>),
+    /// A loop observation's JSON could not be edited.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A loop observation was refused by the served layout.
+    #[error("the loop request was refused: {0}")]
+    Refused(#[source] gr00t_embodiment::observation::RequestError),
     /// A response does not have the model's chunk shape.
     #[error("{0}")]
     Chunk(String),
@@ -478,21 +487,19 @@ fn run_mode(
 /// `count` typed requests of walking frames (as `--loop`), request k with noise seed k.
 fn requests(engine: &Engine, count: usize) -> Result<Vec<Request>, LoopError> {
     let layouts = engine.layouts();
-    let prepare = |e: String| LoopError::Prepare(e);
     loop_requests(count)
-        .map_err(|e| prepare(e.to_string()))?
+        .map_err(Box::new)?
         .into_iter()
         .enumerate()
         .map(|(k, body)| {
-            let mut v: Value = serde_json::from_slice(&body).map_err(|e| prepare(e.to_string()))?;
+            let mut v: Value = serde_json::from_slice(&body)?;
             let obj = v
                 .as_object_mut()
-                .ok_or_else(|| prepare("the demo body is not an object".into()))?;
+                .ok_or_else(|| LoopError::Prepare("the demo body is not an object".into()))?;
             obj.remove("noise");
             obj.insert("seed".into(), json!(k));
-            let body = serde_json::to_vec(&v).map_err(|e| prepare(e.to_string()))?;
-            let mut r = request_from_body(&body, layouts, None)
-                .map_err(|e| prepare(format!("the loop request was refused: {e}")))?;
+            let body = serde_json::to_vec(&v)?;
+            let mut r = request_from_body(&body, layouts, None).map_err(LoopError::Refused)?;
             // Parsed ahead of the loop: none of it belongs to the request's latency.
             r.decode_ms = 0.0;
             Ok(r)
@@ -618,8 +625,8 @@ impl Server for Live {
             .name("gr00t-bench-reply".into())
             .spawn(move || {
                 let outcome = reply.blocking_recv().unwrap_or_else(|_| {
-                    Err(gr00t_core::InferError::Internal(
-                        "the inference worker dropped the request".into(),
+                    Err(gr00t_core::InferError::internal(
+                        "the inference worker dropped the request",
                     ))
                 });
                 let _ = tx.send((outcome, Instant::now()));

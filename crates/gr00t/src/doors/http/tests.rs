@@ -163,7 +163,7 @@ fn scripted(started: Sender<()>, release: Receiver<()>) -> PredictFn {
             "expected 9 numbers, got 8",
         ))),
         b"panic" => panic!("deliberate test panic"),
-        b"fail" => Err(InferError::Internal("device lost".into())),
+        b"fail" => Err(InferError::internal("device lost")),
         b"block" => {
             started.send(()).unwrap();
             release.lock().unwrap().recv().unwrap();
