@@ -72,8 +72,8 @@ trait Wording: Sync {
         count: usize,
         current_only: bool,
     ) -> Result<(), RequestError>;
-    /// The base64 text of one frame (`field` is `images.{view}[i]`).
-    fn frame(&self, field: String, v: &Value) -> Result<String, RequestError>;
+    /// The base64 text of one frame (`field` is `images.{view}[i]`), moved out of the body.
+    fn frame(&self, field: String, v: &mut Value) -> Result<String, RequestError>;
     /// `state` is not an object.
     fn state_not_object(&self, spec: &EmbodimentSpec, kind: &str) -> String;
     /// `state.{key}` names no state key of the layout.
@@ -148,9 +148,9 @@ impl Wording for DroidWording {
         ))
     }
 
-    fn frame(&self, field: String, v: &Value) -> Result<String, RequestError> {
+    fn frame(&self, field: String, v: &mut Value) -> Result<String, RequestError> {
         match v {
-            Value::String(s) if !s.is_empty() => Ok(s.clone()),
+            Value::String(s) if !s.is_empty() => Ok(std::mem::take(s)),
             _ => Err(RequestError::new(
                 field,
                 "expected a non-empty base64 string",
@@ -224,13 +224,14 @@ impl Wording for LayoutWording {
         spec.check_frame_count(view, count, current_only)
     }
 
-    fn frame(&self, field: String, v: &Value) -> Result<String, RequestError> {
-        v.as_str().map(str::to_string).ok_or_else(|| {
-            RequestError::new(
+    fn frame(&self, field: String, v: &mut Value) -> Result<String, RequestError> {
+        match v {
+            Value::String(s) => Ok(std::mem::take(s)),
+            _ => Err(RequestError::new(
                 field,
                 format!("expected a base64 PNG/JPEG string, got {}", kind(v)),
-            )
-        })
+            )),
+        }
     }
 
     fn state_not_object(&self, spec: &EmbodimentSpec, kind: &str) -> String {
@@ -255,16 +256,19 @@ impl Wording for LayoutWording {
 
 /// `{view: [base64, …]}`: no view the layout lacks, then each of its views in config order
 /// with one frame per offset (`current_only`: or the frame at t alone, a session's history
-/// has the older ones), checked before any frame is decoded.
+/// has the older ones), checked before any frame is decoded; the texts move out of `v`.
 fn images(
-    v: &Value,
+    v: &mut Value,
     spec: &EmbodimentSpec,
     wording: &dyn Wording,
     current_only: bool,
 ) -> Result<Vec<(String, Vec<String>)>, RequestError> {
-    let map: &Map<String, Value> = v
-        .as_object()
-        .ok_or_else(|| RequestError::new("images", wording.images_not_object(spec, kind(v))))?;
+    let not_object =
+        |v: &Value| RequestError::new("images", wording.images_not_object(spec, kind(v)));
+    let map: &mut Map<String, Value> = match v {
+        Value::Object(map) => map,
+        other => return Err(not_object(other)),
+    };
     if let Some(view) = map.keys().find(|k| !spec.views.contains(k)) {
         return Err(wording.unknown_view(spec, view));
     }
@@ -272,14 +276,15 @@ fn images(
         .iter()
         .map(|view| {
             let list = map
-                .get(view)
+                .get_mut(view)
                 .ok_or_else(|| wording.missing_view(spec, view))?;
-            let list = list
-                .as_array()
-                .ok_or_else(|| wording.frames_not_array(view, kind(list)))?;
+            let list = match list {
+                Value::Array(list) => list,
+                other => return Err(wording.frames_not_array(view, kind(other))),
+            };
             wording.check_frame_count(spec, view, list.len(), current_only)?;
             let frames = list
-                .iter()
+                .iter_mut()
                 .enumerate()
                 .map(|(i, f)| wording.frame(format!("images.{view}[{i}]"), f))
                 .collect::<Result<Vec<_>, _>>()?;
@@ -328,7 +333,7 @@ pub fn request_from_body(
 ) -> Result<Request, RequestError> {
     let t0 = Instant::now();
     let (horizon, action_dim) = (layouts.horizon, layouts.action_dim);
-    let value = parse_body(body, horizon, action_dim)?;
+    let mut value = parse_body(body, horizon, action_dim)?;
     let named = match value.get("embodiment") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -363,9 +368,12 @@ pub fn request_from_body(
     };
     let wording = wording_of(&spec.tag);
     // DROID's body may name its tag; its unknown-field refusal lists DROID's own fields.
-    let obj = object_with_fields(&value, wording.fields(), &["embodiment"])?;
+    let obj = object_with_fields(&mut value, wording.fields(), &["embodiment"])?;
     let in_session = session.is_some();
-    let views = images(required(obj, "images")?, spec, wording, in_session)?;
+    required(obj, "images")?;
+    // Its base64 texts move out of the body, not copied.
+    let mut sent = obj.get_mut("images").map(Value::take).unwrap_or_default();
+    let views = images(&mut sent, spec, wording, in_session)?;
     let state = state(required(obj, "state")?, spec, wording)?;
     let instruction = parse_instruction(obj)?;
     let (noise, return_normalized) = parse_noise_options(obj, horizon, action_dim)?;

@@ -30,14 +30,14 @@ pub(super) fn parse_body(
 }
 
 /// The body as an object whose keys are all in `fields` or `unlisted`; the error names the
-/// first other key and lists `fields`.
+/// first other key and lists `fields`. Mutable, so that its frames can be moved out.
 pub(super) fn object_with_fields<'a>(
-    value: &'a Value,
+    value: &'a mut Value,
     fields: &[&str],
     unlisted: &[&str],
-) -> Result<&'a Map<String, Value>, RequestError> {
+) -> Result<&'a mut Map<String, Value>, RequestError> {
     let obj = value
-        .as_object()
+        .as_object_mut()
         .ok_or_else(|| RequestError::new("body", "expected a JSON object"))?;
     let known = |k: &str| fields.contains(&k) || unlisted.contains(&k);
     if let Some(key) = obj.keys().find(|k| !known(k.as_str())) {

@@ -17,9 +17,10 @@
 )]
 
 use super::error::WireError;
-use super::ndarray::{DType, NdArray};
+use super::ndarray::{ArrayView, DType, NdArray};
 use super::npy;
 use rmpv::Value;
+use std::borrow::Cow;
 
 /// Encodes a msgpack value the way `msgpack.packb` does (smallest int/str/bin/map headers).
 pub fn pack(v: &Value) -> Vec<u8> {
@@ -223,13 +224,18 @@ fn is_gr00t_array(m: &[(Value, Value)]) -> bool {
 
 /// Decodes an openpi array map; `None` when the value is not one.
 pub fn from_openpi_array(v: &Value) -> Option<Result<NdArray, WireError>> {
+    owned(openpi_view(v))
+}
+
+/// [`from_openpi_array`] in place, its bytes borrowed from `v`.
+pub fn openpi_view(v: &Value) -> Option<Result<ArrayView<'_>, WireError>> {
     let Value::Map(m) = v else { return None };
     if !is_openpi_array(m) {
         return None;
     }
     Some((|| {
         let data = match get(m, "data") {
-            Some(Value::Binary(b)) => b.clone(),
+            Some(Value::Binary(b)) => Cow::Borrowed(b.as_slice()),
             _ => return Err("ndarray without bytes under 'data'".into()),
         };
         let dtype = match get(m, "dtype") {
@@ -243,8 +249,13 @@ pub fn from_openpi_array(v: &Value) -> Option<Result<NdArray, WireError>> {
             }
             _ => return Err("ndarray without a 'shape' list".into()),
         };
-        NdArray::new(dtype, shape, data)
+        ArrayView::new(dtype, shape, data)
     })())
+}
+
+/// A view's result with the array's own bytes.
+fn owned(view: Option<Result<ArrayView<'_>, WireError>>) -> Option<Result<NdArray, WireError>> {
+    view.map(|r| r.map(ArrayView::into_owned))
 }
 
 /// GR00T's encoding of an array: str keys, `.npy` bytes.
@@ -257,12 +268,17 @@ pub fn gr00t_array(a: &NdArray) -> Value {
 
 /// Decodes a GR00T array map; `None` when the value is not one.
 pub fn from_gr00t_array(v: &Value) -> Option<Result<NdArray, WireError>> {
+    owned(gr00t_view(v))
+}
+
+/// [`from_gr00t_array`] in place, its bytes borrowed from `v`.
+fn gr00t_view(v: &Value) -> Option<Result<ArrayView<'_>, WireError>> {
     let Value::Map(m) = v else { return None };
     if !is_gr00t_array(m) {
         return None;
     }
     Some(match get(m, "as_npy") {
-        Some(Value::Binary(b)) => npy::decode(b),
+        Some(Value::Binary(b)) => npy::view(b),
         _ => Err("ndarray without .npy bytes under 'as_npy'".into()),
     })
 }
@@ -275,7 +291,7 @@ pub fn scalar(v: &Value) -> Option<f64> {
         Value::F64(x) => Some(*x),
         Value::Boolean(b) => Some(if *b { 1.0 } else { 0.0 }),
         Value::Map(m) if get(m, "__npgeneric__").is_some() => get(m, "data").and_then(scalar),
-        Value::Map(m) if is_nd_array(m) => match from_nd_array(m) {
+        Value::Map(m) if is_nd_array(m) => match nd_view(m).map(ArrayView::into_owned) {
             Ok(a) if a.shape.is_empty() => a.to_f64s().first().copied(),
             _ => None,
         },
@@ -288,7 +304,7 @@ pub fn uint(v: &Value) -> Option<u64> {
     match v {
         Value::Integer(i) => i.as_u64(),
         Value::Map(m) if get(m, "__npgeneric__").is_some() => get(m, "data").and_then(uint),
-        Value::Map(m) if is_nd_array(m) => match from_nd_array(m) {
+        Value::Map(m) if is_nd_array(m) => match nd_view(m).map(ArrayView::into_owned) {
             Ok(a) if a.shape.is_empty() => a
                 .int_values()
                 .and_then(|v| v.first().copied())
@@ -346,14 +362,19 @@ fn is_nd_array(m: &[(Value, Value)]) -> bool {
 /// Decodes an array in any of the three forms, with the form it used; `None` when `v` is not
 /// an array map.
 pub fn decode_array(v: &Value) -> Option<(ArrayForm, Result<NdArray, WireError>)> {
+    array_view(v).map(|(form, r)| (form, r.map(ArrayView::into_owned)))
+}
+
+/// [`decode_array`] in place: the array's bytes borrowed from `v`, not copied.
+pub fn array_view(v: &Value) -> Option<(ArrayForm, Result<ArrayView<'_>, WireError>)> {
     let Value::Map(m) = v else { return None };
     if is_gr00t_array(m) {
-        return from_gr00t_array(v).map(|r| (ArrayForm::Npy, r));
+        return gr00t_view(v).map(|r| (ArrayForm::Npy, r));
     }
     if is_nd_array(m) {
-        return Some((ArrayForm::Nd, from_nd_array(m)));
+        return Some((ArrayForm::Nd, nd_view(m)));
     }
-    from_openpi_array(v).map(|r| (ArrayForm::Openpi, r))
+    openpi_view(v).map(|r| (ArrayForm::Openpi, r))
 }
 
 /// Encodes an array in `form`, byte for byte as that library writes it.
@@ -390,9 +411,9 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
-/// Decodes a msgpack-numpy map (`nd` true: array, false: scalar, shape `()`). Object and
-/// structured payloads are refused before anything else is read.
-fn from_nd_array(m: &[(Value, Value)]) -> Result<NdArray, WireError> {
+/// Decodes a msgpack-numpy map (`nd` true: array, false: scalar, shape `()`) in place, its
+/// bytes borrowed. Object and structured payloads are refused before anything else is read.
+fn nd_view(m: &[(Value, Value)]) -> Result<ArrayView<'_>, WireError> {
     let kind = get(m, "kind").and_then(text).unwrap_or_default();
     match kind.as_str() {
         "O" => {
@@ -416,7 +437,7 @@ fn from_nd_array(m: &[(Value, Value)]) -> Result<NdArray, WireError> {
         None => return Err("msgpack-numpy array without a 'type'".into()),
     };
     let data = match get(m, "data") {
-        Some(Value::Binary(b)) => b.clone(),
+        Some(Value::Binary(b)) => Cow::Borrowed(b.as_slice()),
         _ => return Err("msgpack-numpy array without bytes under 'data'".into()),
     };
     let shape = if is_array {
@@ -429,7 +450,7 @@ fn from_nd_array(m: &[(Value, Value)]) -> Result<NdArray, WireError> {
     } else {
         vec![]
     };
-    NdArray::new(dtype, shape, data)
+    ArrayView::new(dtype, shape, data)
 }
 
 /// The first map on the way down `v` that is an object or structured msgpack-numpy payload,
@@ -440,10 +461,7 @@ pub fn find_refused_payload(v: &Value, path: &str) -> Option<(String, String)> {
             if is_nd_array(m) {
                 let kind = get(m, "kind").and_then(text).unwrap_or_default();
                 if kind == "O" || kind == "V" {
-                    let err = from_nd_array(m)
-                        .err()
-                        .map(|e| e.to_string())
-                        .unwrap_or_default();
+                    let err = nd_view(m).err().map(|e| e.to_string()).unwrap_or_default();
                     return Some((path.to_string(), err));
                 }
                 return None;

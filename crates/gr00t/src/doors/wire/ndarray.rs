@@ -5,6 +5,7 @@
 )]
 
 use super::error::WireError;
+use std::borrow::Cow;
 
 /// What kind of number an element is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +102,58 @@ impl DType {
     }
 }
 
+/// An array read in place from a message: its bytes borrowed from the message (owned only
+/// where a Fortran-order `.npy` had to be reordered), so that a video's frames are copied once,
+/// from the message into each frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArrayView<'a> {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions; empty for a scalar.
+    pub shape: Vec<usize>,
+    /// `product(shape) · dtype.size` bytes, C order.
+    pub data: Cow<'a, [u8]>,
+}
+
+impl<'a> ArrayView<'a> {
+    /// A view over `data`; refuses a byte count that does not match the shape.
+    pub fn new(
+        dtype: DType,
+        shape: Vec<usize>,
+        data: Cow<'a, [u8]>,
+    ) -> Result<ArrayView<'a>, WireError> {
+        check_len(dtype, &shape, data.len())?;
+        Ok(ArrayView { dtype, shape, data })
+    }
+
+    /// The array with its own bytes.
+    pub fn into_owned(self) -> NdArray {
+        NdArray {
+            dtype: self.dtype,
+            shape: self.shape,
+            data: self.data.into_owned(),
+        }
+    }
+
+    /// The shape as Python prints a tuple: `(2, 180, 320, 3)`, `(7,)`, `()`.
+    pub fn shape_text(&self) -> String {
+        shape_text(&self.shape)
+    }
+}
+
+/// Refuses `len` bytes for an array of `shape` and `dtype` that needs another count.
+fn check_len(dtype: DType, shape: &[usize], len: usize) -> Result<(), WireError> {
+    let want = byte_len(dtype, shape)?;
+    if len != want {
+        return Err(format!(
+            "array of shape {shape:?} and dtype {} needs {want} bytes, got {len}",
+            dtype.descr()
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// A C-order array.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NdArray {
@@ -115,15 +168,7 @@ pub struct NdArray {
 impl NdArray {
     /// An array over `data`; refuses a byte count that does not match the shape.
     pub fn new(dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> Result<NdArray, WireError> {
-        let want = byte_len(dtype, &shape)?;
-        if data.len() != want {
-            return Err(format!(
-                "array of shape {shape:?} and dtype {} needs {want} bytes, got {}",
-                dtype.descr(),
-                data.len()
-            )
-            .into());
-        }
+        check_len(dtype, &shape, data.len())?;
         Ok(NdArray { dtype, shape, data })
     }
 

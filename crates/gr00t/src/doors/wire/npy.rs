@@ -8,7 +8,8 @@
 )]
 
 use super::error::WireError;
-use super::ndarray::{byte_len, shape_text, DType, NdArray};
+use super::ndarray::{byte_len, shape_text, ArrayView, DType, NdArray};
+use std::borrow::Cow;
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
 /// numpy's `ARRAY_ALIGN`.
@@ -43,6 +44,12 @@ pub fn encode(a: &NdArray) -> Vec<u8> {
 
 /// Reads an `.npy` file (format versions 1–3); Fortran-order data is returned in C order.
 pub fn decode(bytes: &[u8]) -> Result<NdArray, WireError> {
+    view(bytes).map(ArrayView::into_owned)
+}
+
+/// [`decode`] in place: the data borrowed from `bytes` (reordered into a buffer of its own
+/// only when in Fortran order).
+pub fn view(bytes: &[u8]) -> Result<ArrayView<'_>, WireError> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("not an .npy file (bad magic)".into());
     }
@@ -74,11 +81,11 @@ pub fn decode(bytes: &[u8]) -> Result<NdArray, WireError> {
         .into());
     }
     let data = if h.fortran_order {
-        fortran_to_c(data, &h.shape, dtype.size)
+        Cow::Owned(fortran_to_c(data, &h.shape, dtype.size))
     } else {
-        data.to_vec()
+        Cow::Borrowed(data)
     };
-    NdArray::new(dtype, h.shape, data)
+    ArrayView::new(dtype, h.shape, data)
 }
 
 struct Header {

@@ -17,9 +17,9 @@
 )]
 
 use super::error::WireError;
-use super::msgpack_numpy::{decode_array, get, scalar, type_name, uint};
+use super::msgpack_numpy::{array_view, decode_array, get, scalar, type_name, uint};
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
-use super::ndarray::{DType, Kind, NdArray};
+use super::ndarray::{ArrayView, DType, Kind, NdArray};
 use super::schema::Schema;
 use super::session::{session_id, session_token};
 use gr00t_core::request::Request;
@@ -31,17 +31,18 @@ use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::observation::{NoiseSource, DEFAULT_SEED};
 use rmpv::Value;
 
-/// A decoded array under `key` (its form noted in `forms`), or the upstream-style refusal.
-fn array(
-    v: Option<&Value>,
+/// The array under `key`, read in place (its form noted in `forms`), or the upstream-style
+/// refusal.
+fn array<'a>(
+    v: Option<&'a Value>,
     what: &str,
     key: &str,
     forms: &mut FormsSeen,
-) -> Result<NdArray, WireError> {
+) -> Result<ArrayView<'a>, WireError> {
     let v = v.ok_or_else(|| {
         WireError::field(key, format!("{what} key '{key}' must be in observation"))
     })?;
-    match decode_array(v) {
+    match array_view(v) {
         Some((form, a)) => {
             forms.note(form);
             a.map_err(|e| WireError::field(key, format!("{what} key '{key}': {e}")))
@@ -61,9 +62,10 @@ type CameraFrames = Vec<Vec<Frame>>;
 
 /// Checks a video array like `check_observation` and cuts it into frames; the frame size is
 /// checked against the layout's (`frames`: DROID's 16:9 bounds and patch grid, any tag's
-/// geometry) before the frames are copied, so the engine takes them checked.
+/// geometry) before any frame is made, so the engine takes them checked. Each frame's bytes
+/// are copied once, from the message into the frame.
 fn video(
-    a: NdArray,
+    a: ArrayView<'_>,
     key: &str,
     t: usize,
     frames: &ViewDecoder,
@@ -114,30 +116,17 @@ fn video(
         .map_err(|e| WireError::field(key, format!("Video key '{key}': {e}")))?;
     let frame_len = h * w * 3;
     let n = b * tt;
-    let mut data = a.data;
-    if n > 0 && (frame_len == 0 || data.len() < n * frame_len) {
+    if n > 0 && (frame_len == 0 || a.data.len() < n * frame_len) {
         return Err(WireError::field(key, "video data is short"));
     }
-    // The first frame keeps the array's buffer; the others are copied out of it.
-    let copies: Vec<Vec<u8>> = (1..n)
-        .map(|i| data[i * frame_len..(i + 1) * frame_len].to_vec())
-        .collect();
-    data.truncate(frame_len);
-    // A kept frame must not hold the rest of the array (a session's history counts lengths).
-    data.shrink_to_fit();
-    let mut bytes = std::iter::once(data).chain(copies);
-    let mut out = Vec::with_capacity(b);
-    for _ in 0..b {
-        let mut frames = Vec::with_capacity(tt);
-        for data in bytes.by_ref().take(tt) {
-            frames.push(
-                Frame::new(w, h, data)
-                    .map_err(|e| WireError::field(key, format!("Video key '{key}': {e}")))?,
-            );
-        }
-        out.push(frames);
-    }
-    Ok(out)
+    // Frame i of the array (item-major, then time).
+    let frame = |i: usize| {
+        Frame::new(w, h, a.data[i * frame_len..(i + 1) * frame_len].to_vec())
+            .map_err(|e| WireError::field(key, format!("Video key '{key}': {e}")))
+    };
+    (0..b)
+        .map(|item| (0..tt).map(|t| frame(item * tt + t)).collect())
+        .collect()
 }
 
 /// Checks a state array like `check_observation`; returns each item's last step.
@@ -478,7 +467,7 @@ impl Door {
 
     /// Lifts an unbatched array (`rank - 1` dimensions) to a batch of one where the door
     /// allows it.
-    fn batched(self, mut a: NdArray, rank: usize) -> NdArray {
+    fn batched(self, mut a: ArrayView<'_>, rank: usize) -> ArrayView<'_> {
         if self == Door::Openpi && a.shape.len() + 1 == rank {
             a.shape.insert(0, 1);
         }
@@ -556,7 +545,7 @@ fn parse_for(
         _ => None,
     };
     // One key's array, shaped for the door (`rank` dims with the batch), its batch checked.
-    let mut batched = |map, what: &str, key: &str, rank: usize| -> Result<NdArray, WireError> {
+    let mut batched = |map, what: &str, key: &str, rank: usize| -> Result<ArrayView, WireError> {
         let a = door.batched(array(get(map, key), what, key, &mut forms)?, rank);
         check_batch(&mut bs, a.shape.first().copied().unwrap_or(0), what, key)?;
         Ok(a)
@@ -576,7 +565,7 @@ fn parse_for(
     for (name, dim) in schema.state_keys() {
         let key = prefix("state", name);
         let a = batched(states, "State", &key, 3)?;
-        state_rows.push(state(&a, &key, schema.state_t(), dim, door)?);
+        state_rows.push(state(&a.into_owned(), &key, schema.state_t(), dim, door)?);
     }
     let key = schema.language_key();
     let lang = language(get(langs, key), key, schema.flat)?;

@@ -53,6 +53,44 @@ fn npy_bytes_match_numpy_save() {
 }
 
 #[test]
+fn arrays_are_read_in_place_in_every_form() {
+    // A video array's bytes stay in the message until each frame copies its own: every form's
+    // view borrows them (the .npy one past its header); only a Fortran-order .npy is reordered.
+    let a = NdArray::new(DType::U8, vec![1, 2, 2, 3, 3], (0..36).collect()).unwrap();
+    for form in [mp::ArrayForm::Npy, mp::ArrayForm::Nd, mp::ArrayForm::Openpi] {
+        let v = mp::encode_array(&a, form);
+        let (got, view) = mp::array_view(&v).unwrap();
+        let view = view.unwrap();
+        assert_eq!(got, form);
+        let std::borrow::Cow::Borrowed(data) = view.data else {
+            panic!("{form:?}: the view copied the bytes");
+        };
+        let Value::Map(m) = &v else { unreachable!() };
+        let key = if form == mp::ArrayForm::Npy {
+            "as_npy"
+        } else {
+            "data"
+        };
+        let Some(Value::Binary(held)) = mp::get(m, key) else {
+            panic!("{form:?}: no bytes under {key}")
+        };
+        let end = held.as_ptr_range().end;
+        assert_eq!(
+            data.as_ptr_range().end,
+            end,
+            "{form:?}: not the message's bytes"
+        );
+        assert_eq!(view.into_owned(), a);
+    }
+    let mut file = npy_header("{'descr': '<i2', 'fortran_order': True, 'shape': (2, 3), }");
+    file.extend(hex("000003000100040002000500"));
+    assert!(matches!(
+        npy::view(&file).unwrap().data,
+        std::borrow::Cow::Owned(_)
+    ));
+}
+
+#[test]
 fn npy_reads_fortran_order_and_refuses_bad_files() {
     // np.save(f, np.asfortranarray(np.arange(6, dtype='<i2').reshape(2, 3))).
     let mut file = npy_header("{'descr': '<i2', 'fortran_order': True, 'shape': (2, 3), }");

@@ -12,7 +12,7 @@
 )]
 
 use crate::doors::wire::error::WireError;
-use crate::doors::wire::msgpack_numpy::{from_openpi_array, get, scalar, type_name};
+use crate::doors::wire::msgpack_numpy::{from_openpi_array, get, openpi_view, scalar, type_name};
 use crate::doors::wire::ndarray::{DType, Kind};
 use gr00t_core::request::Request;
 use gr00t_embodiment::droid::{RawState, CAMERAS};
@@ -108,7 +108,8 @@ fn camera(m: &[(Value, Value)], cam: &str) -> Result<CameraInput, WireError> {
     let key = camera_key(cam);
     let bad = |message: String| WireError::field(&key, message);
     let v = get(m, &key).ok_or_else(|| bad(format!("{key} is missing")))?;
-    let a = match from_openpi_array(v) {
+    // Read in place: each frame's bytes are copied once, from the message into the frame.
+    let a = match openpi_view(v) {
         Some(a) => a.map_err(|e| bad(format!("{key}: {e}")))?,
         None => {
             return Err(bad(format!(

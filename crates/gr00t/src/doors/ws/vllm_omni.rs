@@ -112,13 +112,8 @@ async fn infer_actions(
     }
     // One queue entry per batch item, in order, as on the ZMQ door.
     let mut responses = Vec::with_capacity(items.len());
-    for item in &items {
-        responses.push(
-            ctx.worker
-                .infer(item.clone())
-                .await
-                .map_err(Refusal::infer)?,
-        );
+    for item in items {
+        responses.push(ctx.worker.infer(item).await.map_err(Refusal::infer)?);
     }
     let actions = action_dict(&responses, &ctx.schema, ArrayForm::Openpi)
         .map_err(|e| Refusal::internal(format!("internal error: {e}")))?;
