@@ -341,6 +341,11 @@ pub(crate) fn images_and_prompt(
         .encode(instruction, &processed.image_grid_thw)
         .map_err(|e| match e {
             PromptError::Tokenizer(m) => EmbodimentError::Tokenizer(m),
+            // The tokenizer's own failures are the server's, never the instruction's.
+            PromptError::Library { what, source } => {
+                EmbodimentError::Tokenizer(format!("{what}: {source}"))
+            }
+            e @ PromptError::Read { .. } => EmbodimentError::Tokenizer(e.to_string()),
             other => RequestError::new("instruction", other.to_string()).into(),
         })?;
     Ok((processed, prompt))

@@ -45,9 +45,27 @@ const TURN_END: &str = "<|im_end|>\n";
 /// Why a prompt could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum PromptError {
-    /// The tokenizer file could not be read or parsed.
+    /// The tokenizer lacks a token the prompt needs, or its ids do not fit the images.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// The tokenizer file could not be read.
+    #[error("tokenizer: cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why not.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The tokenizer library failed: `what` it was doing (parsing the file, tokenising).
+    #[error("tokenizer: {what}: {source}")]
+    Library {
+        /// What failed.
+        what: &'static str,
+        /// The library's error.
+        #[source]
+        source: tokenizers::Error,
+    },
     /// The raw instruction is empty or only whitespace.
     #[error("instruction is empty")]
     EmptyInstruction,
@@ -120,8 +138,10 @@ impl PromptEncoder {
     /// Loads `tokenizer.json`; logs a warning when it is not the bundled Qwen3 file.
     pub fn load(path: impl AsRef<Path>) -> Result<PromptEncoder, PromptError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path)
-            .map_err(|e| PromptError::Tokenizer(format!("cannot read {}: {e}", path.display())))?;
+        let bytes = std::fs::read(path).map_err(|source| PromptError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let digest = sha256_hex(&bytes);
         if digest != QWEN3_TOKENIZER_SHA256 {
             tracing::warn!(
@@ -136,8 +156,10 @@ impl PromptEncoder {
 
     /// Parses a `tokenizer.json` held in memory.
     pub fn from_bytes(bytes: &[u8]) -> Result<PromptEncoder, PromptError> {
-        let tokenizer = Tokenizer::from_bytes(bytes)
-            .map_err(|e| PromptError::Tokenizer(format!("cannot parse tokenizer.json: {e}")))?;
+        let tokenizer = Tokenizer::from_bytes(bytes).map_err(|source| PromptError::Library {
+            what: "cannot parse tokenizer.json",
+            source,
+        })?;
         let image_pad_id = tokenizer
             .token_to_id(IMAGE_PAD)
             .ok_or_else(|| PromptError::Tokenizer(format!("no {IMAGE_PAD} token")))?;
@@ -174,7 +196,10 @@ impl PromptEncoder {
         let enc = self
             .tokenizer
             .encode(text, false)
-            .map_err(|e| PromptError::Tokenizer(format!("cannot tokenise: {e}")))?;
+            .map_err(|source| PromptError::Library {
+                what: "cannot tokenise",
+                source,
+            })?;
         Ok(enc.get_ids().to_vec())
     }
 

@@ -227,14 +227,16 @@ fn bundled_tokenizer_hash_is_checked() {
     assert_eq!(enc.tokenize("<|im_end|>").unwrap(), vec![IM_END]);
     std::fs::remove_dir_all(&dir).unwrap();
 
-    assert!(matches!(
-        PromptEncoder::from_bytes(b"{}"),
-        Err(PromptError::Tokenizer(_))
-    ));
-    assert!(matches!(
-        PromptEncoder::load(dir.join("missing.json")),
-        Err(PromptError::Tokenizer(_))
-    ));
+    // Each failure keeps the library's or the file system's error as its source.
+    let e = PromptEncoder::from_bytes(b"{}").expect_err("{} is no tokenizer");
+    assert!(matches!(e, PromptError::Library { .. }), "{e:?}");
+    assert!(std::error::Error::source(&e).is_some());
+    let e = PromptEncoder::load(dir.join("missing.json")).expect_err("a missing file");
+    let PromptError::Read { source, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+    assert!(e.to_string().starts_with("tokenizer: cannot read "), "{e}");
 }
 
 #[test]

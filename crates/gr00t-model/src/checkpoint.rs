@@ -8,7 +8,7 @@ use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Name of the single-file weights.
@@ -293,63 +293,12 @@ fn locate_weights(dir: &Path) -> Result<Vec<PathBuf>> {
     ))
 }
 
-/// Reads only the safetensors headers and checks that every tensor is bf16, f16 or f32.
+/// Reads only the safetensors headers and checks that every tensor is bf16, f16 or f32 (the
+/// weight reader's header check, each byte range included).
 fn read_tensor_dtypes(files: &[PathBuf]) -> Result<BTreeMap<String, DType>> {
     let mut out = BTreeMap::new();
     for path in files {
-        let header = read_safetensors_header(path)?;
-        for (name, info) in header {
-            let dtype = match info.dtype.as_str() {
-                "BF16" => DType::BF16,
-                "F16" => DType::F16,
-                "F32" => DType::F32,
-                other => {
-                    return Err(Error::file(
-                        path,
-                        format!(
-                            "tensor {name} has dtype {other}; only BF16, F16 and F32 are accepted"
-                        ),
-                    ))
-                }
-            };
-            out.insert(name, dtype);
-        }
-    }
-    Ok(out)
-}
-
-#[derive(Deserialize)]
-struct HeaderEntry {
-    dtype: String,
-}
-
-fn read_safetensors_header(path: &Path) -> Result<HashMap<String, HeaderEntry>> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
-    let file_len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut len = [0u8; 8];
-    f.read_exact(&mut len)
-        .map_err(|_| Error::file(path, "not a safetensors file (shorter than 8 bytes)"))?;
-    let n = u64::from_le_bytes(len);
-    if n > 100_000_000 || n + 8 > file_len {
-        return Err(Error::file(
-            path,
-            format!("not a safetensors file (header length {n})"),
-        ));
-    }
-    let mut buf = vec![0u8; n as usize];
-    f.read_exact(&mut buf)
-        .map_err(|e| Error::file(path, format!("truncated safetensors header: {e}")))?;
-    let raw: HashMap<String, serde_json::Value> = serde_json::from_slice(&buf)
-        .map_err(|e| Error::file(path, format!("malformed safetensors header: {e}")))?;
-    let mut out = HashMap::new();
-    for (k, v) in raw {
-        if k == "__metadata__" {
-            continue;
-        }
-        let e: HeaderEntry = serde_json::from_value(v)
-            .map_err(|e| Error::file(path, format!("malformed header entry {k}: {e}")))?;
-        out.insert(k, e);
+        out.extend(crate::weights::tensor_dtypes(path)?);
     }
     Ok(out)
 }

@@ -25,6 +25,14 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A file's header (a safetensors header or one of its entries) does not read or parse.
+    #[error("{}: {problem}: {source}", path.display())]
+    Header {
+        path: PathBuf,
+        problem: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A config built into the binary does not parse (a build defect, named).
     #[error("the built-in {what} is malformed: {source}")]
     BuiltIn {
@@ -49,6 +57,19 @@ impl Error {
         Error::File {
             path: path.as_ref().to_path_buf(),
             problem: problem.into(),
+        }
+    }
+
+    /// `path`'s header is `problem` (truncated, malformed), because of `source`.
+    pub fn header(
+        path: impl AsRef<Path>,
+        problem: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Error {
+        Error::Header {
+            path: path.as_ref().to_path_buf(),
+            problem: problem.into(),
+            source: source.into(),
         }
     }
 

@@ -189,13 +189,20 @@ impl SimpleBackend for SafetensorsReader {
     }
 }
 
+/// Every tensor of the safetensors file `path` with its dtype (bf16, f16 or f32), from its
+/// header alone, each byte range checked.
+pub(crate) fn tensor_dtypes(path: &Path) -> crate::Result<Vec<(String, DType)>> {
+    let (_, entries) = read_header(path)?;
+    Ok(entries.into_iter().map(|(n, e)| (n, e.dtype)).collect())
+}
+
 /// Opens `path` and parses its safetensors header, checking every tensor's byte range.
 fn read_header(path: &Path) -> crate::Result<(File, HashMap<String, Entry>)> {
     let bad = |msg: String| crate::Error::file(path, msg);
-    let file = File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+    let file = File::open(path).map_err(|e| crate::Error::io(path, "open", e))?;
     let file_len = file
         .metadata()
-        .map_err(|e| bad(format!("cannot stat: {e}")))?
+        .map_err(|e| crate::Error::io(path, "stat", e))?
         .len();
     let mut len = [0u8; 8];
     read_exact_at(&file, &mut len, 0)
@@ -206,9 +213,9 @@ fn read_header(path: &Path) -> crate::Result<(File, HashMap<String, Entry>)> {
     }
     let mut buf = vec![0u8; n as usize];
     read_exact_at(&file, &mut buf, 8)
-        .map_err(|e| bad(format!("truncated safetensors header: {e}")))?;
+        .map_err(|e| crate::Error::header(path, "truncated safetensors header", e))?;
     let raw: HashMap<String, serde_json::Value> = serde_json::from_slice(&buf)
-        .map_err(|e| bad(format!("malformed safetensors header: {e}")))?;
+        .map_err(|e| crate::Error::header(path, "malformed safetensors header", e))?;
     let data_start = 8 + n;
     let mut out = HashMap::new();
     for (name, v) in raw {
@@ -216,7 +223,7 @@ fn read_header(path: &Path) -> crate::Result<(File, HashMap<String, Entry>)> {
             continue;
         }
         let h: HeaderEntry = serde_json::from_value(v)
-            .map_err(|e| bad(format!("malformed header entry {name}: {e}")))?;
+            .map_err(|e| crate::Error::header(path, format!("malformed header entry {name}"), e))?;
         let (dtype, size) = match h.dtype.as_str() {
             "BF16" => (DType::BF16, 2),
             "F16" => (DType::F16, 2),

@@ -141,6 +141,22 @@ fn reader_errors_name_the_tensor_and_the_file() {
         err.contains("bad.safetensors") && err.contains("tensor x"),
         "{err}"
     );
+
+    // A header that is not JSON: refused with the parser's error kept as the source, also by
+    // the checkpoint's header-only read (the same reader).
+    let header = br#"{"x": nope}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header);
+    std::fs::write(&path, &bytes).unwrap();
+    let err = SafetensorsReader::open(std::slice::from_ref(&path))
+        .err()
+        .expect("a malformed header must be refused");
+    assert!(
+        err.to_string().contains("malformed safetensors header"),
+        "{err}"
+    );
+    let source = std::error::Error::source(&err).expect("the parser's error");
+    assert!(source.is::<serde_json::Error>(), "{source:?}");
 }
 
 /// Deterministic values in [-1, 1).
