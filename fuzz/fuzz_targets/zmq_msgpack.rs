@@ -9,10 +9,11 @@ fuzz_target!(|data: &[u8]| {
     static SCHEMAS: OnceLock<[observation::Schema; 2]> = OnceLock::new();
     let schemas = SCHEMAS.get_or_init(|| [gr00t_fuzz::schema(false), gr00t_fuzz::schema(true)]);
     let _ = npy::decode(data);
-    let Ok(rmpv::Value::Map(req)) = msgpack_numpy::unpack(data) else {
+    // Borrowed, as the door reads it.
+    let Ok(rmpv::ValueRef::Map(req)) = msgpack_numpy::unpack_ref(data) else {
         return;
     };
-    let Some(rmpv::Value::Map(d)) = msgpack_numpy::get(&req, "data") else {
+    let Some(rmpv::ValueRef::Map(d)) = msgpack_numpy::get(&req, "data") else {
         return;
     };
     let obs = msgpack_numpy::get(d, "observation");

@@ -17,9 +17,10 @@
 )]
 
 use super::error::WireError;
+use super::msg::{Msg, View};
 use super::ndarray::{ArrayView, DType, NdArray};
 use super::npy;
-use rmpv::Value;
+use rmpv::{Value, ValueRef};
 use std::borrow::Cow;
 
 /// Encodes a msgpack value the way `msgpack.packb` does (smallest int/str/bin/map headers).
@@ -39,11 +40,17 @@ pub const MAX_MSGPACK_ELEMENTS: u64 = 1 << 16;
 pub const MAX_MSGPACK_DEPTH: usize = 32;
 
 /// Decodes one msgpack value that must span the whole buffer, after [`check_size`] has
-/// bounded what decoding it can build.
+/// bounded what decoding it can build (an owned copy of [`unpack_ref`]'s).
 pub fn unpack(bytes: &[u8]) -> Result<Value, WireError> {
+    unpack_ref(bytes).map(|v| v.to_owned())
+}
+
+/// [`unpack`] borrowing from `bytes`: its str and bin values point into the message, so a
+/// frame's bytes are copied once, by the frame. What the doors read.
+pub fn unpack_ref(bytes: &[u8]) -> Result<ValueRef<'_>, WireError> {
     check_size(bytes)?;
     let mut rd = bytes;
-    let v = rmpv::decode::read_value(&mut rd).map_err(|e| format!("invalid msgpack: {e}"))?;
+    let v = rmpv::decode::read_value_ref(&mut rd).map_err(|e| format!("invalid msgpack: {e}"))?;
     if !rd.is_empty() {
         return Err(format!("invalid msgpack: {} bytes after the first value", rd.len()).into());
     }
@@ -155,43 +162,45 @@ pub fn str_map<'a>(pairs: impl IntoIterator<Item = (&'a str, Value)>) -> Value {
 }
 
 /// The value under a key that is either msgpack str or bin with these bytes.
-pub fn get<'a>(map: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
+pub fn get<'a, M: Msg>(map: &'a [(M, M)], key: &str) -> Option<&'a M> {
     map.iter()
         .find(|(k, _)| key_bytes(k) == Some(key.as_bytes()))
         .map(|(_, v)| v)
 }
 
 /// A map key's bytes (str or bin keys; others have none).
-pub fn key_bytes(k: &Value) -> Option<&[u8]> {
-    match k {
-        Value::String(s) => Some(s.as_bytes()),
-        Value::Binary(b) => Some(b),
+pub fn key_bytes<M: Msg>(k: &M) -> Option<&[u8]> {
+    match k.view() {
+        View::String(bytes, _) | View::Binary(bytes) => Some(bytes),
         _ => None,
     }
 }
 
 /// A `shape` list as sizes; `None` when an entry is not a non-negative integer.
-fn dims_of(dims: &[Value]) -> Option<Vec<usize>> {
+fn dims_of<M: Msg>(dims: &[M]) -> Option<Vec<usize>> {
     dims.iter()
-        .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+        .map(|d| match d.view() {
+            View::Integer(i) => i.as_u64().and_then(|d| usize::try_from(d).ok()),
+            _ => None,
+        })
         .collect()
 }
 
 /// What a value is, in Python's words, for messages.
-pub fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Nil => "None",
-        Value::Boolean(_) => "bool",
-        Value::Integer(_) => "int",
-        Value::F32(_) | Value::F64(_) => "float",
-        Value::String(_) => "str",
-        Value::Binary(_) => "bytes",
-        Value::Array(_) => "list",
-        Value::Map(m) if is_gr00t_array(m) || is_openpi_array(m) || is_nd_array(m) => {
+pub fn type_name<M: Msg>(v: &M) -> &'static str {
+    match v.view() {
+        View::Nil => "None",
+        View::Boolean(_) => "bool",
+        View::Integer(_) => "int",
+        View::F32(_) | View::F64(_) => "float",
+        View::String(..) => "str",
+        View::Binary(_) => "bytes",
+        View::Array(_) => "list",
+        View::Map(m) if is_gr00t_array(m) || is_openpi_array(m) || is_nd_array(m) => {
             "numpy.ndarray"
         }
-        Value::Map(_) => "dict",
-        Value::Ext(..) => "msgpack ext",
+        View::Map(_) => "dict",
+        View::Ext => "msgpack ext",
     }
 }
 
@@ -214,37 +223,45 @@ pub fn openpi_array(a: &NdArray) -> Value {
     ])
 }
 
-fn is_openpi_array(m: &[(Value, Value)]) -> bool {
+fn is_openpi_array<M: Msg>(m: &[(M, M)]) -> bool {
     get(m, "__ndarray__").is_some()
 }
 
-fn is_gr00t_array(m: &[(Value, Value)]) -> bool {
+fn is_gr00t_array<M: Msg>(m: &[(M, M)]) -> bool {
     get(m, "__ndarray_class__").is_some()
 }
 
+/// The map a value is, if it is one.
+fn map_of<M: Msg>(v: &M) -> Option<&[(M, M)]> {
+    match v.view() {
+        View::Map(m) => Some(m),
+        _ => None,
+    }
+}
+
 /// Decodes an openpi array map; `None` when the value is not one.
-pub fn from_openpi_array(v: &Value) -> Option<Result<NdArray, WireError>> {
+pub fn from_openpi_array<M: Msg>(v: &M) -> Option<Result<NdArray, WireError>> {
     owned(openpi_view(v))
 }
 
 /// [`from_openpi_array`] in place, its bytes borrowed from `v`.
-pub fn openpi_view(v: &Value) -> Option<Result<ArrayView<'_>, WireError>> {
-    let Value::Map(m) = v else { return None };
+pub fn openpi_view<M: Msg>(v: &M) -> Option<Result<ArrayView<'_>, WireError>> {
+    let m = map_of(v)?;
     if !is_openpi_array(m) {
         return None;
     }
     Some((|| {
-        let data = match get(m, "data") {
-            Some(Value::Binary(b)) => Cow::Borrowed(b.as_slice()),
+        let data = match get(m, "data").map(Msg::view) {
+            Some(View::Binary(b)) => Cow::Borrowed(b),
             _ => return Err("ndarray without bytes under 'data'".into()),
         };
-        let dtype = match get(m, "dtype") {
-            Some(Value::String(s)) => DType::parse(s.as_str().unwrap_or(""))?,
-            Some(Value::Binary(b)) => DType::parse(&String::from_utf8_lossy(b))?,
+        let dtype = match get(m, "dtype").map(Msg::view) {
+            Some(View::String(_, s)) => DType::parse(s.unwrap_or(""))?,
+            Some(View::Binary(b)) => DType::parse(&String::from_utf8_lossy(b))?,
             _ => return Err("ndarray without a 'dtype' string".into()),
         };
-        let shape = match get(m, "shape") {
-            Some(Value::Array(dims)) => {
+        let shape = match get(m, "shape").map(Msg::view) {
+            Some(View::Array(dims)) => {
                 dims_of(dims).ok_or("ndarray 'shape' must hold non-negative integers")?
             }
             _ => return Err("ndarray without a 'shape' list".into()),
@@ -267,31 +284,31 @@ pub fn gr00t_array(a: &NdArray) -> Value {
 }
 
 /// Decodes a GR00T array map; `None` when the value is not one.
-pub fn from_gr00t_array(v: &Value) -> Option<Result<NdArray, WireError>> {
+pub fn from_gr00t_array<M: Msg>(v: &M) -> Option<Result<NdArray, WireError>> {
     owned(gr00t_view(v))
 }
 
 /// [`from_gr00t_array`] in place, its bytes borrowed from `v`.
-fn gr00t_view(v: &Value) -> Option<Result<ArrayView<'_>, WireError>> {
-    let Value::Map(m) = v else { return None };
+fn gr00t_view<M: Msg>(v: &M) -> Option<Result<ArrayView<'_>, WireError>> {
+    let m = map_of(v)?;
     if !is_gr00t_array(m) {
         return None;
     }
-    Some(match get(m, "as_npy") {
-        Some(Value::Binary(b)) => npy::view(b),
+    Some(match get(m, "as_npy").map(Msg::view) {
+        Some(View::Binary(b)) => npy::view(b),
         _ => Err("ndarray without .npy bytes under 'as_npy'".into()),
     })
 }
 
 /// A plain msgpack number, or an openpi / msgpack-numpy numpy scalar, as f64.
-pub fn scalar(v: &Value) -> Option<f64> {
-    match v {
-        Value::Integer(i) => i.as_f64(),
-        Value::F32(x) => Some(*x as f64),
-        Value::F64(x) => Some(*x),
-        Value::Boolean(b) => Some(if *b { 1.0 } else { 0.0 }),
-        Value::Map(m) if get(m, "__npgeneric__").is_some() => get(m, "data").and_then(scalar),
-        Value::Map(m) if is_nd_array(m) => match nd_view(m).map(ArrayView::into_owned) {
+pub fn scalar<M: Msg>(v: &M) -> Option<f64> {
+    match v.view() {
+        View::Integer(i) => i.as_f64(),
+        View::F32(x) => Some(x as f64),
+        View::F64(x) => Some(x),
+        View::Boolean(b) => Some(if b { 1.0 } else { 0.0 }),
+        View::Map(m) if get(m, "__npgeneric__").is_some() => get(m, "data").and_then(scalar),
+        View::Map(m) if is_nd_array(m) => match nd_view(m).map(ArrayView::into_owned) {
             Ok(a) if a.shape.is_empty() => a.to_f64s().first().copied(),
             _ => None,
         },
@@ -300,11 +317,11 @@ pub fn scalar(v: &Value) -> Option<f64> {
 }
 
 /// A non-negative integer: a msgpack int, or a numpy integer scalar in either library's form.
-pub fn uint(v: &Value) -> Option<u64> {
-    match v {
-        Value::Integer(i) => i.as_u64(),
-        Value::Map(m) if get(m, "__npgeneric__").is_some() => get(m, "data").and_then(uint),
-        Value::Map(m) if is_nd_array(m) => match nd_view(m).map(ArrayView::into_owned) {
+pub fn uint<M: Msg>(v: &M) -> Option<u64> {
+    match v.view() {
+        View::Integer(i) => i.as_u64(),
+        View::Map(m) if get(m, "__npgeneric__").is_some() => get(m, "data").and_then(uint),
+        View::Map(m) if is_nd_array(m) => match nd_view(m).map(ArrayView::into_owned) {
             Ok(a) if a.shape.is_empty() => a
                 .int_values()
                 .and_then(|v| v.first().copied())
@@ -355,19 +372,19 @@ impl FormsSeen {
     }
 }
 
-fn is_nd_array(m: &[(Value, Value)]) -> bool {
+fn is_nd_array<M: Msg>(m: &[(M, M)]) -> bool {
     get(m, "nd").is_some()
 }
 
 /// Decodes an array in any of the three forms, with the form it used; `None` when `v` is not
 /// an array map.
-pub fn decode_array(v: &Value) -> Option<(ArrayForm, Result<NdArray, WireError>)> {
+pub fn decode_array<M: Msg>(v: &M) -> Option<(ArrayForm, Result<NdArray, WireError>)> {
     array_view(v).map(|(form, r)| (form, r.map(ArrayView::into_owned)))
 }
 
 /// [`decode_array`] in place: the array's bytes borrowed from `v`, not copied.
-pub fn array_view(v: &Value) -> Option<(ArrayForm, Result<ArrayView<'_>, WireError>)> {
-    let Value::Map(m) = v else { return None };
+pub fn array_view<M: Msg>(v: &M) -> Option<(ArrayForm, Result<ArrayView<'_>, WireError>)> {
+    let m = map_of(v)?;
     if is_gr00t_array(m) {
         return gr00t_view(v).map(|r| (ArrayForm::Npy, r));
     }
@@ -403,17 +420,17 @@ pub fn nd_array(a: &NdArray) -> Value {
 }
 
 /// Text under a str or bin value.
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => s.as_str().map(str::to_string),
-        Value::Binary(b) => String::from_utf8(b.clone()).ok(),
+fn text<M: Msg>(v: &M) -> Option<String> {
+    match v.view() {
+        View::String(_, s) => s.map(str::to_string),
+        View::Binary(b) => String::from_utf8(b.to_vec()).ok(),
         _ => None,
     }
 }
 
 /// Decodes a msgpack-numpy map (`nd` true: array, false: scalar, shape `()`) in place, its
 /// bytes borrowed. Object and structured payloads are refused before anything else is read.
-fn nd_view(m: &[(Value, Value)]) -> Result<ArrayView<'_>, WireError> {
+fn nd_view<M: Msg>(m: &[(M, M)]) -> Result<ArrayView<'_>, WireError> {
     let kind = get(m, "kind").and_then(text).unwrap_or_default();
     match kind.as_str() {
         "O" => {
@@ -426,23 +443,25 @@ fn nd_view(m: &[(Value, Value)]) -> Result<ArrayView<'_>, WireError> {
         "V" => return Err("structured arrays (msgpack-numpy kind 'V') are not supported".into()),
         _ => {}
     }
-    let is_array = match get(m, "nd") {
-        Some(Value::Boolean(b)) => *b,
-        Some(Value::Integer(i)) => i.as_u64() != Some(0),
+    let is_array = match get(m, "nd").map(Msg::view) {
+        Some(View::Boolean(b)) => b,
+        Some(View::Integer(i)) => i.as_u64() != Some(0),
         _ => return Err("msgpack-numpy 'nd' must be True or False".into()),
     };
     let dtype = match get(m, "type") {
-        Some(Value::Array(_)) => return Err("structured dtypes are not supported".into()),
+        Some(v) if matches!(v.view(), View::Array(_)) => {
+            return Err("structured dtypes are not supported".into())
+        }
         Some(v) => DType::parse(&text(v).ok_or("msgpack-numpy 'type' must be a dtype string")?)?,
         None => return Err("msgpack-numpy array without a 'type'".into()),
     };
-    let data = match get(m, "data") {
-        Some(Value::Binary(b)) => Cow::Borrowed(b.as_slice()),
+    let data = match get(m, "data").map(Msg::view) {
+        Some(View::Binary(b)) => Cow::Borrowed(b),
         _ => return Err("msgpack-numpy array without bytes under 'data'".into()),
     };
     let shape = if is_array {
-        match get(m, "shape") {
-            Some(Value::Array(dims)) => {
+        match get(m, "shape").map(Msg::view) {
+            Some(View::Array(dims)) => {
                 dims_of(dims).ok_or("msgpack-numpy 'shape' must hold non-negative integers")?
             }
             _ => return Err("msgpack-numpy array without a 'shape' list".into()),
@@ -455,9 +474,9 @@ fn nd_view(m: &[(Value, Value)]) -> Result<ArrayView<'_>, WireError> {
 
 /// The first map on the way down `v` that is an object or structured msgpack-numpy payload,
 /// as its key path (`data.observation.video.cam`), for a refusal that names it.
-pub fn find_refused_payload(v: &Value, path: &str) -> Option<(String, String)> {
-    match v {
-        Value::Map(m) => {
+pub fn find_refused_payload<M: Msg>(v: &M, path: &str) -> Option<(String, String)> {
+    match v.view() {
+        View::Map(m) => {
             if is_nd_array(m) {
                 let kind = get(m, "kind").and_then(text).unwrap_or_default();
                 if kind == "O" || kind == "V" {
@@ -478,7 +497,7 @@ pub fn find_refused_payload(v: &Value, path: &str) -> Option<(String, String)> {
                 find_refused_payload(v, &sub)
             })
         }
-        Value::Array(items) => items
+        View::Array(items) => items
             .iter()
             .enumerate()
             .find_map(|(i, v)| find_refused_payload(v, &format!("{path}[{i}]"))),

@@ -17,6 +17,7 @@
 )]
 
 use super::error::WireError;
+use super::msg::{Msg, View};
 use super::msgpack_numpy::{array_view, decode_array, get, scalar, type_name, uint};
 use super::msgpack_numpy::{ArrayForm, FormsSeen};
 use super::ndarray::{ArrayView, DType, Kind, NdArray};
@@ -29,12 +30,11 @@ use gr00t_embodiment::embodiment::Observation;
 use gr00t_embodiment::encoded_views::ViewDecoder;
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::observation::{NoiseSource, DEFAULT_SEED};
-use rmpv::Value;
 
 /// The array under `key`, read in place (its form noted in `forms`), or the upstream-style
 /// refusal.
-fn array<'a>(
-    v: Option<&'a Value>,
+fn array<'a, M: Msg>(
+    v: Option<&'a M>,
     what: &str,
     key: &str,
     forms: &mut FormsSeen,
@@ -199,13 +199,13 @@ fn check_batch(bs: &mut Option<usize>, n: usize, what: &str, key: &str) -> Resul
     }
 }
 
-fn dict<'a>(obs: &'a [(Value, Value)], modality: &str) -> Result<&'a [(Value, Value)], WireError> {
+fn dict<'a, M: Msg>(obs: &'a [(M, M)], modality: &str) -> Result<&'a [(M, M)], WireError> {
     match get(obs, modality) {
         None => Err(WireError::field(
             modality,
             format!("Observation must contain a '{modality}' key"),
         )),
-        Some(Value::Map(m)) => Ok(m),
+        Some(v) if v.as_map().is_some() => Ok(v.as_map().unwrap_or_default()),
         Some(v) => Err(WireError::field(
             modality,
             format!(
@@ -217,11 +217,11 @@ fn dict<'a>(obs: &'a [(Value, Value)], modality: &str) -> Result<&'a [(Value, Va
 }
 
 /// The instructions of a language entry: `[[str]] * B` nested, `[str] * B` flat.
-fn language(v: Option<&Value>, key: &str, flat: bool) -> Result<Vec<String>, WireError> {
+fn language<M: Msg>(v: Option<&M>, key: &str, flat: bool) -> Result<Vec<String>, WireError> {
     let v = v.ok_or_else(|| {
         WireError::field(key, format!("Language key '{key}' must be in observation"))
     })?;
-    let Value::Array(items) = v else {
+    let View::Array(items) = v.view() else {
         return Err(WireError::field(
             key,
             format!("Language key '{key}' must be a list. Got {}", type_name(v)),
@@ -233,9 +233,9 @@ fn language(v: Option<&Value>, key: &str, flat: bool) -> Result<Vec<String>, Wir
             let s = if flat {
                 item
             } else {
-                match item {
-                    Value::Array(inner) if inner.len() == 1 => &inner[0],
-                    Value::Array(inner) => {
+                match item.view() {
+                    View::Array(inner) if inner.len() == 1 => &inner[0],
+                    View::Array(inner) => {
                         return Err(WireError::field(
                             key,
                             format!(
@@ -244,28 +244,24 @@ fn language(v: Option<&Value>, key: &str, flat: bool) -> Result<Vec<String>, Wir
                             ),
                         ))
                     }
-                    other => {
+                    _ => {
                         return Err(WireError::field(
                             key,
                             format!(
                                 "Language batch item must be a list. Got {}",
-                                type_name(other)
+                                type_name(item)
                             ),
                         ))
                     }
                 }
             };
-            match s {
-                Value::String(s) => s
-                    .as_str()
+            match s.view() {
+                View::String(_, text) => text
                     .map(str::to_string)
                     .ok_or_else(|| WireError::field(key, "Language batch item is not valid UTF-8")),
-                other => Err(WireError::field(
+                _ => Err(WireError::field(
                     key,
-                    format!(
-                        "Language batch item must be a string. Got {}",
-                        type_name(other)
-                    ),
+                    format!("Language batch item must be a string. Got {}", type_name(s)),
                 )),
             }
         })
@@ -274,8 +270,8 @@ fn language(v: Option<&Value>, key: &str, flat: bool) -> Result<Vec<String>, Wir
 
 /// The noise of `options`: `seed` (int) or `noise` (float [H, A] or [B, H, A]); the default
 /// seed otherwise. One entry per batch item.
-fn noise(
-    options: Option<&Value>,
+fn noise<M: Msg>(
+    options: Option<&M>,
     schema: &Schema,
     b: usize,
     forms: &mut FormsSeen,
@@ -284,8 +280,9 @@ fn noise(
     let field = door.options_prefix();
     let (seed_field, noise_field) = (format!("{field}seed"), format!("{field}noise"));
     let opts = match options {
-        None | Some(Value::Nil) => return Ok(vec![NoiseSource::Seed(DEFAULT_SEED); b]),
-        Some(Value::Map(m)) => m,
+        None => return Ok(vec![NoiseSource::Seed(DEFAULT_SEED); b]),
+        Some(v) if v.is_nil() => return Ok(vec![NoiseSource::Seed(DEFAULT_SEED); b]),
+        Some(v) if v.as_map().is_some() => v.as_map().unwrap_or_default(),
         Some(v) => {
             return Err(WireError::field(
                 "options",
@@ -369,10 +366,10 @@ fn noise(
 
 /// Nested lists of numbers with a rectangular shape (`ndarray.tolist()`), as float32; `None`
 /// for anything else. The message's size was bounded when it was unpacked.
-fn nested_floats(v: &Value) -> Option<NdArray> {
+fn nested_floats<M: Msg>(v: &M) -> Option<NdArray> {
     let mut shape = Vec::new();
     let mut level = v;
-    while let Value::Array(items) = level {
+    while let View::Array(items) = level.view() {
         shape.push(items.len());
         level = items.first()?;
     }
@@ -384,20 +381,20 @@ fn nested_floats(v: &Value) -> Option<NdArray> {
 }
 
 /// Appends the numbers of `v` (of `shape`) to `out`; whether it was rectangular and numeric.
-fn flatten(v: &Value, shape: &[usize], out: &mut Vec<f32>) -> bool {
-    match (v, shape.split_first()) {
-        (Value::Array(items), Some((&n, rest))) => {
+fn flatten<M: Msg>(v: &M, shape: &[usize], out: &mut Vec<f32>) -> bool {
+    match (v.view(), shape.split_first()) {
+        (View::Array(items), Some((&n, rest))) => {
             items.len() == n && items.iter().all(|x| flatten(x, rest, out))
         }
-        (Value::F64(x), None) => {
-            out.push(*x as f32);
+        (View::F64(x), None) => {
+            out.push(x as f32);
             true
         }
-        (Value::F32(x), None) => {
-            out.push(*x);
+        (View::F32(x), None) => {
+            out.push(x);
             true
         }
-        (Value::Integer(i), None) => match i.as_f64() {
+        (View::Integer(i), None) => match i.as_f64() {
             Some(x) => {
                 out.push(x as f32);
                 true
@@ -476,9 +473,9 @@ impl Door {
 }
 
 /// Turns `get_action`'s `observation` and `options` into one request per batch item.
-pub fn parse(
-    observation: Option<&Value>,
-    options: Option<&Value>,
+pub fn parse<M: Msg>(
+    observation: Option<&M>,
+    options: Option<&M>,
     schema: &Schema,
 ) -> Result<Parsed, WireError> {
     parse_for(observation, options, schema, Door::Upstream)
@@ -487,18 +484,18 @@ pub fn parse(
 /// Turns an openpi websocket message carrying the nested observation into one request per
 /// batch item: `seed` / `noise` sit beside `video` / `state` / `language`, and video
 /// `[T,H,W,3]` / state `[T,D]` count as a batch of one.
-pub fn parse_openpi(message: &Value, schema: &Schema) -> Result<Parsed, WireError> {
+pub fn parse_openpi<M: Msg>(message: &M, schema: &Schema) -> Result<Parsed, WireError> {
     parse_for(Some(message), Some(message), schema, Door::Openpi)
 }
 
-fn parse_for(
-    observation: Option<&Value>,
-    options: Option<&Value>,
+fn parse_for<M: Msg>(
+    observation: Option<&M>,
+    options: Option<&M>,
     schema: &Schema,
     door: Door,
 ) -> Result<Parsed, WireError> {
     let obs = match observation {
-        Some(Value::Map(m)) => m.as_slice(),
+        Some(v) if v.as_map().is_some() => v.as_map().unwrap_or_default(),
         Some(v) => {
             return Err(WireError::field(
                 "observation",
@@ -540,9 +537,9 @@ fn parse_for(
             key.to_string()
         }
     };
-    let named_session = match options {
-        Some(Value::Map(m)) => session_id(m, door.options_prefix())?,
-        _ => None,
+    let named_session = match options.and_then(Msg::as_map) {
+        Some(m) => session_id(m, door.options_prefix())?,
+        None => None,
     };
     // One key's array, shaped for the door (`rank` dims with the batch), its batch checked.
     let mut batched = |map, what: &str, key: &str, rank: usize| -> Result<ArrayView, WireError> {
@@ -572,8 +569,8 @@ fn parse_for(
     let b = bs.unwrap_or(0);
     check_batch(&mut bs, lang.len(), "Language", key)?;
     let noises = noise(options, schema, b, &mut forms, door)?;
-    let (rtc, session, session_token) = match options {
-        Some(Value::Map(m)) => {
+    let (rtc, session, session_token) = match options.and_then(Msg::as_map) {
+        Some(m) => {
             let session = named_session;
             if session.is_some() && b != 1 {
                 return Err(WireError::field(
@@ -630,8 +627,8 @@ fn parse_for(
 /// The RTC options among a message's keys (`previous_chunk` a float array `[rows, width]` or
 /// `[1, rows, width]` in any form the door decodes, the steps non-negative ints, the rate a
 /// number), checked against the schema's model and embodiment; errors name `prefix` + key.
-pub fn rtc(
-    m: &[(Value, Value)],
+pub fn rtc<M: Msg>(
+    m: &[(M, M)],
     schema: &Schema,
     prefix: &str,
     in_session: bool,
@@ -652,7 +649,7 @@ pub fn rtc(
     let ramp_rate = at("rtc_ramp_rate")
         .map(|v| {
             scalar(v)
-                .filter(|_| !matches!(v, Value::Boolean(_)))
+                .filter(|_| !matches!(v.view(), View::Boolean(_)))
                 .ok_or_else(|| {
                     WireError::field(
                         format!("{prefix}rtc_ramp_rate"),
@@ -680,7 +677,7 @@ pub fn rtc(
 }
 
 /// `previous_chunk`: a float array `[rows, width]` or `[1, rows, width]`.
-fn chunk(v: &Value, prefix: &str) -> Result<Chunk, WireError> {
+fn chunk<M: Msg>(v: &M, prefix: &str) -> Result<Chunk, WireError> {
     let field = format!("{prefix}previous_chunk");
     let a = match decode_array(v) {
         Some((_, a)) => a.map_err(|e| WireError::field(&field, format!("{field}: {e}")))?,
@@ -716,6 +713,6 @@ fn chunk(v: &Value, prefix: &str) -> Result<Chunk, WireError> {
     })
 }
 
-fn is_flat_key(k: &Value) -> bool {
+fn is_flat_key<M: Msg>(k: &M) -> bool {
     super::msgpack_numpy::key_bytes(k).is_some_and(|b| b.starts_with(b"video."))
 }

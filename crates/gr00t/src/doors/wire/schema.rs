@@ -7,6 +7,7 @@
 )]
 
 use super::error::WireError;
+use super::msg::{Msg, View};
 use super::msgpack_numpy::{str_map, type_name};
 use gr00t_core::rtc::valid_action_width;
 use gr00t_embodiment::embodiment_tags;
@@ -91,18 +92,18 @@ impl Schema {
 
 /// The schema of the embodiment a message names (a tag or upstream's enum name), or the
 /// default one (the first) when it names none.
-pub fn pick_schema<'a>(
+pub fn pick_schema<'a, M: Msg>(
     schemas: &'a [Schema],
-    named: Option<&Value>,
+    named: Option<&M>,
 ) -> Result<&'a Schema, WireError> {
-    let name = match named {
-        None | Some(Value::Nil) => {
+    let name = match named.map(|v| (v, v.view())) {
+        None | Some((_, View::Nil)) => {
             return schemas
                 .first()
                 .ok_or_else(|| WireError::Reply("no embodiment".into()))
         }
-        Some(Value::String(s)) => s.as_str().unwrap_or(""),
-        Some(v) => {
+        Some((_, View::String(_, s))) => s.unwrap_or(""),
+        Some((v, _)) => {
             return Err(WireError::field(
                 "embodiment",
                 format!("embodiment must be a str. Got {}", type_name(v)),

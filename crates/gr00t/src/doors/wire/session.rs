@@ -6,30 +6,32 @@
 )]
 
 use super::error::WireError;
+use super::msg::{Msg, View};
 use super::msgpack_numpy::{decode_array, get, type_name};
 use gr00t_core::session::check_session_id;
-use rmpv::Value;
 
 /// `session_id` among a message's keys: a str, an int, a numpy integer scalar or an integer
 /// array of one element (RoboArena's `np.zeros(1, np.int32)`), the last three as their decimal
 /// text; absent or nil is `None`. Errors name `prefix` + `session_id`.
-pub fn session_id(m: &[(Value, Value)], prefix: &str) -> Result<Option<String>, WireError> {
+pub fn session_id<M: Msg>(m: &[(M, M)], prefix: &str) -> Result<Option<String>, WireError> {
     let field = format!("{prefix}session_id");
     let bad = |got: String| {
         format!("{field} must be a str, an int or an int array of one element. Got {got}")
     };
-    let id = match get(m, "session_id") {
-        None | Some(Value::Nil) => return Ok(None),
-        Some(Value::String(s)) => s
-            .as_str()
+    let Some(v) = get(m, "session_id") else {
+        return Ok(None);
+    };
+    let id = match v.view() {
+        View::Nil => return Ok(None),
+        View::String(_, s) => s
             .ok_or_else(|| WireError::field(&field, format!("{field} is not valid UTF-8")))?
             .to_string(),
-        Some(Value::Integer(i)) => i.to_string(),
-        Some(v @ Value::Map(n)) if get(n, "__npgeneric__").is_some() => match get(n, "data") {
-            Some(Value::Integer(i)) => i.to_string(),
+        View::Integer(i) => i.to_string(),
+        View::Map(n) if get(n, "__npgeneric__").is_some() => match get(n, "data").map(Msg::view) {
+            Some(View::Integer(i)) => i.to_string(),
             _ => return Err(WireError::field(&field, bad(type_name(v).into()))),
         },
-        Some(v) => match decode_array(v) {
+        _ => match decode_array(v) {
             Some((_, Ok(a))) => match a.int_values().as_deref() {
                 Some([one]) => one.to_string(),
                 _ => {
@@ -53,26 +55,28 @@ pub fn session_id(m: &[(Value, Value)], prefix: &str) -> Result<Option<String>, 
 
 /// `session_token` among a message's keys: the str a session's answer carried, echoed; only
 /// beside a session (`in_session`). Errors name `prefix` + `session_token`.
-pub fn session_token(
-    m: &[(Value, Value)],
+pub fn session_token<M: Msg>(
+    m: &[(M, M)],
     prefix: &str,
     in_session: bool,
 ) -> Result<Option<String>, WireError> {
     let field = format!("{prefix}session_token");
-    match get(m, "session_token") {
-        None | Some(Value::Nil) => Ok(None),
-        Some(Value::String(_)) if !in_session => Err(WireError::field(
+    let Some(v) = get(m, "session_token") else {
+        return Ok(None);
+    };
+    match v.view() {
+        View::Nil => Ok(None),
+        View::String(..) if !in_session => Err(WireError::field(
             &field,
             format!("{field} names a session's incarnation: send it with {prefix}session_id"),
         )),
-        Some(Value::String(s)) => {
-            let s = s
-                .as_str()
-                .ok_or_else(|| WireError::field(&field, format!("{field} is not valid UTF-8")))?;
+        View::String(_, s) => {
+            let s =
+                s.ok_or_else(|| WireError::field(&field, format!("{field} is not valid UTF-8")))?;
             check_session_id(s).map_err(|e| WireError::field(&field, format!("{field}: {e}")))?;
             Ok(Some(s.to_string()))
         }
-        Some(v) => Err(WireError::field(
+        _ => Err(WireError::field(
             &field,
             format!("{field} must be a str. Got {}", type_name(v)),
         )),
@@ -84,6 +88,7 @@ mod tests {
     use super::*;
     use crate::doors::wire::msgpack_numpy::{gr00t_array, nd_array, openpi_array, str_map};
     use crate::doors::wire::ndarray::{DType, NdArray};
+    use rmpv::Value;
 
     fn i32s(v: &[i32]) -> NdArray {
         let data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -111,7 +116,7 @@ mod tests {
         ]);
         assert_eq!(ok(scalar), Some("5".into()));
         assert_eq!(ok(Value::Nil), None);
-        assert_eq!(session_id(&[], "options."), Ok(None));
+        assert_eq!(session_id::<Value>(&[], "options."), Ok(None));
     }
 
     #[test]
@@ -120,7 +125,7 @@ mod tests {
         let t = session_token(&m(Value::from("ab12")), "options.", true);
         assert_eq!(t, Ok(Some("ab12".into())));
         assert_eq!(session_token(&m(Value::Nil), "", true), Ok(None));
-        assert_eq!(session_token(&[], "", false), Ok(None));
+        assert_eq!(session_token::<Value>(&[], "", false), Ok(None));
         let e = session_token(&m(Value::from("ab12")), "options.", false)
             .unwrap_err()
             .to_string();

@@ -55,7 +55,8 @@ fn npy_bytes_match_numpy_save() {
 #[test]
 fn arrays_are_read_in_place_in_every_form() {
     // A video array's bytes stay in the message until each frame copies its own: every form's
-    // view borrows them (the .npy one past its header); only a Fortran-order .npy is reordered.
+    // view borrows them (the .npy one past its header), from an owned value or from the message
+    // itself as the doors unpack it; only a Fortran-order .npy is reordered.
     let a = NdArray::new(DType::U8, vec![1, 2, 2, 3, 3], (0..36).collect()).unwrap();
     for form in [mp::ArrayForm::Npy, mp::ArrayForm::Nd, mp::ArrayForm::Openpi] {
         let v = mp::encode_array(&a, form);
@@ -79,6 +80,20 @@ fn arrays_are_read_in_place_in_every_form() {
             data.as_ptr_range().end,
             end,
             "{form:?}: not the message's bytes"
+        );
+        assert_eq!(view.into_owned(), a);
+        // As the doors read a message: the bytes are the message's own, never copied.
+        let message = pack(&v);
+        let read = mp::unpack_ref(&message).unwrap();
+        let (_, view) = mp::array_view(&read).unwrap();
+        let view = view.unwrap();
+        let std::borrow::Cow::Borrowed(data) = view.data else {
+            panic!("{form:?}: the view copied the bytes");
+        };
+        let inside = message.as_ptr_range();
+        assert!(
+            inside.start <= data.as_ptr() && data.as_ptr_range().end <= inside.end,
+            "{form:?}: the frame bytes are not the message's"
         );
         assert_eq!(view.into_owned(), a);
     }

@@ -12,6 +12,7 @@
 )]
 
 use crate::doors::wire::error::WireError;
+use crate::doors::wire::msg::{Msg, View};
 use crate::doors::wire::msgpack_numpy::{from_openpi_array, get, openpi_view, scalar, type_name};
 use crate::doors::wire::ndarray::{DType, Kind};
 use gr00t_core::request::Request;
@@ -23,7 +24,6 @@ use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::layout::Layout;
 use gr00t_embodiment::observation::{NoiseSource, DEFAULT_SEED};
 use gr00t_embodiment::pose;
-use rmpv::Value;
 use std::sync::Arc;
 
 /// How many observations back the t−15 frame is taken from.
@@ -104,7 +104,7 @@ pub fn camera_key(cam: &str) -> String {
     format!("observation/{cam}")
 }
 
-fn camera(m: &[(Value, Value)], cam: &str) -> Result<CameraInput, WireError> {
+fn camera<M: Msg>(m: &[(M, M)], cam: &str) -> Result<CameraInput, WireError> {
     let key = camera_key(cam);
     let bad = |message: String| WireError::field(&key, message);
     let v = get(m, &key).ok_or_else(|| bad(format!("{key} is missing")))?;
@@ -153,7 +153,7 @@ fn camera(m: &[(Value, Value)], cam: &str) -> Result<CameraInput, WireError> {
 }
 
 /// `n` values from a numeric array, a numpy scalar, a number or a list; `None` when absent.
-fn numbers(m: &[(Value, Value)], key: &str, n: usize) -> Result<Option<Vec<f64>>, WireError> {
+fn numbers<M: Msg>(m: &[(M, M)], key: &str, n: usize) -> Result<Option<Vec<f64>>, WireError> {
     let bad = |message: String| WireError::field(key, message);
     let Some(v) = get(m, key) else {
         return Ok(None);
@@ -166,7 +166,7 @@ fn numbers(m: &[(Value, Value)], key: &str, n: usize) -> Result<Option<Vec<f64>>
         a.to_f64s()
     } else if let Some(x) = scalar(v) {
         vec![x]
-    } else if let Value::Array(items) = v {
+    } else if let View::Array(items) = v.view() {
         items
             .iter()
             .map(|x| scalar(x).ok_or_else(|| bad(format!("{key} must hold numbers"))))
@@ -212,7 +212,7 @@ pub fn eef_9d_from_cartesian(c: &[f64; 6]) -> [f32; 9] {
 }
 
 /// Validates one openpi DROID observation map.
-pub fn parse(m: &[(Value, Value)]) -> Result<DroidObservation, WireError> {
+pub fn parse<M: Msg>(m: &[(M, M)]) -> Result<DroidObservation, WireError> {
     let cameras = [camera(m, CAMERAS[0])?, camera(m, CAMERAS[1])?];
     let need = |key: &str, n: usize| -> Result<Vec<f32>, WireError> {
         let missing = || WireError::field(key, format!("{key} is missing"));
@@ -238,11 +238,11 @@ pub fn parse(m: &[(Value, Value)]) -> Result<DroidObservation, WireError> {
             }
         },
     };
-    let instruction = match get(m, "prompt") {
-        Some(Value::String(s)) => s.as_str().map(str::to_string),
-        Some(Value::Binary(b)) => String::from_utf8(b.clone()).ok(),
+    let instruction = match get(m, "prompt").map(|v| (v, v.view())) {
+        Some((_, View::String(_, s))) => s.map(str::to_string),
+        Some((_, View::Binary(b))) => String::from_utf8(b.to_vec()).ok(),
         None => return Err(WireError::field("prompt", "prompt is missing")),
-        Some(v) => {
+        Some((v, _)) => {
             let got = format!("prompt must be a str. Got {}", type_name(v));
             return Err(WireError::field("prompt", got));
         }
@@ -251,12 +251,12 @@ pub fn parse(m: &[(Value, Value)]) -> Result<DroidObservation, WireError> {
     if instruction.trim().is_empty() {
         return Err(WireError::field("prompt", "prompt must not be empty"));
     }
-    let noise = match get(m, "__noise_seed__") {
-        None | Some(Value::Nil) => NoiseSource::Seed(DEFAULT_SEED),
+    let noise = match get(m, "__noise_seed__").filter(|v| !v.is_nil()) {
+        None => NoiseSource::Seed(DEFAULT_SEED),
         Some(v) => {
-            let seed = match v {
-                Value::Integer(i) => i.as_u64(),
-                Value::Map(_) => scalar(v)
+            let seed = match v.view() {
+                View::Integer(i) => i.as_u64(),
+                View::Map(_) => scalar(v)
                     .filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x < 2f64.powi(53))
                     .map(|x| x as u64),
                 _ => None,

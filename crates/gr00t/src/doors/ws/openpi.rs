@@ -17,7 +17,7 @@ use super::{recorded, Answer, Refusal, Step, WsContext};
 use crate::doors::request_line::TraceParent;
 use crate::doors::wire::error::WireError;
 use crate::doors::wire::msgpack_numpy::ArrayForm;
-use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack};
+use crate::doors::wire::msgpack_numpy::{get, openpi_array, pack, str_map, type_name, unpack_ref};
 use crate::doors::wire::ndarray::NdArray;
 use crate::doors::wire::observation::{parse_openpi, rtc};
 use crate::doors::wire::reply::{action_dict, reply_info};
@@ -31,7 +31,7 @@ use gr00t_core::rtc::RtcPlan;
 use gr00t_core::session::SessionKey;
 use gr00t_core::Queue;
 use gr00t_embodiment::EMBODIMENT_TAG;
-use rmpv::Value;
+use rmpv::{Value, ValueRef};
 use std::time::Instant;
 
 /// The openpi `actions` columns of the DROID dialect, in order (each absolute, `[horizon, dim]`).
@@ -151,14 +151,15 @@ impl Connection {
 
     /// The reply, and the responses behind it (`None` for a reset).
     async fn answer(&mut self, ctx: &WsContext, bytes: &[u8]) -> Answer<Message> {
-        let v = unpack(bytes)?;
-        let Value::Map(m) = &v else {
+        // Read in place: a frame's bytes stay in the message until the frame copies them.
+        let v = unpack_ref(bytes)?;
+        let ValueRef::Map(m) = &v else {
             return Err(format!("the observation must be a dict. Got {}", type_name(&v)).into());
         };
         let nested = is_nested(m);
         // openpi's DROID keys: the frames and the RTC keys beside them are checked against the
         // served DROID layout here, before queueing.
-        let droid = |m: &[(Value, Value)]| -> Result<(Request, Option<RtcPlan>), WireError> {
+        let droid = |m: &[(ValueRef, ValueRef)]| -> Result<(Request, Option<RtcPlan>), WireError> {
             let obs = tracing::info_span!("parse").in_scope(|| parse(m))?;
             let schema = ctx
                 .schemas
@@ -222,8 +223,8 @@ impl Connection {
     async fn nested(
         &mut self,
         ctx: &WsContext,
-        msg: &Value,
-        m: &[(Value, Value)],
+        msg: &ValueRef<'_>,
+        m: &[(ValueRef<'_>, ValueRef<'_>)],
     ) -> Result<(Message, Vec<PredictResponse>), Refusal> {
         let schema = pick_schema(&ctx.schemas, get(m, "embodiment"))?;
         let parsed = tracing::info_span!("parse").in_scope(|| parse_openpi(msg, schema))?;
@@ -270,7 +271,7 @@ impl Connection {
 
 /// Whether a message is upstream's nested GR00T observation rather than openpi's DROID keys:
 /// it has `video`, `state` or `language` (the parser then names what is missing).
-fn is_nested(m: &[(Value, Value)]) -> bool {
+fn is_nested(m: &[(ValueRef, ValueRef)]) -> bool {
     ["video", "state", "language"]
         .iter()
         .any(|k| get(m, k).is_some())

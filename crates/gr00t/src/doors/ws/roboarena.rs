@@ -13,6 +13,7 @@
 )]
 
 use crate::doors::wire::error::WireError;
+use crate::doors::wire::msg::{Msg, View};
 use crate::doors::wire::msgpack_numpy::type_name;
 use gr00t_core::session::SessionKey;
 use rmpv::Value;
@@ -47,10 +48,10 @@ pub enum Endpoint {
 }
 
 /// Reads `endpoint`.
-pub fn endpoint(v: &Value) -> Result<Endpoint, WireError> {
-    let name = match v {
-        Value::String(s) => s.as_str(),
-        Value::Binary(b) => std::str::from_utf8(b).ok(),
+pub fn endpoint<M: Msg>(v: &M) -> Result<Endpoint, WireError> {
+    let name = match v.view() {
+        View::String(_, s) => s,
+        View::Binary(b) => std::str::from_utf8(b).ok(),
         _ => None,
     };
     match name {

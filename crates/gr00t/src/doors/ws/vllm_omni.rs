@@ -15,7 +15,9 @@
 
 use super::{recorded, Answer, Refusal, Step, WsContext};
 use crate::doors::request_line::TraceParent;
-use crate::doors::wire::msgpack_numpy::{get, pack, str_map, type_name, uint, unpack, ArrayForm};
+use crate::doors::wire::msgpack_numpy::{
+    get, pack, str_map, type_name, uint, unpack_ref, ArrayForm,
+};
 use crate::doors::wire::observation::parse;
 use crate::doors::wire::reply::action_dict;
 use crate::doors::wire::schema::Schema;
@@ -24,7 +26,7 @@ use gr00t_core::response::PredictResponse;
 use gr00t_embodiment::embodiment_tags;
 use gr00t_embodiment::observation::NoiseSource;
 use gr00t_embodiment::EMBODIMENT_TAG;
-use rmpv::Value;
+use rmpv::{Value, ValueRef};
 
 /// The metadata frame, with the fields vLLM-Omni's GR00T deploy config sends.
 pub fn metadata(schema: &Schema) -> Vec<u8> {
@@ -73,14 +75,15 @@ pub async fn handle(ctx: &WsContext, bytes: &[u8], parent: Option<TraceParent>) 
 
 /// The reply, and the responses behind it (`None` for a reset).
 async fn answer(ctx: &WsContext, bytes: &[u8]) -> Answer<Value> {
-    let v = unpack(bytes)?;
-    let Value::Map(m) = &v else {
+    // Read in place: a frame's bytes stay in the message until the frame copies them.
+    let v = unpack_ref(bytes)?;
+    let ValueRef::Map(m) = &v else {
         return Err(format!("the request must be a dict. Got {}", type_name(&v)).into());
     };
     // vLLM-Omni treats a message without `endpoint` as `infer`.
     let endpoint = match get(m, "endpoint") {
         None => "infer",
-        Some(Value::String(s)) => s.as_str().unwrap_or(""),
+        Some(ValueRef::String(s)) => s.as_str().unwrap_or(""),
         Some(e) => {
             return Err(format!("endpoint must be 'infer' or 'reset'. Got {}", type_name(e)).into())
         }
@@ -94,14 +97,14 @@ async fn answer(ctx: &WsContext, bytes: &[u8]) -> Answer<Value> {
 
 async fn infer_actions(
     ctx: &WsContext,
-    obs: &Value,
-    m: &[(Value, Value)],
+    obs: &ValueRef<'_>,
+    m: &[(ValueRef<'_>, ValueRef<'_>)],
 ) -> Result<(Value, Vec<PredictResponse>), Refusal> {
     let mut items = tracing::info_span!("parse")
         .in_scope(|| parse(Some(obs), None, &ctx.schema))?
         .items;
     match get(m, "seed") {
-        None | Some(Value::Nil) => {}
+        None | Some(ValueRef::Nil) => {}
         Some(s) => {
             let seed = uint(s)
                 .ok_or_else(|| format!("seed must be a non-negative int. Got {}", type_name(s)))?;

@@ -21,7 +21,7 @@ use super::answers::{Answered, Answers, Door, Outcome};
 use super::connections::{within, BodyPace, GuardedStream, LimitedListener};
 use super::request_line::{request_span, RequestId};
 use super::wire::error::WireError;
-use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack};
+use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack_ref};
 use super::wire::observation::parse;
 use super::wire::reply::action_reply;
 use super::wire::schema::{pick_schema, Schema};
@@ -31,7 +31,7 @@ use gr00t_core::auth::token_matches;
 use gr00t_core::response::PredictResponse;
 use gr00t_core::session::SessionKey;
 use gr00t_core::Queue;
-use rmpv::Value;
+use rmpv::{Value, ValueRef};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -63,7 +63,7 @@ pub const DEFAULT_MAX_BATCH: u16 = 8;
 impl ZmqContext {
     /// The schema of the embodiment a request names (`options.embodiment`; a tag or
     /// upstream's enum name), or the default one.
-    fn schema(&self, named: Option<&Value>) -> Result<&Schema, WireError> {
+    fn schema(&self, named: Option<&ValueRef>) -> Result<&Schema, WireError> {
         pick_schema(&self.schemas, named)
     }
 }
@@ -279,7 +279,8 @@ fn error(message: impl ToString) -> Value {
 
 /// One request → its reply, and whether the server should stop afterwards (`kill`).
 async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
-    let request = match unpack(body) {
+    // Read in place: a frame's bytes stay in the message until the frame copies them.
+    let request = match unpack_ref(body) {
         Ok(v) => v,
         Err(e) => return (error(e), false),
     };
@@ -287,7 +288,7 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
     if let Some((path, why)) = find_refused_payload(&request, "") {
         return (error(format!("{path}: {why}")), false);
     }
-    let Value::Map(req) = &request else {
+    let ValueRef::Map(req) = &request else {
         return (
             error(format!(
                 "the request must be a dict {{'endpoint', 'data', 'api_token'}}. Got {}",
@@ -298,7 +299,7 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
     };
     if let Some(expected) = ctx.api_token.as_deref() {
         let given = match get(req, "api_token") {
-            Some(Value::String(s)) => s.as_bytes(),
+            Some(ValueRef::String(s)) => s.as_bytes(),
             _ => &[][..],
         };
         if !token_matches(given, expected.as_bytes()) {
@@ -307,7 +308,7 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
     }
     let endpoint = match get(req, "endpoint") {
         None => "get_action",
-        Some(Value::String(s)) => s.as_str().unwrap_or(""),
+        Some(ValueRef::String(s)) => s.as_str().unwrap_or(""),
         Some(v) => {
             return (
                 error(format!("endpoint must be a str. Got {}", type_name(v))),
@@ -316,8 +317,8 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
         }
     };
     let data = match get(req, "data") {
-        None | Some(Value::Nil) => None,
-        Some(Value::Map(m)) => Some(m.as_slice()),
+        None | Some(ValueRef::Nil) => None,
+        Some(ValueRef::Map(m)) => Some(m.as_slice()),
         Some(v) => {
             return (
                 error(format!("data must be a dict. Got {}", type_name(v))),
@@ -358,10 +359,10 @@ async fn handle(ctx: &ZmqContext, body: &[u8]) -> (Value, bool) {
 /// `reset` with `{"options": {"session_id": ...}}` clears that session (a locked one only
 /// with `options.session_token`); without one there is
 /// nothing to clear (the policy keeps no other state), as upstream.
-fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
+fn reset(ctx: &ZmqContext, data: Option<&[(ValueRef, ValueRef)]>) -> Value {
     let options = match data.and_then(|d| get(d, "options")) {
-        None | Some(Value::Nil) => return Value::Map(vec![]),
-        Some(Value::Map(m)) => m.as_slice(),
+        None | Some(ValueRef::Nil) => return Value::Map(vec![]),
+        Some(ValueRef::Map(m)) => m.as_slice(),
         Some(v) => return error(format!("options must be a dict. Got {}", type_name(v))),
     };
     let id = match session_id(options, "options.") {
@@ -388,7 +389,11 @@ fn reset(ctx: &ZmqContext, data: Option<&[(Value, Value)]>) -> Value {
 }
 
 /// `get_action`'s reply; the message is counted, timed and logged.
-async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Value>) -> Value {
+async fn get_action(
+    ctx: &ZmqContext,
+    obs: Option<&ValueRef<'_>>,
+    options: Option<&ValueRef<'_>>,
+) -> Value {
     let t0 = Instant::now();
     let id = RequestId::generate();
     let span = request_span("zmq", &id, None);
@@ -417,11 +422,11 @@ async fn get_action(ctx: &ZmqContext, obs: Option<&Value>, options: Option<&Valu
 /// The reply and the responses behind it, or the refusal's outcome and text.
 async fn answer_action(
     ctx: &ZmqContext,
-    obs: Option<&Value>,
-    options: Option<&Value>,
+    obs: Option<&ValueRef<'_>>,
+    options: Option<&ValueRef<'_>>,
 ) -> Result<(Value, Vec<PredictResponse>), (Outcome, String)> {
     let named = match options {
-        Some(Value::Map(m)) => get(m, "embodiment"),
+        Some(ValueRef::Map(m)) => get(m, "embodiment"),
         _ => None,
     };
     let refused = |e: WireError| (Outcome::refused(e.field_at_fault()), e.to_string());
