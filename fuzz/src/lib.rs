@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 /// The ZMQ / websocket decoders of `crates/gr00t/src/doors`.
 pub mod protocols {
-    pub use gr00t::doors::wire::{msgpack_numpy, ndarray, npy, observation};
+    pub use gr00t::doors::wire::{msgpack_numpy, ndarray, npy, observation, schema};
     pub use gr00t::doors::ws::droid_obs;
     pub use gr00t::doors::zmq::zmtp;
 }
@@ -35,25 +35,22 @@ pub fn pipeline() -> &'static gr00t_embodiment::image::ImagePipeline {
     })
 }
 
-/// The ZMQ observation schema of the checkpoint (nested or flat keys).
-pub fn schema(flat: bool) -> protocols::observation::Schema {
+/// The checkpoint's DROID layout as the doors read requests against it, built once.
+pub fn layouts() -> &'static gr00t_core::layouts::Layouts {
+    static L: OnceLock<gr00t_core::layouts::Layouts> = OnceLock::new();
+    L.get_or_init(|| {
+        let tag = gr00t_embodiment::EMBODIMENT_TAG;
+        gr00t_core::layouts::Layouts::of_checkpoint(checkpoint(), &[tag]).expect("DROID layout")
+    })
+}
+
+/// The ZMQ observation schema of the checkpoint's DROID layout (nested or flat keys).
+pub fn schema(flat: bool) -> protocols::schema::Schema {
     let ckpt = checkpoint();
-    let tag = gr00t_embodiment::EMBODIMENT_TAG;
-    let spec = gr00t_embodiment::embodiment::EmbodimentSpec::new(ckpt, tag).expect("DROID layout");
-    protocols::observation::Schema::new(
-        &spec,
-        &ckpt.processor.modality_configs[tag],
+    protocols::schema::Schema::new(
+        layouts().all()[0].clone(),
         ckpt.config.action_horizon,
         ckpt.config.max_action_dim,
         flat,
     )
-}
-
-/// The checkpoint's DROID layout as the HTTP door reads bodies against it, built once.
-pub fn layouts() -> &'static gr00t_core::engine::Layouts {
-    static L: OnceLock<gr00t_core::engine::Layouts> = OnceLock::new();
-    L.get_or_init(|| {
-        let tag = gr00t_embodiment::EMBODIMENT_TAG;
-        gr00t_core::engine::Layouts::of_checkpoint(checkpoint(), &[tag]).expect("DROID layout")
-    })
 }
