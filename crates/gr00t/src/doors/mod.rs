@@ -10,6 +10,7 @@ pub mod browser;
 pub mod connections;
 pub mod excerpt;
 pub mod http;
+pub mod lerobot;
 pub mod ports;
 pub mod request_line;
 pub mod wire;
