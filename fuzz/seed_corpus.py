@@ -121,4 +121,15 @@ try:
         put("zmtp_framing", "pyzmq_req_ping.bin", b"\x07" + bytes(got))
 except ImportError:
     pass
+# Pickles as LeRobot's payloads look (plain values, numpy frames and state) in every protocol the
+# reader runs; the reader must refuse or read each, never run it.
+import pickle
+frame = np.arange(2 * 4 * 3, dtype=np.uint8).reshape(2, 4, 3)
+obs = {"observation.state": np.zeros(6, np.float32), "observation.images.front": frame,
+       "task": "pick the cube", "timestep": 3, "timestamp": 1.5, "must_go": True}
+for proto in (2, 3, 4, 5):
+    put("lerobot_pickle", "obs_p%d.pkl" % proto, pickle.dumps(obs, protocol=proto))
+    put("lerobot_pickle", "list_p%d.pkl" % proto,
+        pickle.dumps([[1, 2.5, None, b"x", "y", 2 ** 70], (1,)], protocol=proto))
+put("lerobot_pickle", "forged_os_system.pkl", b"cos\nsystem\n(S'echo hi'\ntR.")
 print("corpora written to", OUT)
