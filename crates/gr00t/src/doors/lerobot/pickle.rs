@@ -160,6 +160,13 @@ enum Item {
     Mark,
 }
 
+/// What expanding the result may still build: values, and bytes of str / bytes / big ints (a
+/// large bytes object referred to from many places would otherwise be copied each time).
+struct Budget {
+    values: usize,
+    bytes: usize,
+}
+
 /// The VM's state while reading one pickle.
 struct Vm<'a> {
     bytes: &'a [u8],
@@ -205,7 +212,10 @@ pub fn read(
         limits: *limits,
     };
     let root = vm.run()?;
-    let mut budget = limits.max_values;
+    let mut budget = Budget {
+        values: limits.max_values,
+        bytes: limits.max_bytes,
+    };
     vm.value(root, 0, &mut budget)
 }
 
@@ -673,26 +683,43 @@ impl<'a> Vm<'a> {
         self.push(Item::Node(node))
     }
 
-    /// The value of a node, shared nodes expanded (each expansion counted against `budget`),
-    /// no deeper than the cap (a list that holds itself is refused here).
-    fn value(&self, node: usize, depth: usize, budget: &mut usize) -> Result<PyValue, PickleError> {
+    /// The value of a node, shared nodes expanded (each expansion counted against `budget`:
+    /// values, and the bytes of each str and bytes copied), no deeper than the cap (a list that
+    /// holds itself is refused here).
+    fn value(
+        &self,
+        node: usize,
+        depth: usize,
+        budget: &mut Budget,
+    ) -> Result<PyValue, PickleError> {
         if depth > self.limits.max_depth {
             return Err(PickleError::Limit {
                 what: "the nesting depth",
                 limit: self.limits.max_depth,
             });
         }
-        *budget = budget.checked_sub(1).ok_or(PickleError::Limit {
+        budget.values = budget.values.checked_sub(1).ok_or(PickleError::Limit {
             what: "the values built",
             limit: self.limits.max_values,
         })?;
-        let all = |ids: &[usize], budget: &mut usize| -> Result<Vec<PyValue>, PickleError> {
+        let all = |ids: &[usize], budget: &mut Budget| -> Result<Vec<PyValue>, PickleError> {
             ids.iter()
                 .map(|&i| self.value(i, depth + 1, budget))
                 .collect()
         };
         Ok(match &self.nodes[node] {
-            Node::Leaf(v) => v.clone(),
+            Node::Leaf(v) => {
+                let len = match v {
+                    PyValue::Str(s) => s.len(),
+                    PyValue::Bytes(b) | PyValue::BigInt(b) => b.len(),
+                    _ => 0,
+                };
+                budget.bytes = budget.bytes.checked_sub(len).ok_or(PickleError::Limit {
+                    what: "the bytes built",
+                    limit: self.limits.max_bytes,
+                })?;
+                v.clone()
+            }
             Node::Tuple(ids) => PyValue::Tuple(all(ids, budget)?),
             Node::List(ids) => PyValue::List(all(ids, budget)?),
             Node::Dict(pairs) => PyValue::Dict(

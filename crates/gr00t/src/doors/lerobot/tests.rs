@@ -208,6 +208,25 @@ fn truncated_oversized_deep_and_memo_bombing_pickles_are_refused() {
             limit: wide.max_values
         })
     );
+    // One 1 000-byte bytes object referred to 2 000 times: 2 MB from a 5 kB pickle, over the
+    // byte cap (the result may not hold more bytes than the cap allows the input).
+    let mut copies = b"\x80\x04](B\xe8\x03\x00\x00".to_vec();
+    copies.extend([7u8; 1000]);
+    copies.push(0x94);
+    copies.extend(std::iter::repeat_n(&b"h\x00"[..], 1999).flatten());
+    copies.extend(b"e.");
+    let cap = Limits {
+        max_bytes: 64 << 10,
+        ..Limits::default()
+    };
+    assert!(copies.len() < cap.max_bytes);
+    assert_eq!(
+        read(&copies, &[], &cap),
+        Err(PickleError::Limit {
+            what: "the bytes built",
+            limit: cap.max_bytes
+        })
+    );
     // A list that holds itself: refused by the depth cap, not followed forever.
     let cycle = b"\x80\x04]\x94h\x00a.";
     assert!(matches!(
