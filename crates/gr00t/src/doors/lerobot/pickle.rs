@@ -404,40 +404,16 @@ impl<'a> Vm<'a> {
                         }
                     }
                 }
-                b'p' => {
-                    let line = self.line()?;
-                    let key = std::str::from_utf8(line)
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .ok_or_else(|| self.malformed("PUT key is not a number".into()))?;
-                    self.put(key)?
-                }
-                b'q' => {
-                    let key = self.byte()?.into();
-                    self.put(key)?
-                }
-                b'r' => {
-                    let key = self.len32()? as u32;
+                b'p' | b'q' | b'r' => {
+                    let key = self.memo_key(op)?;
                     self.put(key)?
                 }
                 0x94 => {
                     let key = u32::try_from(self.memo.len()).unwrap_or(u32::MAX);
                     self.put(key)?
                 }
-                b'g' => {
-                    let line = self.line()?;
-                    let key = std::str::from_utf8(line)
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .ok_or_else(|| self.malformed("GET key is not a number".into()))?;
-                    self.get(key)?
-                }
-                b'h' => {
-                    let key = self.byte()?.into();
-                    self.get(key)?
-                }
-                b'j' => {
-                    let key = self.len32()? as u32;
+                b'g' | b'h' | b'j' => {
+                    let key = self.memo_key(op)?;
                     self.get(key)?
                 }
                 other => {
@@ -661,6 +637,22 @@ impl<'a> Vm<'a> {
             kwargs,
             state: None,
         })
+    }
+
+    /// The memo key of a `PUT`/`GET`-family opcode: a text line (`PUT`, `GET`), one byte
+    /// (`BINPUT`, `BINGET`) or four (`LONG_BINPUT`, `LONG_BINGET`).
+    fn memo_key(&mut self, op: u8) -> Result<u32, PickleError> {
+        match op {
+            b'p' | b'g' => {
+                let line = self.line()?;
+                std::str::from_utf8(line)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| self.malformed("a memo key is not a number".into()))
+            }
+            b'q' | b'h' => Ok(self.byte()?.into()),
+            _ => Ok(self.len32()? as u32),
+        }
     }
 
     fn put(&mut self, key: u32) -> Result<(), PickleError> {
