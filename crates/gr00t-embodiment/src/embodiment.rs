@@ -107,7 +107,8 @@ impl EmbodimentProcessor {
 
     /// What a door checks before it hands over an observation of this layout: exactly its
     /// views, one frame per offset each, every frame's size accepted by the layout's frame
-    /// checks (the checks the doors run on headers and array shapes, on decoded frames).
+    /// checks (the checks the doors run on headers and array shapes, on decoded frames), and
+    /// client noise of the model's shape.
     pub fn check(&self, obs: &Observation) -> Result<(), RequestError> {
         let sent = || obs.images.iter().map(|(v, f)| (v.as_str(), f.len()));
         self.spec().check_sent_views(sent(), false)?;
@@ -122,11 +123,30 @@ impl EmbodimentProcessor {
                     .check_size(&field, frame.width, frame.height)?;
             }
         }
-        Ok(())
+        self.check_noise(&obs.noise)
+    }
+
+    /// Client noise must be the model's `[horizon, action_dim]` values.
+    fn check_noise(&self, noise: &NoiseSource) -> Result<(), RequestError> {
+        match noise {
+            NoiseSource::Client(n) if n.len() != self.model_horizon * self.action_dim => {
+                Err(RequestError::new(
+                    "noise",
+                    format!(
+                        "expected {} rows of {} values, got {} values",
+                        self.model_horizon,
+                        self.action_dim,
+                        n.len()
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// [`Self::encode`] of an observation its door checked against this layout (views and
-    /// counts, a lone current frame only in a session, frame sizes: debug assertions here), in
+    /// counts, a lone current frame only in a session, frame sizes, noise shape: debug
+    /// assertions here), in
     /// a session whose `history` supplies the older frames of views sent with their current
     /// frame only; also returns each view's current frame, prepared, for
     /// [`FrameHistory::record`] once the observation is answered (`None` while the session
@@ -150,21 +170,11 @@ impl EmbodimentProcessor {
             .actions
             .check_references(&obs.raw_state())
             .map_err(|(key, e)| RequestError::new(format!("state.{key}"), e.to_string()))?;
-        if let NoiseSource::Client(n) = &obs.noise {
-            let want = self.model_horizon * self.action_dim;
-            if n.len() != want {
-                return Err(RequestError::new(
-                    "noise",
-                    format!(
-                        "expected {} rows of {} values, got {} values",
-                        self.model_horizon,
-                        self.action_dim,
-                        n.len()
-                    ),
-                )
-                .into());
-            }
-        }
+        debug_assert_eq!(
+            self.check_noise(&obs.noise),
+            Ok(()),
+            "the door checks the noise shape"
+        );
         let noise = initial_noise(&obs.noise, self.model_horizon, self.action_dim)?;
         let t1 = Instant::now();
         let encoded = EncodedRequest {

@@ -140,16 +140,9 @@ impl EmbodimentSpec {
 
 impl EmbodimentSpec {
     /// Checks `(view, frame count)` pairs: exactly the embodiment's views, each once, each with
-    /// one frame per offset. The error names the view at fault and lists what is expected.
-    pub fn check_views<'a>(
-        &self,
-        given: impl Iterator<Item = (&'a str, usize)> + Clone,
-    ) -> Result<(), RequestError> {
-        self.check_sent_views(given, false)
-    }
-
-    /// [`Self::check_views`], where `current_only` also allows one frame (t) per view: a
-    /// session's history supplies the older offsets.
+    /// one frame per offset, or (`current_only`) the frame at t alone, a session's history
+    /// supplying the older offsets. The error names the view at fault and lists what is
+    /// expected.
     pub fn check_sent_views<'a>(
         &self,
         given: impl Iterator<Item = (&'a str, usize)> + Clone,

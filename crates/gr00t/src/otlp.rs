@@ -334,13 +334,19 @@ mod tests {
     use super::*;
     use tracing_subscriber::layer::SubscriberExt;
 
-    #[test]
-    fn spans_keep_their_trace_parents_and_fields() {
+    /// A layer whose finished spans arrive on the returned receiver.
+    fn test_layer() -> (OtlpLayer, Receiver<Finished>) {
         let (tx, rx) = sync_channel(64);
         let layer = OtlpLayer {
             tx,
             dropped: Arc::default(),
         };
+        (layer, rx)
+    }
+
+    #[test]
+    fn spans_keep_their_trace_parents_and_fields() {
+        let (layer, rx) = test_layer();
         let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::with_default(subscriber, || {
             let root = tracing::info_span!(
@@ -375,11 +381,7 @@ mod tests {
 
     #[test]
     fn a_request_with_a_traceparent_continues_the_clients_trace() {
-        let (tx, rx) = sync_channel(64);
-        let layer = OtlpLayer {
-            tx,
-            dropped: Arc::default(),
-        };
+        let (layer, rx) = test_layer();
         let client = TraceParent {
             trace_id: 0x4bf92f3577b34da6a3ce929d0e0e4736,
             parent_id: 0x00f067aa0ba902b7,

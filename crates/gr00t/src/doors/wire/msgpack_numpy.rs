@@ -231,14 +231,6 @@ fn is_gr00t_array<M: Msg>(m: &[(M, M)]) -> bool {
     get(m, "__ndarray_class__").is_some()
 }
 
-/// The map a value is, if it is one.
-fn map_of<M: Msg>(v: &M) -> Option<&[(M, M)]> {
-    match v.view() {
-        View::Map(m) => Some(m),
-        _ => None,
-    }
-}
-
 /// Decodes an openpi array map; `None` when the value is not one.
 pub fn from_openpi_array<M: Msg>(v: &M) -> Option<Result<NdArray, WireError>> {
     owned(openpi_view(v))
@@ -246,7 +238,7 @@ pub fn from_openpi_array<M: Msg>(v: &M) -> Option<Result<NdArray, WireError>> {
 
 /// [`from_openpi_array`] in place, its bytes borrowed from `v`.
 pub fn openpi_view<M: Msg>(v: &M) -> Option<Result<ArrayView<'_>, WireError>> {
-    let m = map_of(v)?;
+    let m = v.as_map()?;
     if !is_openpi_array(m) {
         return None;
     }
@@ -290,7 +282,7 @@ pub fn from_gr00t_array<M: Msg>(v: &M) -> Option<Result<NdArray, WireError>> {
 
 /// [`from_gr00t_array`] in place, its bytes borrowed from `v`.
 fn gr00t_view<M: Msg>(v: &M) -> Option<Result<ArrayView<'_>, WireError>> {
-    let m = map_of(v)?;
+    let m = v.as_map()?;
     if !is_gr00t_array(m) {
         return None;
     }
@@ -384,7 +376,7 @@ pub fn decode_array<M: Msg>(v: &M) -> Option<(ArrayForm, Result<NdArray, WireErr
 
 /// [`decode_array`] in place: the array's bytes borrowed from `v`, not copied.
 pub fn array_view<M: Msg>(v: &M) -> Option<(ArrayForm, Result<ArrayView<'_>, WireError>)> {
-    let m = map_of(v)?;
+    let m = v.as_map()?;
     if is_gr00t_array(m) {
         return gr00t_view(v).map(|r| (ArrayForm::Npy, r));
     }

@@ -200,20 +200,21 @@ fn check_batch(bs: &mut Option<usize>, n: usize, what: &str, key: &str) -> Resul
 }
 
 fn dict<'a, M: Msg>(obs: &'a [(M, M)], modality: &str) -> Result<&'a [(M, M)], WireError> {
-    match get(obs, modality) {
-        None => Err(WireError::field(
+    let v = get(obs, modality).ok_or_else(|| {
+        WireError::field(
             modality,
             format!("Observation must contain a '{modality}' key"),
-        )),
-        Some(v) if v.as_map().is_some() => Ok(v.as_map().unwrap_or_default()),
-        Some(v) => Err(WireError::field(
+        )
+    })?;
+    v.as_map().ok_or_else(|| {
+        WireError::field(
             modality,
             format!(
                 "Observation '{modality}' must be a dictionary. Got {}",
                 type_name(v)
             ),
-        )),
-    }
+        )
+    })
 }
 
 /// The instructions of a language entry: `[[str]] * B` nested, `[str] * B` flat.
@@ -279,16 +280,14 @@ fn noise<M: Msg>(
 ) -> Result<Vec<NoiseSource>, WireError> {
     let field = door.options_prefix();
     let (seed_field, noise_field) = (format!("{field}seed"), format!("{field}noise"));
-    let opts = match options {
+    let opts = match options.filter(|v| !v.is_nil()) {
         None => return Ok(vec![NoiseSource::Seed(DEFAULT_SEED); b]),
-        Some(v) if v.is_nil() => return Ok(vec![NoiseSource::Seed(DEFAULT_SEED); b]),
-        Some(v) if v.as_map().is_some() => v.as_map().unwrap_or_default(),
-        Some(v) => {
-            return Err(WireError::field(
+        Some(v) => v.as_map().ok_or_else(|| {
+            WireError::field(
                 "options",
                 format!("options must be a dict or None. Got {}", type_name(v)),
-            ))
-        }
+            )
+        })?,
     };
     let seed = get(opts, "seed").filter(|v| !v.is_nil());
     let noise = get(opts, "noise").filter(|v| !v.is_nil());
@@ -495,13 +494,12 @@ fn parse_for<M: Msg>(
     door: Door,
 ) -> Result<Parsed, WireError> {
     let obs = match observation {
-        Some(v) if v.as_map().is_some() => v.as_map().unwrap_or_default(),
-        Some(v) => {
-            return Err(WireError::field(
+        Some(v) => v.as_map().ok_or_else(|| {
+            WireError::field(
                 "observation",
                 format!("observation must be a dict. Got {}", type_name(v)),
-            ))
-        }
+            )
+        })?,
         None => {
             return Err(WireError::field(
                 "observation",
