@@ -132,4 +132,34 @@ for proto in (2, 3, 4, 5):
     put("lerobot_pickle", "list_p%d.pkl" % proto,
         pickle.dumps([[1, 2.5, None, b"x", "y", 2 ** 70], (1,)], protocol=proto))
 put("lerobot_pickle", "forged_os_system.pkl", b"cos\nsystem\n(S'echo hi'\ntR.")
+# The bytes lerobot 0.4.4 itself wrote (tools/lerobot/make_fixtures.py), both forms.
+LEROBOT = os.path.join(ROOT, "tests/fixtures/lerobot")
+for name in sorted(os.listdir(LEROBOT)):
+    if name.endswith((".pkl", ".safe")):
+        put("lerobot_pickle", name, open(os.path.join(LEROBOT, name), "rb").read())
+# Small ones of the same shape: stand-ins of LeRobot's dataclasses under their module's name
+# pickle to the same opcodes, with 8x8 frames so that the fuzzer mutates them fast.
+import dataclasses, sys, types
+helpers = types.ModuleType("lerobot.async_inference.helpers")
+@dataclasses.dataclass
+class TimedObservation:
+    timestamp: float; timestep: int; observation: dict; must_go: bool = False
+@dataclasses.dataclass
+class RemotePolicyConfig:
+    policy_type: str; pretrained_name_or_path: str; lerobot_features: dict
+    actions_per_chunk: int; device: str = "cpu"; rename_map: dict = dataclasses.field(default_factory=dict)
+for cls in (TimedObservation, RemotePolicyConfig):
+    cls.__module__ = helpers.__name__; setattr(helpers, cls.__name__, cls)
+for parent in ("lerobot", "lerobot.async_inference"):
+    sys.modules.setdefault(parent, types.ModuleType(parent))
+sys.modules[helpers.__name__] = helpers
+small = {"shoulder_pan.pos": 1.5, "gripper.pos": np.float32(2.0),
+         "front": np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3), "task": "pick"}
+for proto in (2, 4, 5):
+    put("lerobot_pickle", "small_obs_p%d.pkl" % proto,
+        pickle.dumps(TimedObservation(1.25, 3, small, True), protocol=proto))
+put("lerobot_pickle", "small_config.pkl", pickle.dumps(RemotePolicyConfig(
+    "groot", "x", {"observation.state": {"dtype": "float32", "shape": (2,), "names": ["a", "b"]},
+                   "observation.images.front": {"dtype": "image", "shape": (8, 8, 3),
+                                                "names": ["height", "width", "channels"]}}, 8)))
 print("corpora written to", OUT)

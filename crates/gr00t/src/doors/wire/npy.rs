@@ -212,7 +212,7 @@ fn parse_header(text: &str) -> Result<Header, WireError> {
 }
 
 /// Reorders column-major elements into row-major order.
-fn fortran_to_c(data: &[u8], shape: &[usize], size: usize) -> Vec<u8> {
+pub(crate) fn fortran_to_c(data: &[u8], shape: &[usize], size: usize) -> Vec<u8> {
     let n = data.len() / size.max(1);
     let mut out = vec![0u8; data.len()];
     let mut index = vec![0usize; shape.len()];
