@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 /// The ZMQ / websocket decoders of `crates/gr00t/src/doors`.
 pub mod protocols {
     pub use gr00t::doors::wire::{msgpack_numpy, ndarray, npy, observation, schema};
-    pub use gr00t::doors::lerobot::pickle;
+    pub use gr00t::doors::lerobot;
     pub use gr00t::doors::ws::droid_obs;
     pub use gr00t::doors::zmq::zmtp;
 }

@@ -3,6 +3,10 @@
 //! ([`pickle`]), which builds values and never runs anything, the objects read from it
 //! ([`objects`], [`numpy`]), the reply's writer ([`reply`]) and the safe form ([`safe`]). The
 //! gRPC door that uses them is to come (issue 46).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod numpy;
 pub mod objects;
