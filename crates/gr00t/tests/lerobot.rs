@@ -221,3 +221,193 @@ fn configs_and_observations_that_do_not_fit_are_refused_saying_what_is_served() 
         "TimedObservation.observation['task']"
     );
 }
+
+mod door {
+    //! The door's robots (`doors::lerobot::robots`) as LeRobot's policy server serves one,
+    //! each kept apart, on the tiny checkpoint through the shared queue.
+    use super::*;
+    use gr00t::doors::lerobot::pickle::{self, PyValue};
+    use gr00t::doors::lerobot::robots::{transfer, Reassembly, Refusal, Robots};
+    use gr00t::doors::lerobot::{write_actions, Form};
+    use gr00t_core::queue::start_engine;
+    use gr00t_embodiment::observation::DEFAULT_SEED;
+    use std::time::Duration;
+
+    /// The timesteps of a pickled reply.
+    fn timesteps(reply: &[u8]) -> Vec<i64> {
+        let allowed = [
+            ("lerobot.async_inference.helpers", "TimedAction"),
+            ("torch", "tensor"),
+        ];
+        let PyValue::List(items) = pickle::read(reply, &allowed, &Limits::default()).unwrap()
+        else {
+            panic!("not a list")
+        };
+        items
+            .iter()
+            .map(|i| {
+                let PyValue::Call { state: Some(s), .. } = i else {
+                    panic!()
+                };
+                let PyValue::Dict(f) = &**s else { panic!() };
+                match f
+                    .iter()
+                    .find(|(k, _)| k == &PyValue::Str("timestep".into()))
+                {
+                    Some((_, PyValue::Int(t))) => *t,
+                    _ => panic!(),
+                }
+            })
+            .collect()
+    }
+
+    /// `observation.pkl` (timestep 12) with another timestep and the same joints.
+    fn at_timestep(t: u8) -> Vec<u8> {
+        let mut b = lerobot("observation.pkl");
+        let at = b
+            .windows(10)
+            .position(|w| w == b"\x8c\x08timestep")
+            .unwrap();
+        assert_eq!(&b[at + 10..at + 13], b"\x94K\x0c");
+        b[at + 12] = t;
+        b
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_robot_is_served_as_lerobots_server_serves_one_and_robots_are_kept_apart() {
+        let (engine, layout) = engine();
+        let engine = Arc::new(engine);
+        let (_worker, queue) = start_engine(engine.clone(), 4, Arc::default()).unwrap();
+        let robots = Robots::new(
+            queue,
+            layout.clone(),
+            map(),
+            Limits::default(),
+            30.0,
+            Duration::from_millis(300),
+        )
+        .unwrap();
+
+        // Observations before the policy, and a policy that is not served, are refused.
+        assert_eq!(
+            robots.observe(1, &lerobot("observation_must_go.pkl")),
+            Err(Refusal::NoPolicy)
+        );
+        let mut act = lerobot("policy_config.pkl");
+        let at = act.windows(7).position(|w| w == b"\x8c\x05groot").unwrap();
+        act[at + 2..at + 7].copy_from_slice(b"act__");
+        assert!(
+            matches!(robots.set_policy(1, &act), Err(Refusal::Invalid(m)) if m.contains("policy_type \"act__\""))
+        );
+        robots.set_policy(1, &lerobot("policy_config.pkl")).unwrap();
+
+        // Nothing waiting: the empty answer after the wait.
+        assert!(robots.actions(1).await.unwrap().is_empty());
+
+        // The first observation runs, and its reply is the engine's own answer to it, cut to
+        // actions_per_chunk (16) and timed from its timestep.
+        assert_eq!(
+            robots.observe(1, &lerobot("observation_must_go.pkl")),
+            Ok(true)
+        );
+        let reply = robots.actions(1).await.unwrap();
+        let (_, timed) =
+            read_observation(&lerobot("observation_must_go.pkl"), &Limits::default()).unwrap();
+        let direct = engine
+            .run(Request::new(
+                layout.clone(),
+                map()
+                    .observation(&timed, NoiseSource::Seed(DEFAULT_SEED))
+                    .unwrap(),
+            ))
+            .unwrap();
+        let want = map().timed_actions(&direct.actions, &timed, 16, 1.0 / 30.0);
+        assert_eq!(reply, write_actions(Form::Pickle, &want).unwrap());
+        assert_eq!(timesteps(&reply), (0..16).collect::<Vec<_>>());
+
+        // The filter: timestep 12 (joints 7.3 away) runs; the same again (a timestep already
+        // run) and timestep 13 with the same joints (distance 0 < 1) do not; must_go always does.
+        assert_eq!(robots.observe(1, &lerobot("observation.pkl")), Ok(true));
+        assert_eq!(timesteps(&robots.actions(1).await.unwrap())[0], 12);
+        assert_eq!(robots.observe(1, &lerobot("observation.pkl")), Ok(false));
+        assert_eq!(robots.observe(1, &at_timestep(13)), Ok(false));
+        assert!(robots.actions(1).await.unwrap().is_empty());
+        // Latest wins: of two waiting observations the newer runs.
+        assert_eq!(robots.observe(1, &at_timestep(13)), Ok(false));
+        assert_eq!(
+            robots.observe(1, &lerobot("observation_np_scalars.pkl")),
+            Ok(true)
+        );
+        assert_eq!(
+            robots.observe(1, &lerobot("observation_must_go.pkl")),
+            Ok(true)
+        );
+        assert_eq!(timesteps(&robots.actions(1).await.unwrap())[0], 0);
+
+        // Robot 2 is another robot: no policy of its own yet, its own form (the safe one), and
+        // its Ready does not touch robot 1's.
+        assert_eq!(
+            robots.observe(2, &lerobot("observation.safe")),
+            Err(Refusal::NoPolicy)
+        );
+        robots
+            .set_policy(2, &lerobot("policy_config.safe"))
+            .unwrap();
+        assert_eq!(robots.observe(2, &lerobot("observation.safe")), Ok(true));
+        let safe = robots.actions(2).await.unwrap();
+        assert_eq!(safe[0], 0, "a safe-form robot is answered in the safe form");
+        robots.ready(2).unwrap();
+        assert_eq!(
+            robots.observe(2, &lerobot("observation.safe")),
+            Err(Refusal::NoPolicy)
+        );
+        // Robot 1 kept its filter: timestep 12 has run; 20, as far from the last run, runs.
+        assert_eq!(robots.observe(1, &lerobot("observation.pkl")), Ok(false));
+        assert_eq!(robots.observe(1, &at_timestep(20)), Ok(true));
+        assert_eq!(timesteps(&robots.actions(1).await.unwrap())[0], 20);
+        // A forged payload is refused and the robot is served after it.
+        assert!(
+            matches!(robots.observe(1, b"cos\nsystem\n(S'echo pwned'\ntR."), Err(Refusal::Invalid(m)) if m.contains("os.system is refused"))
+        );
+        assert_eq!(
+            robots.observe(1, &lerobot("observation_must_go.pkl")),
+            Ok(true)
+        );
+        assert_eq!(robots.actions(1).await.unwrap(), reply);
+    }
+
+    #[test]
+    fn pieces_are_put_back_together_within_the_limit() {
+        let whole = lerobot("observation.pkl");
+        let max = 4 << 20;
+        let mut r = Reassembly::default();
+        // Two pieces, as LeRobot's sender cuts at 1 MB here: BEGIN, END.
+        let (a, b) = whole.split_at(1 << 20);
+        assert_eq!(r.push(transfer::BEGIN, a.to_vec(), max), Ok(None));
+        assert_eq!(
+            r.push(transfer::END, b.to_vec(), max),
+            Ok(Some(whole.clone()))
+        );
+        // A lone END is a whole message; BEGIN starts over whatever came before.
+        assert_eq!(
+            r.push(transfer::END, whole.clone(), max),
+            Ok(Some(whole.clone()))
+        );
+        assert_eq!(r.push(transfer::MIDDLE, b"junk".to_vec(), max), Ok(None));
+        assert_eq!(r.push(transfer::BEGIN, a.to_vec(), max), Ok(None));
+        assert_eq!(r.push(transfer::MIDDLE, b[..10].to_vec(), max), Ok(None));
+        assert_eq!(
+            r.push(transfer::END, b[10..].to_vec(), max),
+            Ok(Some(whole.clone()))
+        );
+        // Over the limit, and an unknown state: refused.
+        assert_eq!(r.push(transfer::BEGIN, whole.clone(), max), Ok(None));
+        assert_eq!(r.push(transfer::MIDDLE, whole.clone(), max), Ok(None));
+        assert!(
+            matches!(r.push(transfer::MIDDLE, whole.clone(), max), Err(Refusal::Invalid(m)) if m.contains("over 4194304 bytes"))
+        );
+        assert!(
+            matches!(r.push(0, vec![], max), Err(Refusal::Invalid(m)) if m.contains("transfer_state 0"))
+        );
+    }
+}

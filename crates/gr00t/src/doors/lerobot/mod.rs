@@ -13,6 +13,7 @@ pub mod numpy;
 pub mod objects;
 pub mod pickle;
 pub mod reply;
+pub mod robots;
 pub mod safe;
 
 use objects::{PayloadError, RemotePolicyConfig, TimedAction, TimedObservation};
