@@ -61,12 +61,12 @@ FPS = 30
 ACTIONS_PER_CHUNK = 16
 
 
-def ensure_lerobot():
-    """Runs this script again inside a venv with the pinned packages, unless lerobot imports."""
+def ensure_lerobot(script=__file__, extra=(), modules=("lerobot", "torch")):
+    """Runs `script` again inside a venv with the pinned packages (and `extra`), unless
+    `modules` import here."""
     try:
-        import lerobot  # noqa: F401
-        import torch  # noqa: F401
-
+        for m in modules:
+            __import__(m)
         return
     except ImportError:
         pass
@@ -75,8 +75,8 @@ def ensure_lerobot():
     if not python.exists():
         print(f"making {venv} and installing {' '.join(PINS)} (about 7 GB with torch's CUDA libraries)")
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *PINS], check=True)
-    os.execv(str(python), [str(python), __file__, *sys.argv[1:]])
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *PINS, *extra], check=True)
+    os.execv(str(python), [str(python), str(script), *sys.argv[1:]])
 
 
 def frame_byte(cam, t, y, x, c):

@@ -104,6 +104,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
         opts.port,
         opts.protocols.zmq_port,
         opts.protocols.ws_port,
+        opts.protocols.lerobot_port,
     )?;
     tracing::info!("loading checkpoint {}", checkpoint.display());
     let t0 = Instant::now();
@@ -219,12 +220,14 @@ fn door_limits(opts: &ServeOptions) -> Result<DoorLimits, ServeError> {
         &opts.connections,
         p.ws_port.is_some(),
         p.zmq_port.is_some(),
+        p.lerobot_port.is_some(),
         open_files,
     );
     let asked = &opts.connections;
     if caps.http < asked.max_connections
         || (p.ws_port.is_some() && caps.ws < asked.ws_max_connections)
         || (p.zmq_port.is_some() && caps.zmq < asked.zmq_max_connections)
+        || (p.lerobot_port.is_some() && caps.lerobot < asked.lerobot_max_connections)
     {
         tracing::warn!(
             "the process may open {open_files} files: connection caps lowered to fit \
@@ -232,11 +235,12 @@ fn door_limits(opts: &ServeOptions) -> Result<DoorLimits, ServeError> {
         );
     }
     tracing::info!(
-        "connection caps: http {}, websocket {}, zmq {} (of {open_files} files); idle {:.0} s, \
-         handshake {:.0} s",
+        "connection caps: http {}, websocket {}, zmq {}, lerobot {} (of {open_files} files); \
+         idle {:.0} s, handshake {:.0} s",
         caps.http,
         caps.ws,
         caps.zmq,
+        caps.lerobot,
         asked.idle_timeout_s,
         asked.handshake_timeout_s
     );
@@ -285,7 +289,7 @@ async fn serve(
     let (worker, info, layouts, answers) = protocols;
     let listeners = crate::doors::start(
         &opts.protocols,
-        (bound.zmq, bound.ws),
+        (bound.zmq, bound.ws, bound.lerobot),
         limits,
         crate::doors::Shared {
             worker: &worker,

@@ -27,6 +27,14 @@ const OUTSIDE_FLAGS: &[&str] = &[
     "--from-literal",
     // vllm serve
     "--omni",
+    // LeRobot's robot_client (draccus flags, read here up to their first `_`)
+    "--server",
+    "--robot",
+    "--task",
+    "--policy",
+    "--pretrained",
+    "--actions",
+    "--chunk",
 ];
 
 /// Top folders of this repository that a quoted path may start with.

@@ -227,7 +227,7 @@ mod door {
     //! each kept apart, on the tiny checkpoint through the shared queue.
     use super::*;
     use gr00t::doors::lerobot::pickle::{self, PyValue};
-    use gr00t::doors::lerobot::robots::{transfer, Reassembly, Refusal, Robots};
+    use gr00t::doors::lerobot::robots::{transfer, Reassembly, Refusal, Robots, Served};
     use gr00t::doors::lerobot::{write_actions, Form};
     use gr00t_core::queue::start_engine;
     use gr00t_embodiment::observation::DEFAULT_SEED;
@@ -278,8 +278,13 @@ mod door {
         let (engine, layout) = engine();
         let engine = Arc::new(engine);
         let (_worker, queue) = start_engine(engine.clone(), 4, Arc::default()).unwrap();
+        let served = Served {
+            names: vec!["nvidia/GR00T-N1.7-3B".into()],
+            device: "cpu".into(),
+        };
         let robots = Robots::new(
             queue,
+            served,
             layout.clone(),
             map(),
             Limits::default(),
@@ -288,29 +293,33 @@ mod door {
         )
         .unwrap();
 
+        // Two robots' connections.
+        let (one, two) = (Arc::new(1u8), Arc::new(2u8));
         // Observations before the policy, and a policy that is not served, are refused.
         assert_eq!(
-            robots.observe(1, &lerobot("observation_must_go.pkl")),
+            robots.observe(&one, &lerobot("observation_must_go.pkl")),
             Err(Refusal::NoPolicy)
         );
         let mut act = lerobot("policy_config.pkl");
         let at = act.windows(7).position(|w| w == b"\x8c\x05groot").unwrap();
         act[at + 2..at + 7].copy_from_slice(b"act__");
         assert!(
-            matches!(robots.set_policy(1, &act), Err(Refusal::Invalid(m)) if m.contains("policy_type \"act__\""))
+            matches!(robots.set_policy(&one, &act), Err(Refusal::Invalid(m)) if m.contains("policy_type \"act__\""))
         );
-        robots.set_policy(1, &lerobot("policy_config.pkl")).unwrap();
+        robots
+            .set_policy(&one, &lerobot("policy_config.pkl"))
+            .unwrap();
 
         // Nothing waiting: the empty answer after the wait.
-        assert!(robots.actions(1).await.unwrap().is_empty());
+        assert!(robots.actions(&one).await.unwrap().is_empty());
 
         // The first observation runs, and its reply is the engine's own answer to it, cut to
         // actions_per_chunk (16) and timed from its timestep.
         assert_eq!(
-            robots.observe(1, &lerobot("observation_must_go.pkl")),
+            robots.observe(&one, &lerobot("observation_must_go.pkl")),
             Ok(true)
         );
-        let reply = robots.actions(1).await.unwrap();
+        let reply = robots.actions(&one).await.unwrap();
         let (_, timed) =
             read_observation(&lerobot("observation_must_go.pkl"), &Limits::default()).unwrap();
         let direct = engine
@@ -327,53 +336,86 @@ mod door {
 
         // The filter: timestep 12 (joints 7.3 away) runs; the same again (a timestep already
         // run) and timestep 13 with the same joints (distance 0 < 1) do not; must_go always does.
-        assert_eq!(robots.observe(1, &lerobot("observation.pkl")), Ok(true));
-        assert_eq!(timesteps(&robots.actions(1).await.unwrap())[0], 12);
-        assert_eq!(robots.observe(1, &lerobot("observation.pkl")), Ok(false));
-        assert_eq!(robots.observe(1, &at_timestep(13)), Ok(false));
-        assert!(robots.actions(1).await.unwrap().is_empty());
+        assert_eq!(robots.observe(&one, &lerobot("observation.pkl")), Ok(true));
+        assert_eq!(timesteps(&robots.actions(&one).await.unwrap())[0], 12);
+        assert_eq!(robots.observe(&one, &lerobot("observation.pkl")), Ok(false));
+        assert_eq!(robots.observe(&one, &at_timestep(13)), Ok(false));
+        assert!(robots.actions(&one).await.unwrap().is_empty());
         // Latest wins: of two waiting observations the newer runs.
-        assert_eq!(robots.observe(1, &at_timestep(13)), Ok(false));
+        assert_eq!(robots.observe(&one, &at_timestep(13)), Ok(false));
         assert_eq!(
-            robots.observe(1, &lerobot("observation_np_scalars.pkl")),
+            robots.observe(&one, &lerobot("observation_np_scalars.pkl")),
             Ok(true)
         );
         assert_eq!(
-            robots.observe(1, &lerobot("observation_must_go.pkl")),
+            robots.observe(&one, &lerobot("observation_must_go.pkl")),
             Ok(true)
         );
-        assert_eq!(timesteps(&robots.actions(1).await.unwrap())[0], 0);
+        assert_eq!(timesteps(&robots.actions(&one).await.unwrap())[0], 0);
 
         // Robot 2 is another robot: no policy of its own yet, its own form (the safe one), and
         // its Ready does not touch robot 1's.
         assert_eq!(
-            robots.observe(2, &lerobot("observation.safe")),
+            robots.observe(&two, &lerobot("observation.safe")),
             Err(Refusal::NoPolicy)
         );
         robots
-            .set_policy(2, &lerobot("policy_config.safe"))
+            .set_policy(&two, &lerobot("policy_config.safe"))
             .unwrap();
-        assert_eq!(robots.observe(2, &lerobot("observation.safe")), Ok(true));
-        let safe = robots.actions(2).await.unwrap();
+        assert_eq!(robots.observe(&two, &lerobot("observation.safe")), Ok(true));
+        let safe = robots.actions(&two).await.unwrap();
         assert_eq!(safe[0], 0, "a safe-form robot is answered in the safe form");
-        robots.ready(2).unwrap();
+        robots.ready(&two).unwrap();
         assert_eq!(
-            robots.observe(2, &lerobot("observation.safe")),
+            robots.observe(&two, &lerobot("observation.safe")),
             Err(Refusal::NoPolicy)
         );
         // Robot 1 kept its filter: timestep 12 has run; 20, as far from the last run, runs.
-        assert_eq!(robots.observe(1, &lerobot("observation.pkl")), Ok(false));
-        assert_eq!(robots.observe(1, &at_timestep(20)), Ok(true));
-        assert_eq!(timesteps(&robots.actions(1).await.unwrap())[0], 20);
+        assert_eq!(robots.observe(&one, &lerobot("observation.pkl")), Ok(false));
+        assert_eq!(robots.observe(&one, &at_timestep(20)), Ok(true));
+        assert_eq!(timesteps(&robots.actions(&one).await.unwrap())[0], 20);
         // A forged payload is refused and the robot is served after it.
         assert!(
-            matches!(robots.observe(1, b"cos\nsystem\n(S'echo pwned'\ntR."), Err(Refusal::Invalid(m)) if m.contains("os.system is refused"))
+            matches!(robots.observe(&one, b"cos\nsystem\n(S'echo pwned'\ntR."), Err(Refusal::Invalid(m)) if m.contains("os.system is refused"))
         );
         assert_eq!(
-            robots.observe(1, &lerobot("observation_must_go.pkl")),
+            robots.observe(&one, &lerobot("observation_must_go.pkl")),
             Ok(true)
         );
-        assert_eq!(robots.actions(1).await.unwrap(), reply);
+        assert_eq!(robots.actions(&one).await.unwrap(), reply);
+        // A robot whose connection ended is dropped when the next one calls.
+        assert_eq!(robots.len(), 2);
+        drop(two);
+        let three = Arc::new(3u8);
+        robots.ready(&three).unwrap();
+        assert_eq!(robots.len(), 2);
+    }
+
+    #[test]
+    fn a_policy_naming_another_checkpoint_or_device_is_refused_saying_what_is_served() {
+        let served = Served {
+            names: vec!["nvidia/GR00T-N1.7-3B".into(), "/ckpt/so101".into()],
+            device: "cuda:0".into(),
+        };
+        let (_, mut c) = read_config(&lerobot("policy_config.pkl"), &Limits::default()).unwrap();
+        c.device = "cuda".into();
+        assert_eq!(served.check(&c), Ok(()));
+        c.pretrained_name_or_path = "/ckpt/so101/".into();
+        assert_eq!(served.check(&c), Ok(()));
+        c.pretrained_name_or_path = "lerobot/pi0".into();
+        let e = served.check(&c).unwrap_err();
+        assert!(
+            e.contains("\"lerobot/pi0\" is not what this server serves")
+                && e.contains("/ckpt/so101"),
+            "{e}"
+        );
+        c.pretrained_name_or_path = "nvidia/GR00T-N1.7-3B".into();
+        c.device = "cpu".into();
+        let e = served.check(&c).unwrap_err();
+        assert!(
+            e.contains("\"cuda:0\"") && e.contains("--policy_device=cuda"),
+            "{e}"
+        );
     }
 
     #[test]

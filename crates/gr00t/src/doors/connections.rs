@@ -48,6 +48,9 @@ pub struct ConnectionOptions {
     /// Most ZMQ connections open at once (--zmq-port), with the same rule.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_PROTOCOL_CONNECTIONS)]
     pub zmq_max_connections: usize,
+    /// Most LeRobot gRPC connections open at once (--lerobot-port), with the same rule.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PROTOCOL_CONNECTIONS)]
+    pub lerobot_max_connections: usize,
     /// Seconds a connection of any door may stay open with no request in progress and no
     /// traffic before the server closes it (frees its slot).
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
@@ -84,6 +87,7 @@ impl Default for ConnectionOptions {
             max_connections: DEFAULT_HTTP_CONNECTIONS,
             ws_max_connections: DEFAULT_PROTOCOL_CONNECTIONS,
             zmq_max_connections: DEFAULT_PROTOCOL_CONNECTIONS,
+            lerobot_max_connections: DEFAULT_PROTOCOL_CONNECTIONS,
             idle_timeout_s: 60.0,
             handshake_timeout_s: 10.0,
             body_timeout_s: 30.0,
@@ -210,6 +214,8 @@ pub struct Caps {
     pub ws: usize,
     /// ZMQ connections (0: the door is off).
     pub zmq: usize,
+    /// LeRobot gRPC connections (0: the door is off).
+    pub lerobot: usize,
     /// The process's file limit the caps were sized from.
     pub open_files: u64,
 }
@@ -241,7 +247,13 @@ pub fn raise_open_files() -> io::Result<u64> {
 /// The caps of the enabled doors within `open_files`: each door keeps what it asked for when
 /// the sum fits beside [`RESERVED_FILES`]; otherwise each gets its proportional share of what
 /// remains (at least 1), so no door can exhaust the files another needs.
-pub fn size_caps(opts: &ConnectionOptions, ws: bool, zmq: bool, open_files: u64) -> Caps {
+pub fn size_caps(
+    opts: &ConnectionOptions,
+    ws: bool,
+    zmq: bool,
+    lerobot: bool,
+    open_files: u64,
+) -> Caps {
     let asked = [
         opts.max_connections.max(1),
         if ws {
@@ -251,6 +263,11 @@ pub fn size_caps(opts: &ConnectionOptions, ws: bool, zmq: bool, open_files: u64)
         },
         if zmq {
             opts.zmq_max_connections.max(1)
+        } else {
+            0
+        },
+        if lerobot {
+            opts.lerobot_max_connections.max(1)
         } else {
             0
         },
@@ -268,6 +285,7 @@ pub fn size_caps(opts: &ConnectionOptions, ws: bool, zmq: bool, open_files: u64)
         http: fit(asked[0]),
         ws: fit(asked[1]),
         zmq: fit(asked[2]),
+        lerobot: fit(asked[3]),
         open_files,
     }
 }
@@ -858,17 +876,17 @@ mod tests {
     fn caps_fit_the_file_budget_with_a_share_for_each_door() {
         let opts = ConnectionOptions::default();
         // Plenty of files: what was asked for.
-        let c = size_caps(&opts, true, true, 1 << 20);
+        let c = size_caps(&opts, true, true, false, 1 << 20);
         assert_eq!((c.http, c.ws, c.zmq), (1024, 256, 256));
         // A door that is off takes nothing.
-        let c = size_caps(&opts, false, true, 1 << 20);
+        let c = size_caps(&opts, false, true, false, 1 << 20);
         assert_eq!((c.http, c.ws, c.zmq), (1024, 0, 256));
         // 1024 files: 896 shared in proportion, every door keeping a share.
-        let c = size_caps(&opts, true, true, 1024);
+        let c = size_caps(&opts, true, true, false, 1024);
         assert_eq!((c.http, c.ws, c.zmq), (597, 149, 149));
         assert!(c.http + c.ws + c.zmq <= 1024 - RESERVED_FILES as usize);
         // Next to nothing: still a connection per door.
-        let c = size_caps(&opts, true, true, 10);
+        let c = size_caps(&opts, true, true, false, 10);
         assert_eq!((c.http, c.ws, c.zmq), (2, 1, 1));
     }
 

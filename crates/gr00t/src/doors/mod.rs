@@ -41,6 +41,21 @@ pub struct ProtocolOptions {
     /// (0: any free port).
     #[arg(long, value_name = "PORT")]
     pub ws_port: Option<u16>,
+    /// Also serve LeRobot's async inference (`robot_client`, gRPC `transport.AsyncInference`)
+    /// on this port, e.g. 8080; needs --lerobot-map.
+    #[arg(long, value_name = "PORT", requires = "lerobot_map")]
+    pub lerobot_port: Option<u16>,
+    /// The LeRobot robot's features onto a served embodiment (JSON; docs/protocols.md,
+    /// examples/lerobot_so101.json).
+    #[arg(long, value_name = "FILE", requires = "lerobot_port")]
+    pub lerobot_map: Option<PathBuf>,
+    /// A name LeRobot clients may give the served checkpoint as `pretrained_name_or_path`
+    /// besides its Hub id and folder (repeatable); another name is refused, never loaded.
+    #[arg(long, value_name = "NAME")]
+    pub lerobot_policy_name: Vec<String>,
+    /// The robot's control rate: LeRobot's server times action i at `timestamp + i/fps`.
+    #[arg(long, value_name = "HZ", default_value_t = 30.0)]
+    pub lerobot_fps: f64,
     /// Token that ZMQ requests (`api_token`), websocket handshakes
     /// (`Authorization: Api-Key <token>`) and HTTP requests other than GET /health
     /// (`Authorization: Bearer <token>`) must carry. Prefer --api-token-file or
@@ -91,6 +106,9 @@ pub enum DoorError {
     /// The engine serves no embodiment.
     #[error("no embodiment is served")]
     NoEmbodiment,
+    /// The LeRobot door cannot start (its map file, its embodiment).
+    #[error("--lerobot-map: {0}")]
+    LeRobot(String),
 }
 
 /// The credentials of an `Authorization: <scheme> <credentials>` header whose scheme is
@@ -216,7 +234,11 @@ pub struct Shared<'a> {
 /// logs where each listens, until `stop` fires.
 pub async fn start(
     opts: &ProtocolOptions,
-    ports: (Option<ports::BoundPort>, Option<ports::BoundPort>),
+    ports: (
+        Option<ports::BoundPort>,
+        Option<ports::BoundPort>,
+        Option<ports::BoundPort>,
+    ),
     limits: &DoorLimits,
     shared: Shared<'_>,
     stop: &Stop,
@@ -227,8 +249,18 @@ pub async fn start(
         layouts,
         answers,
     } = shared;
-    let (zmq_port, ws_port) = ports;
+    let (zmq_port, ws_port, lerobot_port) = ports;
     let mut tasks = Vec::new();
+    if let Some(listener) = lerobot_port {
+        tasks.push(lerobot_door(
+            opts,
+            listener,
+            limits,
+            worker,
+            (layouts, info),
+            stop,
+        )?);
+    }
     if zmq_port.is_none() && ws_port.is_none() {
         return Ok(Listeners { tasks });
     }
@@ -309,6 +341,85 @@ pub async fn start(
     }
     Ok(Listeners { tasks })
 }
+
+/// Starts the LeRobot gRPC door (`--lerobot-port`) on its bound port.
+fn lerobot_door(
+    opts: &ProtocolOptions,
+    listener: ports::BoundPort,
+    limits: &DoorLimits,
+    worker: &Queue,
+    (layouts, info): (&Layouts, &EngineInfo),
+    stop: &Stop,
+) -> Result<JoinHandle<()>, DoorError> {
+    let lerobot_err = |e: String| DoorError::LeRobot(e);
+    let path = opts
+        .lerobot_map
+        .as_ref()
+        .ok_or_else(|| lerobot_err("--lerobot-port needs --lerobot-map FILE".into()))?;
+    let map = lerobot::mapping::LeRobotMap::load(path).map_err(lerobot_err)?;
+    let layout = layouts.resolve(&map.embodiment).cloned().ok_or_else(|| {
+        lerobot_err(format!(
+            "{}: embodiment {:?} is not served (serving {:?})",
+            path.display(),
+            map.embodiment,
+            layouts.tags()
+        ))
+    })?;
+    if !(opts.lerobot_fps > 0.0 && opts.lerobot_fps.is_finite()) {
+        return Err(lerobot_err(format!(
+            "--lerobot-fps {} is not a rate",
+            opts.lerobot_fps
+        )));
+    }
+    let pickle_limits = lerobot::pickle::Limits {
+        max_bytes: limits.max_message_bytes.min(LEROBOT_MAX_MESSAGE),
+        ..lerobot::pickle::Limits::default()
+    };
+    let mut names = vec![info.model_id.clone(), info.checkpoint.clone()];
+    if let Ok(p) = std::fs::canonicalize(&info.checkpoint) {
+        names.push(p.display().to_string());
+    }
+    names.extend(opts.lerobot_policy_name.iter().cloned());
+    names.dedup();
+    let served = lerobot::robots::Served {
+        names,
+        device: info.device.clone(),
+    };
+    let robots = lerobot::robots::Robots::new(
+        worker.clone(),
+        served,
+        layout,
+        map,
+        pickle_limits,
+        opts.lerobot_fps,
+        std::time::Duration::from_secs(2),
+    )
+    .map_err(|e| lerobot_err(format!("{}: {e}", path.display())))?;
+    let service = lerobot::grpc::AsyncInference {
+        robots: Arc::new(robots),
+        api_token: limits.api_token.clone(),
+        max_message_bytes: pickle_limits.max_bytes,
+    };
+    let listener = listener.listen()?;
+    let addr = listener.local_addr()?;
+    tracing::info!(
+        "LeRobot async inference (robot_client, gRPC transport.AsyncInference) listening on {addr}"
+    );
+    let listener = LimitedListener::new(listener, "lerobot", limits.caps.lerobot, limits.timers);
+    let stop = stop.clone();
+    Ok(tokio::spawn(async move {
+        let app = lerobot::grpc::router(service).into_make_service_with_connect_info::<ConnInfo>();
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.wait().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!("LeRobot listener failed: {e}");
+        }
+    }))
+}
+
+/// LeRobot's own limit on a message (`transport/utils.py`'s `MAX_MESSAGE_SIZE`, 4 MiB).
+pub const LEROBOT_MAX_MESSAGE: usize = 4 << 20;
 
 #[cfg(test)]
 mod tests {

@@ -21,6 +21,8 @@ pub struct BoundPorts {
     pub zmq: Option<BoundPort>,
     /// `--ws-port`'s, when asked for.
     pub ws: Option<BoundPort>,
+    /// `--lerobot-port`'s, when asked for.
+    pub lerobot: Option<BoundPort>,
 }
 
 /// One bound socket.
@@ -46,11 +48,20 @@ pub fn bind_all(
     http: u16,
     zmq: Option<u16>,
     ws: Option<u16>,
+    lerobot: Option<u16>,
 ) -> io::Result<BoundPorts> {
     let http = bind_http(host, http)?;
     let zmq = zmq.map(|p| bind_exact(host, p, "ZMQ")).transpose()?;
     let ws = ws.map(|p| bind_exact(host, p, "websockets")).transpose()?;
-    Ok(BoundPorts { http, zmq, ws })
+    let lerobot = lerobot
+        .map(|p| bind_exact(host, p, "LeRobot gRPC"))
+        .transpose()?;
+    Ok(BoundPorts {
+        http,
+        zmq,
+        ws,
+        lerobot,
+    })
 }
 
 fn bind_http(host: &str, port: u16) -> io::Result<BoundPort> {
@@ -102,23 +113,23 @@ mod tests {
     fn a_taken_door_port_is_an_error_naming_it_and_http_moves_up() {
         let taken = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let port = taken.local_addr().unwrap().port();
-        let e = bind_all("127.0.0.1", 0, Some(port), None).unwrap_err();
+        let e = bind_all("127.0.0.1", 0, Some(port), None, None).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
         assert!(
             e.to_string()
                 .starts_with(&format!("cannot listen for ZMQ on 127.0.0.1:{port}: ")),
             "{e}"
         );
-        let e = bind_all("127.0.0.1", 0, None, Some(port)).unwrap_err();
+        let e = bind_all("127.0.0.1", 0, None, Some(port), None).unwrap_err();
         assert!(e.to_string().contains("websockets"), "{e}");
         // HTTP takes the next free port instead.
-        let bound = bind_all("127.0.0.1", port, None, None).unwrap();
+        let bound = bind_all("127.0.0.1", port, None, None, None).unwrap();
         assert!(bound.http.local_addr().unwrap().port() > port);
     }
 
     #[test]
     fn a_bound_port_refuses_connections_until_it_listens() {
-        let bound = bind_all("127.0.0.1", 0, None, None).unwrap();
+        let bound = bind_all("127.0.0.1", 0, None, None, None).unwrap();
         let addr = bound.http.local_addr().unwrap();
         let refused = std::net::TcpStream::connect(addr).unwrap_err();
         assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);

@@ -67,6 +67,14 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
         }
         r
     };
+    // HTTP/2 (which the server links for the LeRobot gRPC door) is not this door's: its limits
+    // are per HTTP/1.1 connection, one request at a time.
+    if req.version() == axum::http::Version::HTTP_2 {
+        return refuse(ApiError::new(
+            StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            "HTTP/2 is not served on this port: use HTTP/1.1 (gRPC is --lerobot-port's)",
+        ));
+    }
     // A preflight from an allowed origin is answered here; every other cross-site or
     // rebinding request is refused before the token is even looked at.
     let cors = match g

@@ -82,7 +82,7 @@ fn start_named(
         .unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let opts = ConnectionOptions::default();
-    let caps = size_caps(&opts, false, false, 1 << 16);
+    let caps = size_caps(&opts, false, false, false, 1 << 16);
     let limits = Limits {
         queue,
         max_body_bytes,

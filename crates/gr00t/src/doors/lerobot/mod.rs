@@ -8,6 +8,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod grpc;
 pub mod mapping;
 pub mod numpy;
 pub mod objects;

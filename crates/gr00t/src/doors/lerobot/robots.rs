@@ -15,8 +15,9 @@ use gr00t_core::session::SessionKey;
 use gr00t_core::{InferError, Queue};
 use gr00t_embodiment::layout::Layout;
 use gr00t_embodiment::observation::{NoiseSource, Observation, DEFAULT_SEED};
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -120,15 +121,57 @@ impl Robot {
     }
 }
 
-/// One robot's entry: its state and the signal of an observation arriving.
+/// One robot's entry: its state, the signal of an observation arriving, and its connection
+/// (the entry goes once that is gone).
 struct Slot {
     robot: Mutex<Robot>,
     arrived: Notify,
+    owner: Weak<dyn Any + Send + Sync>,
+}
+
+/// A robot's key: its connection's address, unique while the connection lives.
+fn key<P>(peer: &Arc<P>) -> usize {
+    Arc::as_ptr(peer) as *const () as usize
+}
+
+/// What a client's `pretrained_name_or_path` and `device` must match: the served checkpoint's
+/// names and the device it runs on. Nothing is ever loaded on a client's word.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// Names the checkpoint answers to (its Hub id, its folder, `--lerobot-policy-name`s).
+    pub names: Vec<String>,
+    /// The device it runs on (`cpu`, `cuda:0`).
+    pub device: String,
+}
+
+impl Served {
+    /// Refuses a policy that names another checkpoint or device, saying what is served.
+    pub fn check(&self, config: &RemotePolicyConfig) -> Result<(), String> {
+        let path = config.pretrained_name_or_path.trim_end_matches('/');
+        if !self.names.iter().any(|n| n.trim_end_matches('/') == path) {
+            return Err(format!(
+                "pretrained_name_or_path {:?} is not what this server serves ({:?}; it never \
+                 loads another: name one of these, or start it with --lerobot-policy-name)",
+                config.pretrained_name_or_path, self.names
+            ));
+        }
+        let kind = |d: &str| d.split(':').next().unwrap_or("").to_ascii_lowercase();
+        if kind(&config.device) != kind(&self.device) {
+            return Err(format!(
+                "device {:?} is not the one this server runs on ({:?}): set --policy_device={}",
+                config.device,
+                self.device,
+                kind(&self.device)
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// What the LeRobot door serves: the queue, the served layout and its map, and every robot.
 pub struct Robots {
     worker: Queue,
+    served: Served,
     layout: Arc<Layout>,
     map: LeRobotMap,
     limits: Limits,
@@ -136,7 +179,7 @@ pub struct Robots {
     dt: f64,
     /// How long `GetActions` waits for an observation before its empty answer.
     wait: Duration,
-    robots: Mutex<HashMap<u64, Arc<Slot>>>,
+    robots: Mutex<HashMap<usize, Arc<Slot>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -147,6 +190,7 @@ impl Robots {
     /// The door's robots, serving `layout` through `map` (checked against it).
     pub fn new(
         worker: Queue,
+        served: Served,
         layout: Arc<Layout>,
         map: LeRobotMap,
         limits: Limits,
@@ -156,6 +200,7 @@ impl Robots {
         map.check_layout(&layout)?;
         Ok(Robots {
             worker,
+            served,
             layout,
             map,
             limits,
@@ -165,22 +210,49 @@ impl Robots {
         })
     }
 
-    fn slot(&self, peer: u64) -> Result<Arc<Slot>, Refusal> {
+    /// The robot of connection `peer`, made on its first call. Robots whose connection has
+    /// ended are dropped then, with their sessions.
+    fn slot<P: Send + Sync + 'static>(&self, peer: &Arc<P>) -> Result<Arc<Slot>, Refusal> {
         let mut robots = lock(&self.robots);
-        if let Some(s) = robots.get(&peer) {
-            return Ok(s.clone());
+        if let Some(s) = robots.get(&key(peer)) {
+            if s.owner.strong_count() > 0 {
+                return Ok(s.clone());
+            }
         }
+        robots.retain(|_, s| {
+            let alive = s.owner.strong_count() > 0;
+            if !alive {
+                self.worker.close_session(&lock(&s.robot).session);
+            }
+            alive
+        });
+        let owner: Weak<dyn Any + Send + Sync> =
+            Arc::downgrade(peer) as Weak<dyn Any + Send + Sync>;
         let slot = Arc::new(Slot {
             robot: Mutex::new(Robot::new()?),
             arrived: Notify::new(),
+            owner,
         });
-        robots.insert(peer, slot.clone());
+        robots.insert(key(peer), slot.clone());
         Ok(slot)
     }
 
+    /// Robots being served (connections that have called).
+    pub fn len(&self) -> usize {
+        lock(&self.robots)
+            .values()
+            .filter(|s| s.owner.strong_count() > 0)
+            .count()
+    }
+
+    /// Whether no robot is being served.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// `Ready`: the robot starts over (its policy, waiting observation, filter and frames).
-    pub fn ready(&self, peer: u64) -> Result<(), Refusal> {
-        let old = lock(&self.robots).remove(&peer);
+    pub fn ready<P: Send + Sync + 'static>(&self, peer: &Arc<P>) -> Result<(), Refusal> {
+        let old = lock(&self.robots).remove(&key(peer));
         if let Some(old) = old {
             self.worker.close_session(&lock(&old.robot).session);
             old.arrived.notify_waiters();
@@ -188,28 +260,30 @@ impl Robots {
         self.slot(peer).map(|_| ())
     }
 
-    /// The robot's connection ended: its state and frames go.
-    pub fn forget(&self, peer: u64) {
-        if let Some(old) = lock(&self.robots).remove(&peer) {
-            self.worker.close_session(&lock(&old.robot).session);
-        }
-    }
-
     /// `SendPolicyInstructions`: the robot's `RemotePolicyConfig`, checked against what is
     /// served (nothing is ever loaded on a client's word).
-    pub fn set_policy(&self, peer: u64, bytes: &[u8]) -> Result<(), Refusal> {
+    pub fn set_policy<P: Send + Sync + 'static>(
+        &self,
+        peer: &Arc<P>,
+        bytes: &[u8],
+    ) -> Result<(), Refusal> {
         let (form, config) =
             read_config(bytes, &self.limits).map_err(|e| Refusal::Invalid(e.to_string()))?;
         self.map
             .check_config(&config, &self.layout)
             .map_err(Refusal::Invalid)?;
+        self.served.check(&config).map_err(Refusal::Invalid)?;
         lock(&self.slot(peer)?.robot).policy = Some((form, config));
         Ok(())
     }
 
     /// One whole `SendObservations` message: read, mapped, then kept for `GetActions` if the
     /// filter lets it through (`Ok(false)`: filtered out, as LeRobot's server does).
-    pub fn observe(&self, peer: u64, bytes: &[u8]) -> Result<bool, Refusal> {
+    pub fn observe<P: Send + Sync + 'static>(
+        &self,
+        peer: &Arc<P>,
+        bytes: &[u8],
+    ) -> Result<bool, Refusal> {
         let slot = self.slot(peer)?;
         let (_, timed) =
             read_observation(bytes, &self.limits).map_err(|e| Refusal::Invalid(e.to_string()))?;
@@ -252,7 +326,10 @@ impl Robots {
 
     /// `GetActions`: the robot's waiting observation run, as its reply bytes; empty when none
     /// arrived within the wait (the stock client skips an empty reply).
-    pub async fn actions(&self, peer: u64) -> Result<Vec<u8>, Refusal> {
+    pub async fn actions<P: Send + Sync + 'static>(
+        &self,
+        peer: &Arc<P>,
+    ) -> Result<Vec<u8>, Refusal> {
         let slot = self.slot(peer)?;
         let deadline = tokio::time::Instant::now() + self.wait;
         let pending = loop {

@@ -1,0 +1,235 @@
+//! LeRobot's gRPC service `transport.AsyncInference` (`proto/lerobot/services.proto`, a copy of
+//! LeRobot's, Apache-2.0): its messages as prost types and the four calls dispatched onto
+//! [`Robots`]. Served as an axum router on the door's [`LimitedListener`] (HTTP/2), so the
+//! connection cap, handshake and idle timers are the other doors'; tonic frames the messages and
+//! refuses one over the limit from its length prefix, before reading it.
+//!
+//! [`LimitedListener`]: crate::doors::connections::LimitedListener
+
+use super::robots::{Reassembly, Refusal, Robots};
+use crate::doors::connections::{ConnInfo, ConnState};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tonic::codegen::{http, Body, BoxFuture, Context, Poll, Service, StdError};
+use tonic::server::{ClientStreamingService, Grpc, NamedService, UnaryService};
+use tonic::{Request, Response, Status, Streaming};
+
+/// `transport.Empty`.
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+pub struct Empty {}
+
+/// `transport.PolicySetup`: a pickled (or safe-form) `RemotePolicyConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PolicySetup {
+    /// The payload.
+    #[prost(bytes = "vec", tag = "1")]
+    pub data: Vec<u8>,
+}
+
+/// `transport.Observation`: one piece of a pickled `TimedObservation`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Observation {
+    /// `TransferState`: BEGIN 1, MIDDLE 2, END 3.
+    #[prost(int32, tag = "1")]
+    pub transfer_state: i32,
+    /// The piece.
+    #[prost(bytes = "vec", tag = "2")]
+    pub data: Vec<u8>,
+}
+
+/// `transport.Actions`: a pickled `list[TimedAction]`, empty when no observation came.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Actions {
+    /// The payload.
+    #[prost(bytes = "vec", tag = "1")]
+    pub data: Vec<u8>,
+}
+
+/// The service's full name.
+pub const SERVICE: &str = "transport.AsyncInference";
+
+/// The gRPC service over the door's robots.
+#[derive(Clone)]
+pub struct AsyncInference {
+    /// The robots it serves.
+    pub robots: Arc<Robots>,
+    /// `--api-token`: then every call needs `authorization: Bearer <token>` metadata.
+    pub api_token: Option<Arc<str>>,
+    /// The largest message (one piece, and a reassembled observation).
+    pub max_message_bytes: usize,
+}
+
+impl NamedService for AsyncInference {
+    const NAME: &'static str = SERVICE;
+}
+
+fn status(r: Refusal) -> Status {
+    match r {
+        Refusal::Invalid(m) => Status::invalid_argument(m),
+        Refusal::NoPolicy => Status::failed_precondition(Refusal::NoPolicy.to_string()),
+        Refusal::Unavailable(m) => Status::unavailable(m),
+        Refusal::Internal(m) => Status::internal(m),
+    }
+}
+
+impl AsyncInference {
+    /// The caller's connection, once its token (if one is set) is checked.
+    fn caller<T>(&self, request: &Request<T>) -> Result<Arc<ConnState>, Status> {
+        let conn = request
+            .extensions()
+            .get::<axum::extract::ConnectInfo<ConnInfo>>()
+            .map(|c| c.0 .0.clone())
+            .ok_or_else(|| Status::internal("the LeRobot door has no connection state"))?;
+        if let Some(token) = &self.api_token {
+            let sent = request
+                .metadata()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().split_once(' '))
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, t)| t.trim().to_string());
+            if !sent
+                .is_some_and(|t| gr00t_core::auth::token_matches(t.as_bytes(), token.as_bytes()))
+            {
+                return Err(Status::unauthenticated(
+                    "this server needs `authorization: Bearer <token>` metadata (--api-token)",
+                ));
+            }
+        }
+        conn.mark_greeted();
+        conn.mark_served();
+        Ok(conn)
+    }
+}
+
+struct ReadyCall(AsyncInference);
+
+impl UnaryService<Empty> for ReadyCall {
+    type Response = Empty;
+    type Future = BoxFuture<Response<Empty>, Status>;
+    fn call(&mut self, request: Request<Empty>) -> Self::Future {
+        let door = self.0.clone();
+        Box::pin(async move {
+            let conn = door.caller(&request)?;
+            door.robots.ready(&conn).map_err(status)?;
+            Ok(Response::new(Empty {}))
+        })
+    }
+}
+
+struct PolicyCall(AsyncInference);
+
+impl UnaryService<PolicySetup> for PolicyCall {
+    type Response = Empty;
+    type Future = BoxFuture<Response<Empty>, Status>;
+    fn call(&mut self, request: Request<PolicySetup>) -> Self::Future {
+        let door = self.0.clone();
+        Box::pin(async move {
+            let conn = door.caller(&request)?;
+            let _busy = conn.busy();
+            door.robots
+                .set_policy(&conn, &request.get_ref().data)
+                .map_err(status)?;
+            Ok(Response::new(Empty {}))
+        })
+    }
+}
+
+struct ObservationsCall(AsyncInference);
+
+impl ClientStreamingService<Observation> for ObservationsCall {
+    type Response = Empty;
+    type Future = BoxFuture<Response<Empty>, Status>;
+    fn call(&mut self, request: Request<Streaming<Observation>>) -> Self::Future {
+        let door = self.0.clone();
+        Box::pin(async move {
+            let conn = door.caller(&request)?;
+            let _busy = conn.busy();
+            let mut pieces = request.into_inner();
+            let mut whole = Reassembly::default();
+            while let Some(piece) = pieces.message().await? {
+                if let Some(message) = whole
+                    .push(piece.transfer_state, piece.data, door.max_message_bytes)
+                    .map_err(status)?
+                {
+                    door.robots.observe(&conn, &message).map_err(status)?;
+                }
+            }
+            Ok(Response::new(Empty {}))
+        })
+    }
+}
+
+struct ActionsCall(AsyncInference);
+
+impl UnaryService<Empty> for ActionsCall {
+    type Response = Actions;
+    type Future = BoxFuture<Response<Actions>, Status>;
+    fn call(&mut self, request: Request<Empty>) -> Self::Future {
+        let door = self.0.clone();
+        Box::pin(async move {
+            let conn = door.caller(&request)?;
+            let _busy = conn.busy();
+            let data = door.robots.actions(&conn).await.map_err(status)?;
+            Ok(Response::new(Actions { data }))
+        })
+    }
+}
+
+impl<B> Service<http::Request<B>> for AsyncInference
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let door = self.clone();
+        let max = self.max_message_bytes;
+        macro_rules! grpc {
+            ($decode:ty, $encode:ty) => {
+                Grpc::new(tonic_prost::ProstCodec::<$encode, $decode>::default())
+                    .apply_max_message_size_config(Some(max), Some(max))
+            };
+        }
+        let method = req
+            .uri()
+            .path()
+            .strip_prefix("/transport.AsyncInference/")
+            .unwrap_or("");
+        match method {
+            "Ready" => {
+                Box::pin(async move { Ok(grpc!(Empty, Empty).unary(ReadyCall(door), req).await) })
+            }
+            "SendPolicyInstructions" => {
+                Box::pin(
+                    async move { Ok(grpc!(PolicySetup, Empty).unary(PolicyCall(door), req).await) },
+                )
+            }
+            "SendObservations" => Box::pin(async move {
+                Ok(grpc!(Observation, Empty)
+                    .client_streaming(ObservationsCall(door), req)
+                    .await)
+            }),
+            "GetActions" => {
+                Box::pin(
+                    async move { Ok(grpc!(Empty, Actions).unary(ActionsCall(door), req).await) },
+                )
+            }
+            _ => Box::pin(async move {
+                Ok(Status::unimplemented("no such method of transport.AsyncInference").into_http())
+            }),
+        }
+    }
+}
+
+/// The door's router: the service on its gRPC path.
+pub fn router(service: AsyncInference) -> axum::Router {
+    tonic::service::Routes::new(service).into_axum_router()
+}
