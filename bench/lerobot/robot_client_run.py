@@ -19,6 +19,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -117,6 +118,7 @@ def main():
     from lerobot.async_inference.configs import RobotClientConfig
 
     proc, addrs = start_server(args)
+    os.chdir(tempfile.mkdtemp())  # LeRobot's logger writes logs/ where it runs
     try:
         robot, step = fake_robot()
         rc.make_robot_from_config = lambda _cfg: robot

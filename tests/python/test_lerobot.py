@@ -342,6 +342,19 @@ def checks(server):
             stray.close()
 
     tp.check("HTTP/2 on the HTTP port is refused (505): gRPC is the LeRobot port's", http_port_is_http1_only)
+    def metrics_count_the_door():
+        import urllib.request
+        with urllib.request.urlopen(f"http://{server.http}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        ok = [l for l in text.splitlines()
+              if l.startswith("gr00t_predict_requests_total{") and 'door="lerobot"' in l and 'outcome="ok"' in l]
+        bad = [l for l in text.splitlines()
+               if l.startswith("gr00t_predict_requests_total{") and 'door="lerobot"' in l
+               and 'outcome="bad_request"' in l]
+        assert ok and float(ok[0].rsplit(" ", 1)[1]) >= 5, ok
+        assert bad and sum(float(l.rsplit(" ", 1)[1]) for l in bad) >= 3, bad
+
+    tp.check("/metrics counts the door's answers and refusals (door=\"lerobot\")", metrics_count_the_door)
     tp.check("the server is alive", lambda: server.proc.poll() is None or (_ for _ in ()).throw(AssertionError("died")))
     robot.close()
 

@@ -310,8 +310,9 @@ mod door {
             .set_policy(&one, &lerobot("policy_config.pkl"))
             .unwrap();
 
-        // Nothing waiting: the empty answer after the wait.
-        assert!(robots.actions(&one).await.unwrap().is_empty());
+        // Nothing waiting: the empty answer after the wait, and no prediction asked of the engine.
+        assert_eq!(robots.actions(&one).await.unwrap(), (vec![], None));
+        assert!(robots.actions(&one).await.unwrap().0.is_empty());
 
         // The first observation runs, and its reply is the engine's own answer to it, cut to
         // actions_per_chunk (16) and timed from its timestep.
@@ -319,7 +320,7 @@ mod door {
             robots.observe(&one, &lerobot("observation_must_go.pkl")),
             Ok(true)
         );
-        let reply = robots.actions(&one).await.unwrap();
+        let reply = robots.actions(&one).await.unwrap().0;
         let (_, timed) =
             read_observation(&lerobot("observation_must_go.pkl"), &Limits::default()).unwrap();
         let direct = engine
@@ -337,10 +338,10 @@ mod door {
         // The filter: timestep 12 (joints 7.3 away) runs; the same again (a timestep already
         // run) and timestep 13 with the same joints (distance 0 < 1) do not; must_go always does.
         assert_eq!(robots.observe(&one, &lerobot("observation.pkl")), Ok(true));
-        assert_eq!(timesteps(&robots.actions(&one).await.unwrap())[0], 12);
+        assert_eq!(timesteps(&robots.actions(&one).await.unwrap().0)[0], 12);
         assert_eq!(robots.observe(&one, &lerobot("observation.pkl")), Ok(false));
         assert_eq!(robots.observe(&one, &at_timestep(13)), Ok(false));
-        assert!(robots.actions(&one).await.unwrap().is_empty());
+        assert!(robots.actions(&one).await.unwrap().0.is_empty());
         // Latest wins: of two waiting observations the newer runs.
         assert_eq!(robots.observe(&one, &at_timestep(13)), Ok(false));
         assert_eq!(
@@ -351,7 +352,7 @@ mod door {
             robots.observe(&one, &lerobot("observation_must_go.pkl")),
             Ok(true)
         );
-        assert_eq!(timesteps(&robots.actions(&one).await.unwrap())[0], 0);
+        assert_eq!(timesteps(&robots.actions(&one).await.unwrap().0)[0], 0);
 
         // Robot 2 is another robot: no policy of its own yet, its own form (the safe one), and
         // its Ready does not touch robot 1's.
@@ -363,7 +364,7 @@ mod door {
             .set_policy(&two, &lerobot("policy_config.safe"))
             .unwrap();
         assert_eq!(robots.observe(&two, &lerobot("observation.safe")), Ok(true));
-        let safe = robots.actions(&two).await.unwrap();
+        let safe = robots.actions(&two).await.unwrap().0;
         assert_eq!(safe[0], 0, "a safe-form robot is answered in the safe form");
         robots.ready(&two).unwrap();
         assert_eq!(
@@ -373,7 +374,7 @@ mod door {
         // Robot 1 kept its filter: timestep 12 has run; 20, as far from the last run, runs.
         assert_eq!(robots.observe(&one, &lerobot("observation.pkl")), Ok(false));
         assert_eq!(robots.observe(&one, &at_timestep(20)), Ok(true));
-        assert_eq!(timesteps(&robots.actions(&one).await.unwrap())[0], 20);
+        assert_eq!(timesteps(&robots.actions(&one).await.unwrap().0)[0], 20);
         // A forged payload is refused and the robot is served after it.
         assert!(
             matches!(robots.observe(&one, b"cos\nsystem\n(S'echo pwned'\ntR."), Err(Refusal::Invalid(m)) if m.contains("os.system is refused"))
@@ -382,7 +383,7 @@ mod door {
             robots.observe(&one, &lerobot("observation_must_go.pkl")),
             Ok(true)
         );
-        assert_eq!(robots.actions(&one).await.unwrap(), reply);
+        assert_eq!(robots.actions(&one).await.unwrap().0, reply);
         // A robot whose connection ended is dropped when the next one calls.
         assert_eq!(robots.len(), 2);
         drop(two);

@@ -19,11 +19,13 @@ pub enum Door {
     Zmq,
     /// A websocket observation (openpi, RoboArena `infer`, vLLM-Omni `infer`).
     Ws,
+    /// LeRobot's gRPC `SendObservations` / `GetActions`.
+    LeRobot,
 }
 
 impl Door {
     /// Every door, in the order they are rendered.
-    pub const ALL: [Door; 3] = [Door::Http, Door::Zmq, Door::Ws];
+    pub const ALL: [Door; 4] = [Door::Http, Door::Zmq, Door::Ws, Door::LeRobot];
 
     /// The log line's `method`: HTTP's is the request's own.
     fn method(self) -> &'static str {
@@ -31,6 +33,7 @@ impl Door {
             Door::Http => "HTTP",
             Door::Zmq => "ZMQ",
             Door::Ws => "WS",
+            Door::LeRobot => "GRPC",
         }
     }
 
@@ -40,6 +43,7 @@ impl Door {
             Door::Http => "http",
             Door::Zmq => "zmq",
             Door::Ws => "ws",
+            Door::LeRobot => "lerobot",
         }
     }
 }

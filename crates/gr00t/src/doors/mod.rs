@@ -256,7 +256,7 @@ pub async fn start(
             opts,
             listener,
             limits,
-            worker,
+            (worker, answers),
             (layouts, info),
             stop,
         )?);
@@ -347,7 +347,7 @@ fn lerobot_door(
     opts: &ProtocolOptions,
     listener: ports::BoundPort,
     limits: &DoorLimits,
-    worker: &Queue,
+    (worker, answers): (&Queue, &Arc<answers::Answers>),
     (layouts, info): (&Layouts, &EngineInfo),
     stop: &Stop,
 ) -> Result<JoinHandle<()>, DoorError> {
@@ -399,6 +399,7 @@ fn lerobot_door(
         robots: Arc::new(robots),
         api_token: limits.api_token.clone(),
         max_message_bytes: pickle_limits.max_bytes,
+        answers: answers.clone(),
     };
     let listener = listener.listen()?;
     let addr = listener.local_addr()?;

@@ -7,12 +7,17 @@
 //! [`LimitedListener`]: crate::doors::connections::LimitedListener
 
 use super::robots::{Reassembly, Refusal, Robots};
+use crate::doors::answers::{Answered, Answers, Door, Outcome};
 use crate::doors::connections::{ConnInfo, ConnState};
+use crate::doors::request_line::{request_span, RequestId};
+use gr00t_core::response::PredictResponse;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Instant;
 use tonic::codegen::{http, Body, BoxFuture, Context, Poll, Service, StdError};
 use tonic::server::{ClientStreamingService, Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 /// `transport.Empty`.
 #[derive(Clone, Copy, PartialEq, prost::Message)]
@@ -57,6 +62,8 @@ pub struct AsyncInference {
     pub api_token: Option<Arc<str>>,
     /// The largest message (one piece, and a reassembled observation).
     pub max_message_bytes: usize,
+    /// Where its predictions are counted (`/metrics`, `door="lerobot"`) and logged.
+    pub answers: Arc<Answers>,
 }
 
 impl NamedService for AsyncInference {
@@ -72,7 +79,48 @@ fn status(r: Refusal) -> Status {
     }
 }
 
+/// The outcome label of a refusal.
+fn outcome(r: &Refusal) -> Outcome {
+    match r {
+        Refusal::Invalid(_) => Outcome::refused(""),
+        Refusal::NoPolicy => Outcome::refused("policy"),
+        Refusal::Unavailable(_) => Outcome::Busy,
+        Refusal::Internal(_) => Outcome::Internal,
+    }
+}
+
 impl AsyncInference {
+    /// Runs one call's prediction work under a request span of its own, then counts, times and
+    /// logs it as the other doors do (`None`: no prediction was asked of the engine, nothing to
+    /// record).
+    async fn recorded<T>(
+        &self,
+        what: &str,
+        work: impl std::future::Future<Output = Result<(T, Option<PredictResponse>), Refusal>>,
+    ) -> Result<T, Status> {
+        let t0 = Instant::now();
+        let id = RequestId::generate();
+        let span = request_span("lerobot", &id, None);
+        let result = work.instrument(span.clone()).await;
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let _in_request = span.enter();
+        match result {
+            Ok((value, Some(response))) => {
+                let served = Answered::Served(std::slice::from_ref(&response));
+                self.answers.record_as(&id, Door::LeRobot, what, ms, served);
+                Ok(value)
+            }
+            Ok((value, None)) => Ok(value),
+            Err(r) => {
+                let message = r.to_string();
+                let refused = Answered::Refused(outcome(&r), &message);
+                self.answers
+                    .record_as(&id, Door::LeRobot, what, ms, refused);
+                Err(status(r))
+            }
+        }
+    }
+
     /// The caller's connection, once its token (if one is set) is checked.
     fn caller<T>(&self, request: &Request<T>) -> Result<Arc<ConnState>, Status> {
         let conn = request
@@ -148,12 +196,15 @@ impl ClientStreamingService<Observation> for ObservationsCall {
             let mut pieces = request.into_inner();
             let mut whole = Reassembly::default();
             while let Some(piece) = pieces.message().await? {
-                if let Some(message) = whole
-                    .push(piece.transfer_state, piece.data, door.max_message_bytes)
-                    .map_err(status)?
-                {
-                    door.robots.observe(&conn, &message).map_err(status)?;
-                }
+                let max = door.max_message_bytes;
+                // A refused observation is counted and logged as a refused prediction.
+                let read = async {
+                    match whole.push(piece.transfer_state, piece.data, max)? {
+                        Some(message) => door.robots.observe(&conn, &message).map(|_| ((), None)),
+                        None => Ok(((), None)),
+                    }
+                };
+                door.recorded("SendObservations", read).await?;
             }
             Ok(Response::new(Empty {}))
         })
@@ -170,7 +221,9 @@ impl UnaryService<Empty> for ActionsCall {
         Box::pin(async move {
             let conn = door.caller(&request)?;
             let _busy = conn.busy();
-            let data = door.robots.actions(&conn).await.map_err(status)?;
+            let data = door
+                .recorded("GetActions", door.robots.actions(&conn))
+                .await?;
             Ok(Response::new(Actions { data }))
         })
     }

@@ -11,6 +11,7 @@ use super::objects::{RemotePolicyConfig, TimedObservation};
 use super::pickle::Limits;
 use super::{read_config, read_observation, write_actions, Form};
 use gr00t_core::request::Request;
+use gr00t_core::response::PredictResponse;
 use gr00t_core::session::SessionKey;
 use gr00t_core::{InferError, Queue};
 use gr00t_embodiment::layout::Layout;
@@ -324,12 +325,13 @@ impl Robots {
         Ok(run)
     }
 
-    /// `GetActions`: the robot's waiting observation run, as its reply bytes; empty when none
-    /// arrived within the wait (the stock client skips an empty reply).
+    /// `GetActions`: the robot's waiting observation run, as its reply bytes with the engine's
+    /// response; empty bytes and no response when none arrived within the wait (the stock
+    /// client skips an empty reply).
     pub async fn actions<P: Send + Sync + 'static>(
         &self,
         peer: &Arc<P>,
-    ) -> Result<Vec<u8>, Refusal> {
+    ) -> Result<(Vec<u8>, Option<PredictResponse>), Refusal> {
         let slot = self.slot(peer)?;
         let deadline = tokio::time::Instant::now() + self.wait;
         let pending = loop {
@@ -338,7 +340,7 @@ impl Robots {
                 break p;
             }
             if tokio::time::timeout_at(deadline, arrived).await.is_err() {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), None));
             }
         };
         let (form, n, session) = {
@@ -360,7 +362,8 @@ impl Robots {
         let actions = self
             .map
             .timed_actions(&response.actions, &pending.timed, n, self.dt);
-        write_actions(form, &actions).map_err(|e| Refusal::Internal(e.to_string()))
+        let bytes = write_actions(form, &actions).map_err(|e| Refusal::Internal(e.to_string()))?;
+        Ok((bytes, Some(response)))
     }
 }
 
