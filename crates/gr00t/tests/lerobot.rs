@@ -454,3 +454,160 @@ mod door {
         );
     }
 }
+
+mod history {
+    //! A robot of an embodiment with frame history (R1: each view at t−20 and t) sends one frame
+    //! per camera, as LeRobot's client does: the door completes t−20 from the robot's own frames.
+    use super::*;
+    use gr00t::doors::lerobot::robots::{Robots, Served};
+    use gr00t_core::queue::start_engine;
+    use gr00t_embodiment::image::Frame;
+    use gr00t_embodiment::observation::{Observation, DEFAULT_SEED};
+    use safetensors::tensor::{Dtype as StDtype, TensorView};
+    use serde_json::{json, Value};
+    use std::time::Duration;
+
+    const R1: &str = "real_r1_pro_sharpa_relative_eef";
+
+    /// LeRobot PR #3048's form: `[u32 BE JSON length][JSON][safetensors]`.
+    fn safe(meta: Value, frames: &[(String, Frame)]) -> Vec<u8> {
+        let json = meta.to_string().into_bytes();
+        let mut out = (json.len() as u32).to_be_bytes().to_vec();
+        out.extend(&json);
+        if !frames.is_empty() {
+            let views: Vec<(String, TensorView<'_>)> = frames
+                .iter()
+                .map(|(k, f)| {
+                    let v = TensorView::new(StDtype::U8, vec![f.height, f.width, 3], &f.data);
+                    (k.clone(), v.unwrap())
+                })
+                .collect();
+            out.extend(safetensors::serialize(views, None).unwrap());
+        }
+        out
+    }
+
+    fn png(case: &MultiCase, file: &str) -> Frame {
+        let img = image::open(case.dir.join(file)).unwrap().to_rgb8();
+        let (w, h) = (img.width() as usize, img.height() as usize);
+        Frame::new(w, h, img.into_raw()).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_door_keeps_each_robots_frames_for_t_minus_20() {
+        let engine = Arc::new(
+            Engine::load(&EngineOptions {
+                checkpoint: gr00t_fixtures::multi_checkpoint(),
+                tokenizer: None,
+                device: DeviceOptions::default(),
+                embodiments: vec![R1.into()],
+            })
+            .unwrap(),
+        );
+        let layout = engine.layouts().resolve(R1).unwrap().clone();
+        assert_eq!(layout.spec.frame_deltas, vec![-20, 0]);
+        let case = MultiCase::load("case_real_r1_pro_sharpa_relative_eef_1");
+        // Each state value a motor of its own; each view a camera of its name.
+        let motors = |key: &str, n: usize| (0..n).map(|i| format!("{key}.{i}")).collect::<Vec<_>>();
+        let map = LeRobotMap {
+            embodiment: R1.into(),
+            state: case
+                .state
+                .iter()
+                .map(|(k, v)| (k.clone(), motors(k, v.len())))
+                .collect(),
+            video: case
+                .video
+                .iter()
+                .map(|(v, _)| (v.clone(), v.clone()))
+                .collect(),
+            action: layout
+                .spec
+                .actions
+                .keys()
+                .map(|(k, _, _)| k.to_string())
+                .collect(),
+        };
+        let horizon = layout.spec.actions.horizon();
+        let (_worker, queue) = start_engine(engine.clone(), 4, Arc::default()).unwrap();
+        let served = Served {
+            names: vec!["r1".into()],
+            device: "cpu".into(),
+        };
+        let robots = Robots::new(
+            queue,
+            served,
+            layout.clone(),
+            map.clone(),
+            Limits::default(),
+            30.0,
+            Duration::from_millis(300),
+        )
+        .unwrap();
+        let names: Vec<String> = map.state.values().flatten().cloned().collect();
+        let mut features = json!({"observation.state": {"dtype": "float32", "shape": [names.len()], "names": names}});
+        for (view, _) in &case.video {
+            features[format!("observation.images.{view}")] =
+                json!({"dtype": "image", "shape": [240, 320, 3]});
+        }
+        let config = json!({"type": "RemotePolicyConfig", "policy_type": "groot", "pretrained_name_or_path": "r1",
+            "lerobot_features": features, "actions_per_chunk": horizon, "device": "cpu", "rename_map": {}});
+        let mut scalars = serde_json::Map::new();
+        for (key, values) in &case.state {
+            for (name, v) in motors(key, values.len()).into_iter().zip(values) {
+                scalars.insert(name, json!(v));
+            }
+        }
+        scalars.insert("task".into(), json!(case.instruction));
+        let observation = |t: usize, step: i64| {
+            let frames: Vec<(String, Frame)> = case
+                .video
+                .iter()
+                .map(|(v, files)| (v.clone(), png(&case, &files[t])))
+                .collect();
+            let meta = json!({"type": "TimedObservation", "timestamp": 10.0 + step as f64, "timestep": step,
+                "must_go": true, "scalar_data": scalars, "numpy_keys": case.video.iter().map(|(v, _)| v).collect::<Vec<_>>()});
+            safe(meta, &frames)
+        };
+        // What the engine answers when both frames are sent.
+        let direct = |older: usize, newer: usize| {
+            let obs = Observation {
+                images: case
+                    .video
+                    .iter()
+                    .map(|(v, files)| {
+                        (
+                            v.clone(),
+                            vec![png(&case, &files[older]), png(&case, &files[newer])],
+                        )
+                    })
+                    .collect(),
+                state: case.state.clone(),
+                instruction: case.instruction.clone(),
+                noise: NoiseSource::Seed(DEFAULT_SEED),
+            };
+            engine
+                .run(Request::new(layout.clone(), obs))
+                .unwrap()
+                .actions
+        };
+
+        let (a, b) = (Arc::new('a'), Arc::new('b'));
+        for r in [&a, &b] {
+            robots.set_policy(r, &safe(config.clone(), &[])).unwrap();
+        }
+        // Robot a: the t−20 frames, then the t frames. Its first answer pairs its frames with
+        // themselves; its second takes t−20 from its own history: the case's two frames.
+        robots.observe(&a, &observation(0, 0)).unwrap();
+        let (_, first) = robots.actions(&a).await.unwrap();
+        assert_eq!(first.unwrap().actions, direct(0, 0));
+        robots.observe(&a, &observation(1, 1)).unwrap();
+        let (_, second) = robots.actions(&a).await.unwrap();
+        assert_eq!(second.unwrap().actions, direct(0, 1));
+        // Robot b's history is its own: its first frame is paired with itself, not with a's.
+        robots.observe(&b, &observation(1, 0)).unwrap();
+        let (_, other) = robots.actions(&b).await.unwrap();
+        assert_eq!(other.unwrap().actions, direct(1, 1));
+        assert_ne!(direct(0, 1), direct(1, 1));
+    }
+}
