@@ -225,7 +225,8 @@ def main():
         checks(server)
     finally:
         server.stop()
-    token_server = Server(["--api-token-file", str(token_file())])
+    token_server = Server(["--api-token-file", str(token_file()), "--handshake-timeout-s", "1",
+                           "--lerobot-max-connections", "2"])
     try:
         token_checks(token_server)
     finally:
@@ -380,7 +381,32 @@ def token_checks(server):
         finally:
             good.close()
 
+    def silent_connections_are_closed_and_capped():
+        import socket
+        host, port = server.lerobot.rsplit(":", 1)
+        t0 = time.monotonic()
+        s = socket.create_connection((host, int(port)), timeout=10)
+        try:
+            assert s.recv(1) == b"", "the door wrote to a silent connection"
+        finally:
+            s.close()
+        took = time.monotonic() - t0
+        assert 0.5 < took < 5, f"a silent connection lived {took:.1f} s (--handshake-timeout-s 1)"
+        # At the cap (2), a third connection evicts a silent one; a robot still gets served.
+        silent = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
+        try:
+            good = Robot(server.lerobot, token="s3cret")
+            try:
+                good.ready()
+            finally:
+                good.close()
+        finally:
+            for c in silent:
+                c.close()
+
     tp.check("--api-token: calls need `authorization: Bearer <token>`", token_required)
+    tp.check("a silent connection is closed at the handshake timeout; the cap keeps a robot served",
+             silent_connections_are_closed_and_capped)
 
 
 if __name__ == "__main__":
