@@ -192,13 +192,15 @@ impl ClientStreamingService<Observation> for ObservationsCall {
         let door = self.0.clone();
         Box::pin(async move {
             let conn = door.caller(&request)?;
-            let _busy = conn.busy();
+            // Not busy while waiting for pieces: a stalled stream leaves its connection to the
+            // idle timer and to eviction at the cap.
             let mut pieces = request.into_inner();
             let mut whole = Reassembly::default();
             while let Some(piece) = pieces.message().await? {
                 let max = door.max_message_bytes;
                 // A refused observation is counted and logged as a refused prediction.
                 let read = async {
+                    let _busy = conn.busy();
                     match whole.push(piece.transfer_state, piece.data, max)? {
                         Some(message) => door.robots.observe(&conn, &message).map(|_| ((), None)),
                         None => Ok(((), None)),

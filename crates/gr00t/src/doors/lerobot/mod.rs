@@ -8,6 +8,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod error;
 pub mod grpc;
 pub mod mapping;
 pub mod numpy;
@@ -17,7 +18,8 @@ pub mod reply;
 pub mod robots;
 pub mod safe;
 
-use objects::{PayloadError, RemotePolicyConfig, TimedAction, TimedObservation};
+use error::PayloadError;
+use objects::{RemotePolicyConfig, TimedAction, TimedObservation};
 use pickle::Limits;
 
 /// The form a client speaks; its replies are written in the same one.

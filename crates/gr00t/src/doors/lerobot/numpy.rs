@@ -2,7 +2,7 @@
 //! into plain arrays and scalars. Nothing of numpy runs: the calls are matched by shape. An
 //! array's bytes are checked against its declared shape and dtype before it is built.
 
-use super::objects::PayloadError;
+use super::error::PayloadError;
 use super::pickle::{Global, PyValue};
 use crate::doors::wire::npy::fortran_to_c;
 

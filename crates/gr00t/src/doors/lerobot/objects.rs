@@ -1,8 +1,9 @@
 //! LeRobot's async-inference objects (`lerobot.async_inference.helpers`), and how they are read
 //! from a pickle: `NEWOBJ` of the dataclass with an empty tuple, then `BUILD` with its fields.
 
+use super::error::PayloadError;
 use super::numpy::{self, NdArray, Numpy};
-use super::pickle::{self, Limits, PickleError, PyValue};
+use super::pickle::{self, Limits, PyValue};
 
 /// The module LeRobot's dataclasses live in.
 pub const HELPERS: &str = "lerobot.async_inference.helpers";
@@ -21,35 +22,6 @@ pub const GLOBALS: &[(&str, &str)] = &[
     ("numpy", "ndarray"),
     ("numpy", "dtype"),
 ];
-
-/// Why a LeRobot payload was refused. Nothing in it was executed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PayloadError {
-    /// The pickle itself was refused.
-    #[error(transparent)]
-    Pickle(#[from] PickleError),
-    /// The safetensors + JSON form is malformed.
-    #[error("malformed safetensors + JSON payload: {0}")]
-    Safe(String),
-    /// A field is missing or not what LeRobot sends.
-    #[error("{field}: {what}")]
-    Invalid {
-        /// The field (`TimedObservation.observation['front']`).
-        field: String,
-        /// What is wrong with it.
-        what: String,
-    },
-}
-
-impl PayloadError {
-    /// A field's refusal.
-    pub fn invalid(field: &str, what: String) -> PayloadError {
-        PayloadError::Invalid {
-            field: field.to_string(),
-            what,
-        }
-    }
-}
 
 /// One entry of `RemotePolicyConfig.lerobot_features` (`hw_to_dataset_features`'s form).
 #[derive(Debug, Clone, PartialEq)]

@@ -2,8 +2,9 @@
 //! made by `tools/lerobot/make_fixtures.py`), our replies against the bytes Python's pickle +
 //! torch read back, and forged or lying payloads refused.
 
+use super::error::PayloadError;
 use super::numpy::{Dtype, NdArray};
-use super::objects::{ObsValue, PayloadError, TimedAction, TimedObservation};
+use super::objects::{ObsValue, TimedAction, TimedObservation};
 use super::pickle::{self, Global, Limits, PickleError, PyValue};
 use super::{read_config, read_observation, write_actions, Form};
 use serde_json::Value;

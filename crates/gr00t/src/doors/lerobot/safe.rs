@@ -4,10 +4,9 @@
 //! This form starts with its length's high byte, 0 for any JSON under 16 MiB; no pickle opcode
 //! is 0, so [`is_safe`] tells them apart.
 
+use super::error::PayloadError;
 use super::numpy::{Dtype, NdArray};
-use super::objects::{
-    Feature, ObsValue, PayloadError, RemotePolicyConfig, TimedAction, TimedObservation,
-};
+use super::objects::{Feature, ObsValue, RemotePolicyConfig, TimedAction, TimedObservation};
 use safetensors::tensor::{Dtype as StDtype, SafeTensors, TensorView};
 use serde_json::{Map, Value};
 
