@@ -98,7 +98,11 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
             }
         },
     };
-    // Before the (long) load: a taken port fails now. Listening starts when the model is ready.
+    // Before the (long) load: a LeRobot map that cannot be read, and a taken port, fail now.
+    // Listening starts when the model is ready (the map is checked against it then).
+    if let Some(path) = &opts.protocols.lerobot_map {
+        crate::doors::lerobot::mapping::LeRobotMap::load(path).map_err(DoorError::LeRobot)?;
+    }
     let bound = ports::bind_all(
         &opts.host,
         opts.port,

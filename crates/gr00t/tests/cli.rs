@@ -363,14 +363,22 @@ fn serve_without_weights_says_how_to_get_them_and_how_to_try_it() {
     std::fs::remove_dir_all(&cache).unwrap();
 }
 
-/// A taken ZMQ or websocket port fails at once, before the model loads (the checkpoint is
+/// A taken ZMQ, websocket or LeRobot port fails at once, before the model loads (the checkpoint is
 /// never opened), naming the port.
 #[test]
 fn serve_fails_on_a_taken_port_before_loading() {
     let taken = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
-    for (flag, what) in [("--zmq-port", "ZMQ"), ("--ws-port", "websockets")] {
-        let out = gr00t(&[
+    let map = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/lerobot_so101.json"
+    );
+    for (flag, what) in [
+        ("--zmq-port", "ZMQ"),
+        ("--ws-port", "websockets"),
+        ("--lerobot-port", "LeRobot gRPC"),
+    ] {
+        let mut args = vec![
             "serve",
             "--checkpoint",
             "/nonexistent-checkpoint",
@@ -378,7 +386,11 @@ fn serve_fails_on_a_taken_port_before_loading() {
             "0",
             flag,
             &port,
-        ]);
+        ];
+        if flag == "--lerobot-port" {
+            args.extend(["--lerobot-map", map]);
+        }
+        let out = gr00t(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(
@@ -390,6 +402,51 @@ fn serve_fails_on_a_taken_port_before_loading() {
             "loaded first: {err}"
         );
     }
+}
+
+/// A LeRobot map file that cannot be read, or is not a map, is refused before the model loads,
+/// naming the file; `--lerobot-port` without a map is refused by the command line.
+#[test]
+fn serve_refuses_a_bad_lerobot_map_before_loading() {
+    let dir = std::env::temp_dir().join(format!("gr00t-lerobot-map-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("map.json");
+    std::fs::write(
+        &bad,
+        r#"{"embodiment": "new_embodiment", "state": {}, "cameras": {}}"#,
+    )
+    .unwrap();
+    for (path, needle) in [
+        (dir.join("missing.json"), "missing.json"),
+        (bad.clone(), "unknown field `cameras`"),
+    ] {
+        let path = path.to_string_lossy().to_string();
+        let out = gr00t(&[
+            "serve",
+            "--checkpoint",
+            "/nonexistent-checkpoint",
+            "--port",
+            "0",
+            "--lerobot-port",
+            "0",
+            "--lerobot-map",
+            &path,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("--lerobot-map") && err.contains(needle),
+            "{err}"
+        );
+        assert!(
+            !err.contains("nonexistent-checkpoint"),
+            "loaded first: {err}"
+        );
+    }
+    let out = gr00t(&["serve", "--lerobot-port", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--lerobot-map"));
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The compute knobs are flags that also read their `GR00T_…` variable (the flag wins); a bad
