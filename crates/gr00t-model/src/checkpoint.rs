@@ -46,6 +46,21 @@ impl Checkpoint {
         if !dir.is_dir() {
             return Err(Error::file(&dir, "checkpoint folder does not exist"));
         }
+        // LeRobot saves its GR00T policy in a format of its own: say so rather than which
+        // Isaac-GR00T file is missing.
+        if dir.join("policy_preprocessor.json").is_file()
+            && !dir.join("processor_config.json").is_file()
+            && !dir.join("processor/processor_config.json").is_file()
+        {
+            return Err(Error::file(
+                &dir,
+                "a LeRobot-format policy (policy_preprocessor.json), which is not served: gr00t-rs \
+                 serves Isaac-GR00T N1.7 checkpoints (config.json, processor_config.json, \
+                 statistics.json, embodiment_id.json, model*.safetensors). Serve the Isaac-format \
+                 checkpoint and reach it from LeRobot's robot_client with --lerobot-port and \
+                 --lerobot-map (docs/protocols.md)",
+            ));
+        }
         let config: Gr00tConfig = read_json(&dir.join("config.json"))?;
         if config.model_type != "Gr00tN1d7" {
             return Err(Error::file(

@@ -171,6 +171,25 @@ fn missing_and_malformed_config() {
 }
 
 #[test]
+fn a_lerobot_format_policy_is_named_as_such() {
+    let dir = std::env::temp_dir().join(format!("gr00t-ckpt-lerobot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"type": "groot", "chunk_size": 40}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("policy_preprocessor.json"), r#"{"steps": []}"#).unwrap();
+    std::fs::write(dir.join("model.safetensors"), b"").unwrap();
+    let err = Checkpoint::open(&dir).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        err.contains("LeRobot-format policy") && err.contains("--lerobot-map"),
+        "{err}"
+    );
+}
+
+#[test]
 fn missing_side_files() {
     for file in ["processor_config.json", "statistics.json"] {
         let s = Scratch::new("side");
