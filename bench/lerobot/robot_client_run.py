@@ -111,6 +111,8 @@ def main():
     ap.add_argument("--map", type=Path, default=ROOT / "examples/lerobot_so101.json")
     args = ap.parse_args()
     mf.ensure_lerobot(__file__, EXTRA, ("lerobot", "torch", "grpc", "zmq"))
+    args.checkpoint, args.map = args.checkpoint.resolve(), args.map.resolve()
+    os.chdir(tempfile.mkdtemp())  # LeRobot's logger writes logs/ where it is imported
 
     import numpy as np
     import lerobot
@@ -118,7 +120,6 @@ def main():
     from lerobot.async_inference.configs import RobotClientConfig
 
     proc, addrs = start_server(args)
-    os.chdir(tempfile.mkdtemp())  # LeRobot's logger writes logs/ where it runs
     try:
         robot, step = fake_robot()
         rc.make_robot_from_config = lambda _cfg: robot
