@@ -1,6 +1,7 @@
-//! LeRobot's gRPC service `transport.AsyncInference` (`proto/lerobot/services.proto`, a copy of
-//! LeRobot's, Apache-2.0): its messages as prost types and the four calls dispatched onto
-//! [`Robots`]. Served as an axum router on the door's [`LimitedListener`] (HTTP/2), so the
+//! LeRobot's gRPC service `transport.AsyncInference` (LeRobot's `transport/services.proto`):
+//! its messages written here as prost types, with the field numbers LeRobot's generated
+//! `services_pb2.py` declares (a test checks them against bytes LeRobot's protobuf wrote), and
+//! the four calls dispatched onto [`Robots`]. Served as an axum router on the door's [`LimitedListener`] (HTTP/2), so the
 //! connection cap, handshake and idle timers are the other doors'; tonic frames the messages and
 //! refuses one over the limit from its length prefix, before reading it.
 //!
@@ -287,4 +288,40 @@ where
 /// The door's router: the service on its gRPC path.
 pub fn router(service: AsyncInference) -> axum::Router {
     tonic::service::Routes::new(service).into_axum_router()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    /// Bytes LeRobot 0.4.4's `services_pb2` (protobuf 6.31) wrote for the same messages.
+    #[test]
+    fn messages_encode_as_lerobots_protobuf_does() {
+        let hex =
+            |m: &dyn Fn() -> Vec<u8>| m().iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let end = Observation {
+            transfer_state: 3,
+            data: b"xy".to_vec(),
+        };
+        assert_eq!(hex(&|| end.encode_to_vec()), "080312027879");
+        let begin = Observation {
+            transfer_state: 1,
+            data: Vec::new(),
+        };
+        assert_eq!(hex(&|| begin.encode_to_vec()), "0801");
+        let setup = PolicySetup {
+            data: b"abc".to_vec(),
+        };
+        assert_eq!(hex(&|| setup.encode_to_vec()), "0a03616263");
+        let actions = Actions {
+            data: vec![0x80, 4],
+        };
+        assert_eq!(hex(&|| actions.encode_to_vec()), "0a028004");
+        assert!(Empty {}.encode_to_vec().is_empty());
+        assert_eq!(
+            Observation::decode(&[0x08, 0x03, 0x12, 0x02, b'x', b'y'][..]).unwrap(),
+            end
+        );
+    }
 }
