@@ -153,12 +153,12 @@ class Server:
         binary = os.environ.get("GR00T_BIN", str(ROOT / "target/debug/gr00t"))
         self.proc = subprocess.Popen(
             [binary, "serve", "--checkpoint", str(CHECKPOINT), "--embodiment", "new_embodiment",
-             "--port", "0", "--zmq-port", "0", "--lerobot-port", "0", "--lerobot-map", str(MAP),
+             "--port", "0", "--zmq-port", "0", "--ws-port", "0", "--lerobot-port", "0", "--lerobot-map", str(MAP),
              "--lerobot-policy-name", "nvidia/GR00T-N1.7-3B",
              *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, env={**os.environ, "RUST_LOG": "info"})
-        self.log, self.lerobot, self.zmq, self.http = [], None, None, None
+        self.log, self.lerobot, self.zmq, self.http, self.ws = [], None, None, None, None
         ready = threading.Event()
 
         def read():
@@ -168,6 +168,8 @@ class Server:
                     self.lerobot = line.rsplit(" ", 1)[1].strip()
                 if "listening on http://" in line:
                     self.http = line.split("listening on http://", 1)[1].strip()
+                if "listening on ws://" in line:
+                    self.ws = line.split("listening on ws://", 1)[1].strip()
                 if "listening on tcp://" in line:
                     self.zmq = line.split("listening on tcp://", 1)[1].strip()
                 if line.strip() == "Application startup complete":
@@ -333,16 +335,18 @@ def checks(server):
     tp.check("truncated, oversized streams and pieces refused", bad_streams_refused)
     tp.check("two robots at once kept apart", two_robots_kept_apart)
     tp.check("a policy that is not served is refused saying what is", unserved_policy_refused)
-    def http_port_is_http1_only():
-        stray = Robot(server.http)
-        try:
-            refused(stray.ready, grpc.StatusCode.UNAVAILABLE, "505")
-        except AssertionError:
-            refused(stray.ready, grpc.StatusCode.UNKNOWN, "505")
-        finally:
-            stray.close()
+    def other_ports_are_http1_only():
+        for address in (server.http, server.ws):
+            stray = Robot(address)
+            try:
+                refused(stray.ready, grpc.StatusCode.UNAVAILABLE, "505")
+            except AssertionError:
+                refused(stray.ready, grpc.StatusCode.UNKNOWN, "505")
+            finally:
+                stray.close()
 
-    tp.check("HTTP/2 on the HTTP port is refused (505): gRPC is the LeRobot port's", http_port_is_http1_only)
+    tp.check("HTTP/2 on the HTTP and websocket ports is refused (505): gRPC is the LeRobot port's",
+             other_ports_are_http1_only)
     def metrics_count_the_door():
         import urllib.request
         with urllib.request.urlopen(f"http://{server.http}/metrics", timeout=10) as r:

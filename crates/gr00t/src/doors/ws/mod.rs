@@ -193,6 +193,15 @@ async fn browser_rules(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    // A websocket handshake is HTTP/1.1; HTTP/2 (linked for the LeRobot door) is not this
+    // door's.
+    if req.version() == axum::http::Version::HTTP_2 {
+        return (
+            StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            "HTTP/2 is not served on this port: websockets use HTTP/1.1\n",
+        )
+            .into_response();
+    }
     if let Some(state) = super::connections::conn_of(&req) {
         // The HTTP head arrived: what follows is the upgrade (or /healthz).
         state.mark_greeted();
