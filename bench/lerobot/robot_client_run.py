@@ -26,7 +26,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools/lerobot"))
-sys.path.insert(0, str(ROOT / "examples"))
 import make_fixtures as mf  # noqa: E402
 
 EXTRA = ["grpcio==1.73.1", "protobuf>=6.31.1,<6.32", "pyzmq==27.3.0", "msgpack==1.1.0",
@@ -79,28 +78,6 @@ def fake_robot():
     robot.get_observation = get_observation
     robot.send_action = lambda action: step["executed"].append(action) or action
     return robot, step
-
-
-def zmq_actions(addr, obs):
-    """The ZMQ door's actions (arm then gripper) for a LeRobot observation's values."""
-    import numpy as np
-    import zmq_client as zc
-
-    host, port = addr.rsplit(":", 1)
-    client = zc.PolicyClient(host, int(port))
-    o = obs.get_observation()
-    motors = [f"{m}.pos" for m in mf.MOTORS]
-    nested = {
-        "video": {v: np.asarray(o[v])[None, None] for v in mf.CAMERAS},
-        "state": {"single_arm": np.asarray([[[o[m] for m in motors[:5]]]], np.float32),
-                  "gripper": np.asarray([[[o[motors[5]]]]], np.float32)},
-        "language": {"annotation.human.task_description": [[o["task"]]]},
-    }
-    try:
-        a = client.get_action(nested)
-    finally:
-        client.close()
-    return np.concatenate([a["single_arm"][0], a["gripper"][0]], axis=1)
 
 
 def main():
@@ -170,7 +147,7 @@ def main():
                   f"min {min(lat):.1f}, max {max(lat):.1f} (includes the wait for an observation)")
         first = chunks[0][1]
         t = first[0].get_timestep()
-        want = zmq_actions(addrs["zmq"], sent[t])[:len(first)]
+        want = mf.zmq_actions(addrs["zmq"], sent[t].get_observation())[:len(first)]
         got = np.stack([a.get_action().numpy() for a in first])
         same = np.array_equal(got, want)
         print(f"first chunk (for observation #{t}) == ZMQ door's actions: {same} "

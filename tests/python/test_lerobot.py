@@ -28,12 +28,14 @@ import numpy as np
 
 import test_protocols as tp
 
+sys.path.insert(0, str(tp.ROOT / "tools/lerobot"))
+import make_fixtures as mf  # noqa: E402
+
 ROOT = tp.ROOT
 FIXTURES = ROOT / "tests/fixtures/lerobot"
 CHECKPOINT = ROOT / "tests/fixtures/gr00t_n17_tiny_multi/checkpoint"
 MAP = ROOT / "examples/lerobot_so101.json"
 MB = 1 << 20
-zc = tp.zc
 
 
 def fixture(name):
@@ -187,26 +189,6 @@ class Server:
         self.proc.wait()
 
 
-def zmq_actions(server, obs):
-    """The ZMQ door's actions for a LeRobot observation's values (the default seed, as the
-    LeRobot door's)."""
-    host, port = server.zmq.rsplit(":", 1)
-    client = zc.PolicyClient(host, int(port))
-    o = obs.observation
-    motors = ["shoulder_pan.pos", "shoulder_lift.pos", "elbow_flex.pos", "wrist_flex.pos", "wrist_roll.pos"]
-    nested = {
-        "video": {v: np.asarray(o[v])[None, None] for v in ("front", "wrist")},
-        "state": {"single_arm": np.asarray([[[o[m] for m in motors]]], np.float32),
-                  "gripper": np.asarray([[[o["gripper.pos"]]]], np.float32)},
-        "language": {"annotation.human.task_description": [[o["task"]]]},
-    }
-    try:
-        a = client.get_action(nested)
-    finally:
-        client.close()
-    return np.concatenate([a["single_arm"][0], a["gripper"][0]], axis=1)
-
-
 def read_observation(name):
     """A fixture observation as Python reads it (numpy frames) with lerobot's class stood in."""
     @dataclasses.dataclass
@@ -252,7 +234,7 @@ def checks(server):
         robot.send(fixture("observation_must_go.pkl"))
         reply = pickle.loads(robot.actions())
         obs = read_observation("observation_must_go.pkl")
-        want = zmq_actions(server, obs)[:16]
+        want = mf.zmq_actions(server.zmq, obs.observation)[:16]
         assert [type(a) for a in reply] == [TimedAction] * 16, reply[:1]
         got = np.stack([a.action for a in reply])
         assert got.dtype == np.float32 and got.shape == (16, 6), got.shape

@@ -98,6 +98,31 @@ def motor_values(t):
     return {m: float(-40.0 + 12.5 * i + 0.25 * t) for i, m in enumerate(MOTORS)}
 
 
+def zmq_actions(address, observation):
+    """The ZMQ door at `address` (host:port) asked for an SO-101 observation's values (a raw
+    robot observation dict, as `new_embodiment` of examples/lerobot_so101.json maps it, with the
+    default seed as the LeRobot door's): (horizon, 6) actions, the arm's five then the gripper."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import zmq_client as zc
+
+    host, port = address.rsplit(":", 1)
+    client = zc.PolicyClient(host, int(port))
+    motors = [f"{m}.pos" for m in MOTORS]
+    nested = {
+        "video": {v: np.asarray(observation[v])[None, None] for v in CAMERAS},
+        "state": {"single_arm": np.asarray([[[observation[m] for m in motors[:5]]]], np.float32),
+                  "gripper": np.asarray([[[observation[motors[5]]]]], np.float32)},
+        "language": {"annotation.human.task_description": [[observation["task"]]]},
+    }
+    try:
+        a = client.get_action(nested)
+    finally:
+        client.close()
+    return np.concatenate([a["single_arm"][0], a["gripper"][0]], axis=1)
+
+
 def make_robot():
     """A real SO101Follower whose bus and cameras are stand-ins (no hardware here)."""
     from lerobot.cameras.opencv.configuration_opencv import OpenCVCameraConfig
@@ -180,9 +205,9 @@ def safe_unpack(data):
     return json.loads(data[4 : 4 + n]), (load(rest) if rest else {})
 
 
-def safe_config(cfg):
-    meta = {
-        "type": "RemotePolicyConfig",
+def config_fields(cfg):
+    """A `RemotePolicyConfig`'s fields, in order."""
+    return {
         "policy_type": cfg.policy_type,
         "pretrained_name_or_path": cfg.pretrained_name_or_path,
         "lerobot_features": cfg.lerobot_features,
@@ -190,7 +215,10 @@ def safe_config(cfg):
         "device": cfg.device,
         "rename_map": cfg.rename_map,
     }
-    return safe_pack(meta, None)
+
+
+def safe_config(cfg):
+    return safe_pack({"type": "RemotePolicyConfig", **config_fields(cfg)}, None)
 
 
 def safe_observation(obs):
@@ -279,14 +307,7 @@ def write():
         "width": WIDTH,
         "motors": [f"{m}.pos" for m in MOTORS],
         "task": TASK,
-        "config": {
-            "policy_type": cfg.policy_type,
-            "pretrained_name_or_path": cfg.pretrained_name_or_path,
-            "lerobot_features": cfg.lerobot_features,
-            "actions_per_chunk": cfg.actions_per_chunk,
-            "device": cfg.device,
-            "rename_map": cfg.rename_map,
-        },
+        "config": config_fields(cfg),
         "observations": {
             "observation_must_go": obs_json(first),
             "observation": obs_json(later),

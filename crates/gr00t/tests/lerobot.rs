@@ -4,10 +4,10 @@
 //! through it, and configs and observations that do not fit refused saying what is served.
 
 use gr00t::doors::lerobot::mapping::LeRobotMap;
-use gr00t::doors::lerobot::numpy::{Dtype, NdArray};
 use gr00t::doors::lerobot::objects::{ObsValue, TimedObservation};
 use gr00t::doors::lerobot::pickle::Limits;
 use gr00t::doors::lerobot::{read_config, read_observation};
+use gr00t::doors::wire::ndarray::{DType, NdArray};
 use gr00t_core::device::DeviceOptions;
 use gr00t_core::engine::{Engine, EngineOptions};
 use gr00t_core::request::Request;
@@ -64,7 +64,7 @@ fn timed_observation(case: &MultiCase) -> TimedObservation {
     for (view, files) in &case.video {
         let img = image::open(case.dir.join(&files[0])).unwrap().to_rgb8();
         let (w, h) = (img.width() as usize, img.height() as usize);
-        let frame = NdArray::new(Dtype::U8, vec![h, w, 3], img.into_raw(), view).unwrap();
+        let frame = NdArray::new(DType::U8, vec![h, w, 3], img.into_raw()).unwrap();
         observation.push((view.clone(), ObsValue::Array(frame)));
     }
     observation.push(("task".into(), ObsValue::Text(case.instruction.clone())));
@@ -85,7 +85,7 @@ fn nvidias_goldens_come_through_the_lerobot_map() {
         let case = MultiCase::load(name);
         let timed = timed_observation(&case);
         let obs = map
-            .observation(&timed, NoiseSource::Client(case.noise.clone()))
+            .observation(timed.clone(), NoiseSource::Client(case.noise.clone()))
             .unwrap();
         let resp = engine.run(Request::new(layout.clone(), obs)).unwrap();
         for key in ["single_arm", "gripper"] {
@@ -94,7 +94,12 @@ fn nvidias_goldens_come_through_the_lerobot_map() {
         }
         // LeRobot's reply: the first actions_per_chunk steps, arm then gripper, timed as
         // LeRobot's policy server times them.
-        let actions = map.timed_actions(&resp.actions, &timed, 10, 1.0 / 30.0);
+        let actions = map.timed_actions(
+            &resp.actions,
+            (timed.timestamp, timed.timestep),
+            10,
+            1.0 / 30.0,
+        );
         assert_eq!(actions.len(), 10);
         for (i, a) in actions.iter().enumerate() {
             let mut want = resp.actions.rows("single_arm")[i].clone();
@@ -104,7 +109,11 @@ fn nvidias_goldens_come_through_the_lerobot_map() {
             assert_eq!(a.timestamp, 1796000000.25 + i as f64 / 30.0);
         }
         // Never more steps than the embodiment decodes.
-        assert_eq!(map.timed_actions(&resp.actions, &timed, 100, 0.1).len(), 16);
+        assert_eq!(
+            map.timed_actions(&resp.actions, (timed.timestamp, timed.timestep), 100, 0.1)
+                .len(),
+            16
+        );
     }
 }
 
@@ -119,7 +128,9 @@ fn the_bytes_lerobot_wrote_run_through_the_map_in_both_forms() {
     let mut answers = Vec::new();
     for name in ["observation.pkl", "observation_p5.pkl", "observation.safe"] {
         let (_, timed) = read_observation(&lerobot(name), &Limits::default()).unwrap();
-        let obs = map.observation(&timed, NoiseSource::Seed(3)).unwrap();
+        let obs = map
+            .observation(timed.clone(), NoiseSource::Seed(3))
+            .unwrap();
         assert_eq!(
             obs.instruction,
             "pick up the red cube and put it in the bowl"
@@ -129,7 +140,7 @@ fn the_bytes_lerobot_wrote_run_through_the_map_in_both_forms() {
         let resp = engine.run(Request::new(layout.clone(), obs)).unwrap();
         let actions = map.timed_actions(
             &resp.actions,
-            &timed,
+            (timed.timestamp, timed.timestep),
             config.actions_per_chunk as usize,
             1.0 / 30.0,
         );
@@ -201,7 +212,9 @@ fn configs_and_observations_that_do_not_fit_are_refused_saying_what_is_served() 
     let (_, timed) = read_observation(&lerobot("observation.pkl"), &Limits::default()).unwrap();
     let mut t = timed.clone();
     t.observation.retain(|(k, _)| k != "wrist_roll.pos");
-    let (field, what) = map.observation(&t, NoiseSource::Seed(0)).unwrap_err();
+    let (field, what) = map
+        .observation(t.clone(), NoiseSource::Seed(0))
+        .unwrap_err();
     assert_eq!(field, "TimedObservation.observation['wrist_roll.pos']");
     assert!(what.contains("single_arm"), "{what}");
     let mut t = timed.clone();
@@ -211,13 +224,17 @@ fn configs_and_observations_that_do_not_fit_are_refused_saying_what_is_served() 
         }
     }
     assert_eq!(
-        map.observation(&t, NoiseSource::Seed(0)).unwrap_err().0,
+        map.observation(t.clone(), NoiseSource::Seed(0))
+            .unwrap_err()
+            .0,
         "TimedObservation.observation['front']"
     );
     let mut t = timed;
     t.observation.retain(|(k, _)| k != "task");
     assert_eq!(
-        map.observation(&t, NoiseSource::Seed(0)).unwrap_err().0,
+        map.observation(t.clone(), NoiseSource::Seed(0))
+            .unwrap_err()
+            .0,
         "TimedObservation.observation['task']"
     );
 }
@@ -327,11 +344,16 @@ mod door {
             .run(Request::new(
                 layout.clone(),
                 map()
-                    .observation(&timed, NoiseSource::Seed(DEFAULT_SEED))
+                    .observation(timed.clone(), NoiseSource::Seed(DEFAULT_SEED))
                     .unwrap(),
             ))
             .unwrap();
-        let want = map().timed_actions(&direct.actions, &timed, 16, 1.0 / 30.0);
+        let want = map().timed_actions(
+            &direct.actions,
+            (timed.timestamp, timed.timestep),
+            16,
+            1.0 / 30.0,
+        );
         assert_eq!(reply, write_actions(Form::Pickle, &want).unwrap());
         assert_eq!(timesteps(&reply), (0..16).collect::<Vec<_>>());
 

@@ -151,84 +151,89 @@ impl AsyncInference {
     }
 }
 
-struct ReadyCall(AsyncInference);
+impl AsyncInference {
+    /// `Ready`: the caller starts over.
+    async fn ready(self, request: Request<Empty>) -> Result<Response<Empty>, Status> {
+        let conn = self.caller(&request)?;
+        self.robots.ready(&conn).map_err(status)?;
+        Ok(Response::new(Empty {}))
+    }
 
-impl UnaryService<Empty> for ReadyCall {
-    type Response = Empty;
-    type Future = BoxFuture<Response<Empty>, Status>;
-    fn call(&mut self, request: Request<Empty>) -> Self::Future {
-        let door = self.0.clone();
-        Box::pin(async move {
-            let conn = door.caller(&request)?;
-            door.robots.ready(&conn).map_err(status)?;
-            Ok(Response::new(Empty {}))
-        })
+    /// `SendPolicyInstructions`: the caller's policy, checked.
+    async fn send_policy_instructions(
+        self,
+        request: Request<PolicySetup>,
+    ) -> Result<Response<Empty>, Status> {
+        let conn = self.caller(&request)?;
+        let _busy = conn.busy();
+        self.robots
+            .set_policy(&conn, &request.get_ref().data)
+            .map_err(status)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    /// `SendObservations`: pieces put together; each whole observation (or a piece refused) is
+    /// a prediction request, counted and logged. The connection is not busy while waiting for
+    /// pieces: a stalled stream is left to the idle timer and to eviction at the cap.
+    async fn send_observations(
+        self,
+        request: Request<Streaming<Observation>>,
+    ) -> Result<Response<Empty>, Status> {
+        let conn = self.caller(&request)?;
+        let mut pieces = request.into_inner();
+        let mut whole = Reassembly::default();
+        while let Some(piece) = pieces.message().await? {
+            let message = match whole.push(piece.transfer_state, piece.data, self.max_message_bytes)
+            {
+                Ok(None) => continue,
+                Ok(Some(message)) => Ok(message),
+                Err(r) => Err(r),
+            };
+            let read = async {
+                let _busy = conn.busy();
+                self.robots.observe(&conn, &message?).map(|_| ((), None))
+            };
+            self.recorded("SendObservations", read).await?;
+        }
+        Ok(Response::new(Empty {}))
+    }
+
+    /// `GetActions`: the caller's waiting observation run, counted and logged.
+    async fn get_actions(self, request: Request<Empty>) -> Result<Response<Actions>, Status> {
+        let conn = self.caller(&request)?;
+        let _busy = conn.busy();
+        let data = self
+            .recorded("GetActions", self.robots.actions(&conn))
+            .await?;
+        Ok(Response::new(Actions { data }))
     }
 }
 
-struct PolicyCall(AsyncInference);
+/// One call of the service: its handler run on the door (tonic's service traits want a value
+/// per call).
+struct Call<F>(AsyncInference, F);
 
-impl UnaryService<PolicySetup> for PolicyCall {
-    type Response = Empty;
-    type Future = BoxFuture<Response<Empty>, Status>;
-    fn call(&mut self, request: Request<PolicySetup>) -> Self::Future {
-        let door = self.0.clone();
-        Box::pin(async move {
-            let conn = door.caller(&request)?;
-            let _busy = conn.busy();
-            door.robots
-                .set_policy(&conn, &request.get_ref().data)
-                .map_err(status)?;
-            Ok(Response::new(Empty {}))
-        })
+impl<Req, Resp, F, Fut> UnaryService<Req> for Call<F>
+where
+    F: FnMut(AsyncInference, Request<Req>) -> Fut,
+    Fut: std::future::Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
+{
+    type Response = Resp;
+    type Future = BoxFuture<Response<Resp>, Status>;
+    fn call(&mut self, request: Request<Req>) -> Self::Future {
+        Box::pin((self.1)(self.0.clone(), request))
     }
 }
 
-struct ObservationsCall(AsyncInference);
-
-impl ClientStreamingService<Observation> for ObservationsCall {
-    type Response = Empty;
-    type Future = BoxFuture<Response<Empty>, Status>;
-    fn call(&mut self, request: Request<Streaming<Observation>>) -> Self::Future {
-        let door = self.0.clone();
-        Box::pin(async move {
-            let conn = door.caller(&request)?;
-            // Not busy while waiting for pieces: a stalled stream leaves its connection to the
-            // idle timer and to eviction at the cap.
-            let mut pieces = request.into_inner();
-            let mut whole = Reassembly::default();
-            while let Some(piece) = pieces.message().await? {
-                let max = door.max_message_bytes;
-                // A refused observation is counted and logged as a refused prediction.
-                let read = async {
-                    let _busy = conn.busy();
-                    match whole.push(piece.transfer_state, piece.data, max)? {
-                        Some(message) => door.robots.observe(&conn, &message).map(|_| ((), None)),
-                        None => Ok(((), None)),
-                    }
-                };
-                door.recorded("SendObservations", read).await?;
-            }
-            Ok(Response::new(Empty {}))
-        })
-    }
-}
-
-struct ActionsCall(AsyncInference);
-
-impl UnaryService<Empty> for ActionsCall {
-    type Response = Actions;
-    type Future = BoxFuture<Response<Actions>, Status>;
-    fn call(&mut self, request: Request<Empty>) -> Self::Future {
-        let door = self.0.clone();
-        Box::pin(async move {
-            let conn = door.caller(&request)?;
-            let _busy = conn.busy();
-            let data = door
-                .recorded("GetActions", door.robots.actions(&conn))
-                .await?;
-            Ok(Response::new(Actions { data }))
-        })
+impl<Req, Resp, F, Fut> ClientStreamingService<Req> for Call<F>
+where
+    F: FnMut(AsyncInference, Request<Streaming<Req>>) -> Fut,
+    Fut: std::future::Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
+{
+    type Response = Resp;
+    type Future = BoxFuture<Response<Resp>, Status>;
+    fn call(&mut self, request: Request<Streaming<Req>>) -> Self::Future {
+        Box::pin((self.1)(self.0.clone(), request))
     }
 }
 
@@ -260,24 +265,22 @@ where
             .strip_prefix("/transport.AsyncInference/")
             .unwrap_or("");
         match method {
-            "Ready" => {
-                Box::pin(async move { Ok(grpc!(Empty, Empty).unary(ReadyCall(door), req).await) })
-            }
-            "SendPolicyInstructions" => {
-                Box::pin(
-                    async move { Ok(grpc!(PolicySetup, Empty).unary(PolicyCall(door), req).await) },
-                )
-            }
-            "SendObservations" => Box::pin(async move {
-                Ok(grpc!(Observation, Empty)
-                    .client_streaming(ObservationsCall(door), req)
-                    .await)
+            "Ready" => Box::pin(async move {
+                let call = Call(door, AsyncInference::ready);
+                Ok(grpc!(Empty, Empty).unary(call, req).await)
             }),
-            "GetActions" => {
-                Box::pin(
-                    async move { Ok(grpc!(Empty, Actions).unary(ActionsCall(door), req).await) },
-                )
-            }
+            "SendPolicyInstructions" => Box::pin(async move {
+                let call = Call(door, AsyncInference::send_policy_instructions);
+                Ok(grpc!(PolicySetup, Empty).unary(call, req).await)
+            }),
+            "SendObservations" => Box::pin(async move {
+                let call = Call(door, AsyncInference::send_observations);
+                Ok(grpc!(Observation, Empty).client_streaming(call, req).await)
+            }),
+            "GetActions" => Box::pin(async move {
+                let call = Call(door, AsyncInference::get_actions);
+                Ok(grpc!(Empty, Actions).unary(call, req).await)
+            }),
             _ => Box::pin(async move {
                 Ok(Status::unimplemented("no such method of transport.AsyncInference").into_http())
             }),

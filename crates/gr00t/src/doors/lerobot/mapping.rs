@@ -20,14 +20,14 @@
 //! keys whose values, concatenated, follow the robot's `action_features` order (LeRobot's client
 //! reads `action[i]` as its i-th action feature). The instruction is the observation's `task`.
 
-use super::numpy::Dtype;
 use super::objects::{ObsValue, RemotePolicyConfig, TimedAction, TimedObservation};
+use crate::doors::wire::ndarray::DType;
 use gr00t_embodiment::image::Frame;
 use gr00t_embodiment::layout::Layout;
 use gr00t_embodiment::observation::{NoiseSource, Observation};
 use gr00t_embodiment::response::ActionGroups;
 use serde::Deserialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// How a LeRobot robot's features make one served embodiment's observation and actions.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -172,18 +172,14 @@ impl LeRobotMap {
     }
 
     /// The engine's observation of a robot's `TimedObservation`: motor values by name, one frame
-    /// per view (its current one), the `task`; `Err` names the observation's key at fault.
+    /// per view (its current one, moved out of the observation, not copied), the `task`; `Err`
+    /// names the observation's key at fault.
     pub fn observation(
         &self,
-        obs: &TimedObservation,
+        obs: TimedObservation,
         noise: NoiseSource,
     ) -> Result<Observation, (String, String)> {
-        let get = |key: &str| {
-            obs.observation
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v)
-        };
+        let mut values: HashMap<String, ObsValue> = obs.observation.into_iter().collect();
         let field = |key: &str| format!("TimedObservation.observation['{key}']");
         let state = self
             .state
@@ -191,7 +187,7 @@ impl LeRobotMap {
             .map(|(key, names)| {
                 let values = names
                     .iter()
-                    .map(|name| match get(name) {
+                    .map(|name| match values.get(name) {
                         Some(ObsValue::Number(x)) => Ok(*x as f32),
                         Some(_) => Err((field(name), "is not a number".to_string())),
                         None => Err((
@@ -203,40 +199,41 @@ impl LeRobotMap {
                 Ok((key.clone(), values))
             })
             .collect::<Result<Vec<_>, (String, String)>>()?;
-        let images = self
-            .video
-            .iter()
-            .map(|(view, camera)| {
-                let frame = match get(camera) {
-                    Some(ObsValue::Array(a))
-                        if a.dtype == Dtype::U8 && a.shape.len() == 3 && a.shape[2] == 3 =>
-                    {
-                        Frame::new(a.shape[1], a.shape[0], a.data.clone())
-                            .map_err(|e| (field(camera), e.to_string()))?
-                    }
-                    Some(ObsValue::Array(a)) => {
-                        return Err((
-                            field(camera),
-                            format!(
-                                "is a {} array of shape {:?}, not (height, width, 3) uint8",
-                                a.dtype.name(),
-                                a.shape
-                            ),
-                        ))
-                    }
-                    Some(_) => return Err((field(camera), "is not an image array".to_string())),
+        let mut images: Vec<(String, Vec<Frame>)> = Vec::with_capacity(self.video.len());
+        for (view, camera) in &self.video {
+            let frame = match values.remove(camera) {
+                Some(ObsValue::Array(a))
+                    if a.dtype == DType::U8 && a.shape.len() == 3 && a.shape[2] == 3 =>
+                {
+                    Frame::new(a.shape[1], a.shape[0], a.data)
+                        .map_err(|e| (field(camera), e.to_string()))?
+                }
+                Some(ObsValue::Array(a)) => {
+                    return Err((
+                        field(camera),
+                        format!(
+                            "is a {} array of shape {:?}, not (height, width, 3) uint8",
+                            a.dtype.name(),
+                            a.shape
+                        ),
+                    ))
+                }
+                Some(_) => return Err((field(camera), "is not an image array".to_string())),
+                // A camera that feeds an earlier view too: that view's frame.
+                None => match self.video.values().zip(&images).find(|(c, _)| *c == camera) {
+                    Some((_, (_, frames))) => frames[0].clone(),
                     None => {
                         return Err((
                             field(camera),
                             format!("is missing (view {view:?} needs it)"),
                         ))
                     }
-                };
-                Ok((view.clone(), vec![frame]))
-            })
-            .collect::<Result<Vec<_>, (String, String)>>()?;
-        let instruction = match get("task") {
-            Some(ObsValue::Text(t)) => t.clone(),
+                },
+            };
+            images.push((view.clone(), vec![frame]));
+        }
+        let instruction = match values.remove("task") {
+            Some(ObsValue::Text(t)) => t,
             Some(_) => return Err((field("task"), "is not a str".to_string())),
             None => return Err((field("task"), "is missing (the instruction)".to_string())),
         };
@@ -248,13 +245,14 @@ impl LeRobotMap {
         })
     }
 
-    /// The decoded chunk as `TimedAction`s, as LeRobot's policy server times them: the first
-    /// `n` steps, step `i` at `obs.timestamp + i·dt` and timestep `obs.timestep + i`, each the
-    /// action keys' values concatenated in the map's order.
+    /// The decoded chunk as `TimedAction`s, as LeRobot's policy server times them for the
+    /// observation taken at `timestamp` after `timestep`: the first `n` steps, step `i` at
+    /// `timestamp + i·dt` and timestep `timestep + i`, each the action keys' values concatenated
+    /// in the map's order.
     pub fn timed_actions(
         &self,
         actions: &ActionGroups,
-        obs: &TimedObservation,
+        (timestamp, timestep): (f64, i64),
         n: usize,
         dt: f64,
     ) -> Vec<TimedAction> {
@@ -267,8 +265,8 @@ impl LeRobotMap {
             .min(n);
         (0..rows)
             .map(|i| TimedAction {
-                timestamp: obs.timestamp + i as f64 * dt,
-                timestep: obs.timestep + i as i64,
+                timestamp: timestamp + i as f64 * dt,
+                timestep: timestep + i as i64,
                 action: self
                     .action
                     .iter()

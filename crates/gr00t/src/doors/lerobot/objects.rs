@@ -2,8 +2,9 @@
 //! from a pickle: `NEWOBJ` of the dataclass with an empty tuple, then `BUILD` with its fields.
 
 use super::error::PayloadError;
-use super::numpy::{self, NdArray, Numpy};
+use super::numpy::{self, Numpy};
 use super::pickle::{self, Limits, PyValue};
+use crate::doors::wire::ndarray::NdArray;
 
 /// The module LeRobot's dataclasses live in.
 pub const HELPERS: &str = "lerobot.async_inference.helpers";
@@ -159,7 +160,7 @@ fn obs_value(v: PyValue, field: &str) -> Result<ObsValue, PayloadError> {
         PyValue::Str(s) => ObsValue::Text(s),
         call @ PyValue::Call { .. } => match numpy::read(call, field)? {
             Numpy::Array(a) => ObsValue::Array(a),
-            Numpy::Scalar(s) => ObsValue::Number(s.value),
+            Numpy::Scalar(x) => ObsValue::Number(x),
         },
         other => {
             return Err(PayloadError::invalid(

@@ -3,10 +3,11 @@
 //! torch read back, and forged or lying payloads refused.
 
 use super::error::PayloadError;
-use super::numpy::{Dtype, NdArray};
+use super::numpy;
 use super::objects::{ObsValue, TimedAction, TimedObservation};
 use super::pickle::{self, Global, Limits, PickleError, PyValue};
 use super::{read_config, read_observation, write_actions, Form};
+use crate::doors::wire::ndarray::{DType, NdArray};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -81,7 +82,7 @@ fn check_observation(name: &str, form: Form, obs: &TimedObservation) {
         };
         assert_eq!(
             (a.dtype, a.shape.as_slice()),
-            (Dtype::U8, &[480, 640, 3][..]),
+            (DType::U8, &[480, 640, 3][..]),
             "{name} {cam}"
         );
         assert!(
@@ -322,7 +323,7 @@ fn forged_and_lying_payloads_are_refused_naming_what() {
         );
     }
     // A shape whose size overflows is refused, not multiplied out.
-    let e = NdArray::new(Dtype::U8, vec![usize::MAX, 2], vec![], "f").unwrap_err();
+    let e = numpy::array(DType::U8, vec![usize::MAX, 2], vec![], false, "f").unwrap_err();
     assert!(e.to_string().contains("overflows"), "{e}");
     // Big-endian and object arrays.
     let mut be = fixture("observation_np_scalars.pkl");
@@ -394,7 +395,7 @@ fn numpy_1x_names_read_as_numpy_2x_ones() {
     let (_, obs) = read_observation(&bytes, &Limits::default()).unwrap();
     assert_eq!((obs.timestamp, obs.timestep, obs.must_go), (1.25, 3, true));
     let frame = NdArray {
-        dtype: Dtype::U8,
+        dtype: DType::U8,
         shape: vec![8, 8, 3],
         data: (0..192).collect(),
     };

@@ -92,7 +92,8 @@ impl Reassembly {
 
 /// An accepted observation waiting for `GetActions`.
 struct Pending {
-    timed: TimedObservation,
+    /// When it was taken, and after which executed timestep (its reply is timed from them).
+    taken: (f64, i64),
     observation: Observation,
     state: Vec<f64>,
 }
@@ -300,22 +301,23 @@ impl Robots {
                 .map(|(_, f)| f.names.clone())
                 .unwrap_or_default()
         };
+        let state = joint_state(&timed, &state_names);
+        let (taken, must_go) = ((timed.timestamp, timed.timestep), timed.must_go);
         let observation = self
             .map
-            .observation(&timed, NoiseSource::Seed(DEFAULT_SEED))
+            .observation(timed, NoiseSource::Seed(DEFAULT_SEED))
             .map_err(|(field, what)| Refusal::Invalid(format!("{field}: {what}")))?;
-        let state = joint_state(&timed, &state_names);
         let mut robot = lock(&slot.robot);
-        let run = timed.must_go
+        let run = must_go
             || robot.last_state.is_none()
-            || (!robot.predicted.contains(&timed.timestep)
+            || (!robot.predicted.contains(&taken.1)
                 && robot
                     .last_state
                     .as_ref()
                     .is_some_and(|last| distance(last, &state) >= 1.0));
         if run {
             robot.pending = Some(Pending {
-                timed,
+                taken,
                 observation,
                 state,
             });
@@ -352,7 +354,7 @@ impl Robots {
                 *form,
                 usize::try_from(config.actions_per_chunk).unwrap_or(0),
             );
-            robot.predicted.insert(pending.timed.timestep);
+            robot.predicted.insert(pending.taken.1);
             robot.last_state = Some(pending.state.clone());
             (form, n, robot.session.clone())
         };
@@ -361,7 +363,7 @@ impl Robots {
         let response = self.worker.infer(request).await.map_err(refusal_of)?;
         let actions = self
             .map
-            .timed_actions(&response.actions, &pending.timed, n, self.dt);
+            .timed_actions(&response.actions, pending.taken, n, self.dt);
         let bytes = write_actions(form, &actions).map_err(|e| Refusal::Internal(e.to_string()))?;
         Ok((bytes, Some(response)))
     }

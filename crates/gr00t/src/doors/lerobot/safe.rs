@@ -5,8 +5,9 @@
 //! is 0, so [`is_safe`] tells them apart.
 
 use super::error::PayloadError;
-use super::numpy::{Dtype, NdArray};
+use super::numpy;
 use super::objects::{Feature, ObsValue, RemotePolicyConfig, TimedAction, TimedObservation};
+use crate::doors::wire::ndarray::{DType, Kind};
 use safetensors::tensor::{Dtype as StDtype, SafeTensors, TensorView};
 use serde_json::{Map, Value};
 
@@ -215,7 +216,13 @@ pub fn observation_from_safe(
                     format!("safetensors dtype {:?} is not read", view.dtype()),
                 )
             })?;
-            let array = NdArray::new(dtype, view.shape().to_vec(), view.data().to_vec(), &here)?;
+            let array = numpy::array(
+                dtype,
+                view.shape().to_vec(),
+                view.data().to_vec(),
+                false,
+                &here,
+            )?;
             observation.push((key.to_string(), ObsValue::Array(array)));
         }
     }
@@ -227,22 +234,26 @@ pub fn observation_from_safe(
     })
 }
 
-/// The array dtype of a safetensors dtype.
-fn dtype_of(d: StDtype) -> Option<Dtype> {
-    Some(match d {
-        StDtype::BOOL => Dtype::Bool,
-        StDtype::U8 => Dtype::U8,
-        StDtype::I8 => Dtype::I8,
-        StDtype::U16 => Dtype::U16,
-        StDtype::I16 => Dtype::I16,
-        StDtype::U32 => Dtype::U32,
-        StDtype::I32 => Dtype::I32,
-        StDtype::U64 => Dtype::U64,
-        StDtype::I64 => Dtype::I64,
-        StDtype::F16 => Dtype::F16,
-        StDtype::F32 => Dtype::F32,
-        StDtype::F64 => Dtype::F64,
+/// The array dtype of a safetensors dtype (little-endian, as safetensors stores them).
+fn dtype_of(d: StDtype) -> Option<DType> {
+    let (kind, size) = match d {
+        StDtype::BOOL => (Kind::Bool, 1),
+        StDtype::U8 => (Kind::UInt, 1),
+        StDtype::I8 => (Kind::Int, 1),
+        StDtype::U16 => (Kind::UInt, 2),
+        StDtype::I16 => (Kind::Int, 2),
+        StDtype::U32 => (Kind::UInt, 4),
+        StDtype::I32 => (Kind::Int, 4),
+        StDtype::U64 => (Kind::UInt, 8),
+        StDtype::I64 => (Kind::Int, 8),
+        StDtype::F32 => (Kind::Float, 4),
+        StDtype::F64 => (Kind::Float, 8),
         _ => return None,
+    };
+    Some(DType {
+        kind,
+        size,
+        big_endian: false,
     })
 }
 
