@@ -126,6 +126,8 @@ pub struct DeviceOptions {
     pub int8: Option<Int8Stages>,
     /// Quantisation grid of the int8 weights (±levels; 127 unless a test breaks it on purpose).
     pub int8_levels: i32,
+    /// Smooth the int8 layers with this checkpoint's calibration (SmoothQuant).
+    pub int8_smooth: bool,
     /// Cap on the CPU GEMM kernels.
     pub cpu_kernel: KernelCap,
     /// Denoise implementation.
@@ -141,6 +143,7 @@ impl Default for DeviceOptions {
             dtype: None,
             int8: None,
             int8_levels: gr00t_model::int8::LEVELS,
+            int8_smooth: false,
             cpu_kernel: KernelCap::default(),
             dit_backend: DenoiseBackend::default(),
             vision_cache: DEFAULT_VISION_CACHE_IMAGES,

@@ -132,7 +132,7 @@ pub struct Verdict {
     pub version: String,
     /// `int8` or `bf16`.
     pub dtype: String,
-    /// The int8 stages checked (`none` for bf16).
+    /// The int8 stages checked, `+smooth` when smoothed ([`int8_variant`]; `none` for bf16).
     pub stages: String,
     /// Whether every group of every observation passed.
     pub passed: bool,
@@ -204,6 +204,26 @@ pub fn verdict_dir() -> PathBuf {
     gr00t_model::hub::hub_cache_dir()
         .join("gr00t-rs")
         .join("dtype-checks")
+}
+
+/// The key of an int8 verdict: the stages (`adapter,dit`), `+smooth` when SmoothQuant
+/// smooths them.
+pub fn int8_variant(stages: &str, smooth: bool) -> String {
+    if smooth {
+        format!("{stages}+smooth")
+    } else {
+        stages.to_string()
+    }
+}
+
+/// Where `check-dtype --int8-smooth` keeps a checkpoint's calibration maxima (SmoothQuant's
+/// statistics), for this binary's version.
+pub fn calibration_file(dir: &Path, digest: &str) -> PathBuf {
+    let short: String = digest.chars().take(32).collect();
+    dir.join(format!(
+        "{short}-int8-calibration-v{}.safetensors",
+        env!("CARGO_PKG_VERSION")
+    ))
 }
 
 /// The file of a checkpoint's verdicts for one dtype and stage set, this binary's version.

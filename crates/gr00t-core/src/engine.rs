@@ -22,11 +22,13 @@ use gr00t_embodiment::observation::{NoiseSource, Observation, RequestError};
 use gr00t_embodiment::prompt::PromptEncoder;
 use gr00t_model::cpu_kernel;
 use gr00t_model::hub;
-use gr00t_model::int8::Int8Stages;
+use gr00t_model::int8::{Int8Load, Int8Stages};
+use gr00t_model::smoothing::ActivationMax;
 use gr00t_model::taps::Recorder;
 use gr00t_model::vision_cache::VisionCacheStats;
 use gr00t_model::{Checkpoint, Gr00tModel, Rtc};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// How to build an [`Engine`].
@@ -76,8 +78,10 @@ impl Engine {
         gr00t_model::int8::select(opts.device.cpu_kernel.0.int8);
         let digest = ckpt.digest()?;
         let verdicts = dtype_check::verdict_dir();
+        let smooth = opts.device.int8_smooth;
         let verdict = |stages: Int8Stages| {
-            dtype_check::load_verdict(&verdicts, &digest, "int8", &stages.to_string())
+            let variant = dtype_check::int8_variant(&stages.to_string(), smooth);
+            dtype_check::load_verdict(&verdicts, &digest, "int8", &variant)
         };
         let choice = precision::choose(&opts.device, &device, kernel, &|s| {
             verdict(s).is_some_and(|v| v.passed)
@@ -93,7 +97,22 @@ impl Engine {
         ids.dedup();
         let mut model = match choice.precision {
             Precision::Int8(stages) => {
-                Gr00tModel::load_int8(&ckpt, &device, stages, opts.device.int8_levels, Some(&ids))?
+                let smoothing = if smooth {
+                    Some(Arc::new(load_calibration(
+                        &verdicts,
+                        &digest,
+                        &opts.checkpoint,
+                    )?))
+                } else {
+                    None
+                };
+                let int8 = Int8Load {
+                    stages,
+                    levels: opts.device.int8_levels,
+                    smoothing,
+                    keep_f32: Vec::new(),
+                };
+                Gr00tModel::load_int8(&ckpt, &device, &int8, Some(&ids))?
             }
             _ => Gr00tModel::load_with(&ckpt, &device, dtype, Some(&ids))?,
         };
@@ -147,6 +166,7 @@ impl Engine {
                 _ => "none",
             },
             int8_check,
+            int8_smooth: smooth && matches!(choice.precision, Precision::Int8(_)),
             device: opts.device.device.to_string(),
             threads: candle_core::utils::get_num_threads(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -163,7 +183,8 @@ impl Engine {
         }
         match choice.precision {
             Precision::Int8(stages) => tracing::info!(
-                "precision int8 in {stages} (int8 kernel {}, f32 kernel {}): {}",
+                "precision int8 in {stages}{} (int8 kernel {}, f32 kernel {}): {}",
+                if smooth { ", smoothed" } else { "" },
                 gr00t_model::int8::kernel(),
                 kernel.for_f32(),
                 choice.reason
@@ -173,7 +194,7 @@ impl Engine {
         if int8_check != "passed" && int8_check != "none" {
             tracing::warn!(
                 "--dtype int8: the accuracy check has {} for this checkpoint (digest {}): run \
-                 `gr00t check-dtype --checkpoint {} --dtype int8` on your own observations \
+                 `gr00t check-dtype --checkpoint {} --dtype int8{}` on your own observations \
                  before a robot acts on int8 actions",
                 if int8_check == "failed" {
                     "FAILED"
@@ -181,7 +202,8 @@ impl Engine {
                     "not been run"
                 },
                 &digest[..digest.len().min(12)],
-                opts.checkpoint.display()
+                opts.checkpoint.display(),
+                if smooth { " --int8-smooth" } else { "" }
             );
         }
         for p in &embodiments {
@@ -446,4 +468,27 @@ impl Engine {
     pub fn clear_vision_cache(&self) {
         self.model.clear_vision_cache();
     }
+}
+
+/// The calibration `check-dtype --int8-smooth` recorded for this checkpoint (SmoothQuant's
+/// maxima), or why `--int8-smooth` cannot run without it.
+fn load_calibration(
+    dir: &std::path::Path,
+    digest: &str,
+    checkpoint: &std::path::Path,
+) -> Result<ActivationMax, LoadError> {
+    let file = dtype_check::calibration_file(dir, digest);
+    if !file.exists() {
+        return Err(LoadError::Calibration(format!(
+            "--int8-smooth needs this checkpoint's calibration, which {} lacks: run `gr00t \
+             check-dtype --checkpoint {} --dtype int8 --int8-smooth` first",
+            file.display(),
+            checkpoint.display()
+        )));
+    }
+    let max = ActivationMax::load(&file).map_err(|e| {
+        LoadError::Calibration(format!("reading the calibration {}: {e}", file.display()))
+    })?;
+    tracing::info!(layers = max.len(), file = %file.display(), "int8 calibration loaded");
+    Ok(max)
 }

@@ -151,6 +151,9 @@ pub enum LoadError {
     /// The checkpoint or its weights do not load.
     #[error(transparent)]
     Model(#[from] gr00t_model::Error),
+    /// `--int8-smooth` without this checkpoint's calibration, or with an unreadable one.
+    #[error("{0}")]
+    Calibration(String),
 }
 
 #[cfg(test)]

@@ -49,6 +49,9 @@ pub struct EngineInfo {
     /// Whether `gr00t check-dtype --dtype int8` passed for this checkpoint and these stages:
     /// `passed`, `failed`, `not run` (`none` unless int8).
     pub int8_check: &'static str,
+    /// Whether the int8 layers are smoothed with this checkpoint's calibration (SmoothQuant,
+    /// `--int8-smooth`).
+    pub int8_smooth: bool,
     /// Device.
     pub device: String,
     /// Compute threads.

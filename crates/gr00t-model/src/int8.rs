@@ -7,9 +7,10 @@
 use crate::error::SettingError;
 pub use crate::gemm::int8::{Int8Kernel, PackedI8, LEVELS};
 use crate::op_inputs::{bias_of, input_rows};
+use crate::smoothing::ActivationMax;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Storage, Tensor, D};
-use std::cell::Cell;
-use std::sync::OnceLock;
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
 
 /// A stage of the network whose linear layers may run int8.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,39 +119,100 @@ impl std::str::FromStr for Int8Stages {
     }
 }
 
-thread_local! {
-    /// The stages whose layers load int8 on this thread (see [`loading_with_stages`]).
-    static LOAD_STAGES: Cell<Int8Stages> = const { Cell::new(Int8Stages::NONE) };
-    /// The quantisation grid of the weights loaded on this thread ([`LEVELS`] but in tests).
-    static LOAD_LEVELS: Cell<i32> = const { Cell::new(LEVELS) };
+/// How a model loads its int8 layers: which stages, on which grid, smoothed or not, and which
+/// layers of those stages stay f32.
+#[derive(Debug, Clone)]
+pub struct Int8Load {
+    /// The stages whose linear layers run int8.
+    pub stages: Int8Stages,
+    /// The weights' grid: ±[`LEVELS`] for a real int8; fewer only to break it on purpose.
+    pub levels: i32,
+    /// SmoothQuant's calibration maxima: each layer found there is smoothed
+    /// ([`crate::smoothing`]); `None`: none is.
+    pub smoothing: Option<Arc<ActivationMax>>,
+    /// Layers kept f32 inside the stages, by name or dotted part of it (`k_proj`,
+    /// `self_attn.v_proj`, `layers.0`).
+    pub keep_f32: Vec<String>,
 }
 
-/// Runs `f` (a model load on this thread) with the linear layers of `stages` loading int8
-/// weights quantised to `levels` (±[`LEVELS`] for a real int8; fewer only to break the
-/// quantisation on purpose); restored afterwards, also on panic.
-pub fn loading_with_stages<R>(stages: Int8Stages, levels: i32, f: impl FnOnce() -> R) -> R {
-    struct Restore(Int8Stages, i32);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            LOAD_STAGES.with(|s| s.set(self.0));
-            LOAD_LEVELS.with(|l| l.set(self.1));
+impl Int8Load {
+    /// `stages` in a plain int8: full grid, no smoothing, no layer kept f32.
+    pub fn stages(stages: Int8Stages) -> Int8Load {
+        Int8Load {
+            stages,
+            levels: LEVELS,
+            smoothing: None,
+            keep_f32: Vec::new(),
         }
     }
-    let _restore = Restore(
-        LOAD_STAGES.with(|s| s.replace(stages)),
-        LOAD_LEVELS.with(|l| l.replace(levels)),
-    );
+
+    /// Whether layer `name` stays f32 under [`Int8Load::keep_f32`].
+    pub fn keeps_f32(&self, name: &str) -> bool {
+        self.keep_f32.iter().any(|p| names_part(name, p))
+    }
+}
+
+/// Whether `part` is `name` or a whole dotted part of it (`k_proj` in `…self_attn.k_proj`).
+fn names_part(name: &str, part: &str) -> bool {
+    let part = part.trim_matches('.');
+    !part.is_empty()
+        && (name == part
+            || name.ends_with(&format!(".{part}"))
+            || name.starts_with(&format!("{part}."))
+            || name.contains(&format!(".{part}.")))
+}
+
+thread_local! {
+    /// How the layers loading on this thread go int8 (see [`loading_int8`]).
+    static LOAD: RefCell<Option<Arc<Int8Load>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (a model load on this thread) with its linear layers loading as `load` says;
+/// restored afterwards, also on panic.
+pub fn loading_int8<R>(load: &Int8Load, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<Int8Load>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LOAD.with(|l| *l.borrow_mut() = self.0.take());
+        }
+    }
+    let _restore = Restore(LOAD.with(|l| l.replace(Some(Arc::new(load.clone())))));
     f()
+}
+
+/// The int8 load on this thread, if any.
+fn current_load() -> Option<Arc<Int8Load>> {
+    LOAD.with(|l| l.borrow().clone())
 }
 
 /// Whether the layers of `stage` load int8 on this thread.
 pub(crate) fn loads_int8(stage: Stage) -> bool {
-    LOAD_STAGES.with(Cell::get).contains(stage)
+    current_load().is_some_and(|l| l.stages.contains(stage))
+}
+
+/// Whether layer `name`, in an int8 stage, stays f32 on this thread's load.
+pub(crate) fn keeps_f32(name: &str) -> bool {
+    current_load().is_some_and(|l| l.keeps_f32(name))
 }
 
 /// The grid the weights loading now are quantised to.
-pub(crate) fn load_levels() -> i32 {
-    LOAD_LEVELS.with(Cell::get)
+fn load_levels() -> i32 {
+    current_load().map_or(LEVELS, |l| l.levels)
+}
+
+/// Layer `name`'s calibration maxima when this thread's load smooths (a smoothed load whose
+/// calibration lacks the layer leaves it plain, with a warning).
+fn load_act_max(name: &str) -> Option<Vec<f32>> {
+    let load = current_load()?;
+    let max = load.smoothing.as_ref()?;
+    let found = max.get(name).map(<[f32]>::to_vec);
+    if found.is_none() {
+        tracing::warn!(
+            layer = name,
+            "no calibration for this int8 layer: not smoothed"
+        );
+    }
+    found
 }
 
 static SELECTED: OnceLock<Int8Kernel> = OnceLock::new();
@@ -180,23 +242,65 @@ pub fn matmul_with(
     crate::gemm::int8::matmul(kernel, x, m, k, w, bias)
 }
 
-/// Quantises a CPU `[out, in]` weight (bf16 or f32) for the int8 products.
-pub(crate) fn quantize_weight(weight: &Tensor, levels: i32) -> candle_core::Result<PackedI8> {
+/// Quantises a CPU `[out, in]` weight (bf16 or f32) for the int8 products of this thread's
+/// load, smoothed when it has calibration maxima for layer `name`.
+pub(crate) fn quantize_for_load(
+    weight: &Tensor,
+    name: Option<&str>,
+) -> candle_core::Result<PackedI8> {
+    let act_max = name.and_then(load_act_max);
+    quantize_weight(weight, load_levels(), act_max.as_deref())
+}
+
+/// Quantises a CPU `[out, in]` weight (bf16 or f32) to `±levels` per output channel; with
+/// `act_max` (the layer's calibration maxima, length `in`) smoothed first: column j times
+/// SmoothQuant's `s_j`, the activations times `1/s_j` at each call.
+pub fn quantize_weight(
+    weight: &Tensor,
+    levels: i32,
+    act_max: Option<&[f32]>,
+) -> candle_core::Result<PackedI8> {
     let (n, k) = weight.dims2()?;
     let weight = weight.contiguous()?;
     let (guard, l) = weight.storage_and_layout();
-    let packed = match (&*guard, l.contiguous_offsets()) {
-        (Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) => {
-            PackedI8::from_bf16(&v[a..b], n, k, levels)
+    let rows: &(dyn Fn(usize, &mut [f32]) + Sync) = match (&*guard, l.contiguous_offsets()) {
+        (Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) if b - a == n * k => {
+            &move |j: usize, buf: &mut [f32]| {
+                for (d, s) in buf.iter_mut().zip(&v[a + j * k..][..k]) {
+                    *d = s.to_f32();
+                }
+            }
         }
-        (Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) => {
-            PackedI8::from_f32(&v[a..b], n, k, levels)
+        (Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) if b - a == n * k => {
+            &move |j: usize, buf: &mut [f32]| buf.copy_from_slice(&v[a + j * k..][..k])
         }
-        _ => None,
+        _ => candle_core::bail!("quantising a weight to int8: not a CPU bf16 or f32 tensor"),
     };
-    packed.ok_or_else(|| {
-        candle_core::Error::Msg("quantising a weight to int8: not a CPU bf16 or f32 tensor".into())
-    })
+    let Some(act_max) = act_max.filter(|m| m.len() == k) else {
+        if act_max.is_some() {
+            tracing::warn!("calibration maxima of another width: the layer is not smoothed");
+        }
+        return Ok(PackedI8::quantize(n, k, levels, rows));
+    };
+    let mut col_max = vec![0f32; k];
+    let mut buf = vec![0f32; k];
+    for j in 0..n {
+        rows(j, &mut buf);
+        for (m, v) in col_max.iter_mut().zip(&buf) {
+            *m = m.max(v.abs());
+        }
+    }
+    let s = crate::smoothing::factors(act_max, &col_max, crate::smoothing::ALPHA);
+    let packed = PackedI8::quantize(n, k, levels, |j, buf| {
+        rows(j, buf);
+        for (v, s) in buf.iter_mut().zip(&s) {
+            *v *= s;
+        }
+    });
+    let inverse = s.iter().map(|s| 1.0 / s).collect();
+    packed
+        .with_input_scale(inverse)
+        .ok_or_else(|| candle_core::Error::Msg("int8 smoothing: width mismatch".into()))
 }
 
 /// `x·Wᵀ (+ b)` for f32 CPU `x` `[…, K]` and an int8 `W` (`b` an f32 `[N]`).

@@ -21,6 +21,7 @@ pub(crate) mod nn;
 pub mod noise;
 pub(crate) mod op_inputs;
 pub mod rtc;
+pub mod smoothing;
 pub mod synth;
 pub mod taps;
 #[cfg(test)]

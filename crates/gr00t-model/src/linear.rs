@@ -32,6 +32,9 @@ pub struct Linear {
     bias: Option<Tensor>,
     /// Round `x` to bf16 before the product (a CPU layer loaded for [`Products::Bf16`]).
     bf16_inputs: bool,
+    /// The checkpoint name (`…self_attn.q_proj`) of a layer [`linear`] loaded: what int8
+    /// calibration records its inputs under.
+    name: Option<Arc<str>>,
 }
 
 /// The precision of the activations entering a CPU linear's product.
@@ -100,6 +103,7 @@ impl Linear {
             weight: Weight::Dense(weight.contiguous()?),
             bias,
             bf16_inputs: false,
+            name: None,
         })
     }
 
@@ -130,12 +134,7 @@ impl Linear {
     ) -> candle_core::Result<Linear> {
         let (n, k) = weight.dims2()?;
         if products == Products::Int8 && weight.device().is_cpu() {
-            let packed = crate::int8::quantize_weight(&weight, crate::int8::load_levels())?;
-            return Ok(Linear {
-                weight: Weight::Int8(Arc::new(packed)),
-                bias,
-                bf16_inputs: false,
-            });
+            return Linear::new_int8(weight, bias, None);
         }
         let bf16_inputs = products == Products::Bf16;
         let weight = if bf16_inputs && weight.dtype() != DType::BF16 {
@@ -175,6 +174,23 @@ impl Linear {
             weight: Weight::Packed(Arc::new(packed)),
             bias,
             bf16_inputs,
+            name: None,
+        })
+    }
+
+    /// An int8 layer of this thread's load (see [`crate::int8::loading_int8`]), smoothed when
+    /// the load has calibration maxima for `name`.
+    fn new_int8(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        name: Option<&str>,
+    ) -> candle_core::Result<Linear> {
+        let packed = int8::quantize_for_load(&weight, name)?;
+        Ok(Linear {
+            weight: Weight::Int8(Arc::new(packed)),
+            bias,
+            bf16_inputs: false,
+            name: None,
         })
     }
 
@@ -241,11 +257,22 @@ pub fn linear(
     } else {
         None
     };
-    if vb.dtype() == DType::F32 && vb.device().is_cpu() {
-        Linear::new_for_cpu(weight, bias, LOAD_PRODUCTS.with(Cell::get))
+    let name = vb.prefix();
+    let mut layer = if vb.dtype() == DType::F32 && vb.device().is_cpu() {
+        match LOAD_PRODUCTS.with(Cell::get) {
+            Products::Int8 if int8::keeps_f32(&name) => {
+                Linear::new_for_cpu(weight, bias, Products::F32)?
+            }
+            Products::Int8 if weight.device().is_cpu() => {
+                Linear::new_int8(weight, bias, Some(&name))?
+            }
+            products => Linear::new_for_cpu(weight, bias, products)?,
+        }
     } else {
-        Linear::new(weight, bias)
-    }
+        Linear::new(weight, bias)?
+    };
+    layer.name = Some(name.into());
+    Ok(layer)
 }
 
 /// The products of the CPU attention, norms and small layers loaded from `vb` now (see
@@ -290,6 +317,11 @@ pub(crate) fn wrap_loaded(
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if crate::smoothing::recording() {
+            if let Some(name) = &self.name {
+                crate::smoothing::record(name, x)?;
+            }
+        }
         // The VNNI kernel rounds while packing the activations; every other path is given
         // rounded values.
         let rounded;

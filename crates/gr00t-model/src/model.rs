@@ -7,7 +7,7 @@ use crate::checkpoint::Checkpoint;
 use crate::config::Gr00tConfig;
 use crate::error::{Error, Result};
 use crate::inputs::ModelInputs;
-use crate::int8::{loading_with_stages, Int8Stages, LEVELS};
+use crate::int8::{loading_int8, Int8Load, Int8Stages};
 use crate::linear::{loading_with, Products};
 use crate::taps::Recorder;
 use crate::vision_cache::{
@@ -114,21 +114,18 @@ impl Gr00tModel {
             ckpt,
             device,
             dtype,
-            Int8Stages::NONE,
-            LEVELS,
+            &Int8Load::stages(Int8Stages::NONE),
             embodiment_ids,
         )
     }
 
-    /// Loads onto the CPU computing in f32, the linear layers of `stages` in int8 (weights
-    /// quantised once here to `±levels` per output channel, activations per row at each call;
-    /// see [`crate::int8`]). `levels` is [`LEVELS`] but where a test breaks the quantisation
-    /// on purpose.
+    /// Loads onto the CPU computing in f32, the linear layers of `int8.stages` in int8
+    /// (weights quantised once here per output channel, smoothed where `int8` has calibration,
+    /// activations per row at each call; see [`crate::int8`]).
     pub fn load_int8(
         ckpt: &Checkpoint,
         device: &Device,
-        stages: Int8Stages,
-        levels: i32,
+        int8: &Int8Load,
         embodiment_ids: Option<&[usize]>,
     ) -> Result<Gr00tModel> {
         if !device.is_cpu() {
@@ -136,15 +133,14 @@ impl Gr00tModel {
                 "int8 products run on the CPU only; use bf16 on a GPU".into(),
             ));
         }
-        Self::load_inner(ckpt, device, DType::F32, stages, levels, embodiment_ids)
+        Self::load_inner(ckpt, device, DType::F32, int8, embodiment_ids)
     }
 
     fn load_inner(
         ckpt: &Checkpoint,
         device: &Device,
         dtype: DType,
-        int8: Int8Stages,
-        levels: i32,
+        int8: &Int8Load,
         embodiment_ids: Option<&[usize]>,
     ) -> Result<Gr00tModel> {
         let (activations, products) = if device.is_cpu() && dtype == DType::BF16 {
@@ -161,14 +157,14 @@ impl Gr00tModel {
             let backbone = Backbone::load(vb.clone(), &ckpt.backbone, ckpt.config.select_layer)?;
             Ok((head, backbone))
         };
-        let (head, backbone) = loading_with(products, || loading_with_stages(int8, levels, load))?;
+        let (head, backbone) = loading_with(products, || loading_int8(int8, load))?;
         Ok(Gr00tModel {
             backbone,
             head,
             config: ckpt.config.clone(),
             device: device.clone(),
             dtype,
-            int8,
+            int8: int8.stages,
             activations,
             vision_cache: Mutex::new(VisionCache::new(DEFAULT_VISION_CACHE_IMAGES)),
         })

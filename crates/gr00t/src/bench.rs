@@ -212,6 +212,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
             "dtype": info.dtype,
             "int8_kernel": info.int8_kernel,
             "int8_stages": info.int8_stages,
+            "int8_smooth": info.int8_smooth,
             "denoise_backend": info.denoise_backend,
             "vision_cache_images": info.vision_cache_images,
         });

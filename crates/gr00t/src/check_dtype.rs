@@ -7,6 +7,7 @@ use crate::doors::http::body::predict_body;
 use crate::engine::{Engine, EngineOptions};
 use gr00t_core::dtype_check::{self, GroupCheck, Verdict, GATE};
 use gr00t_core::{InferError, PredictResponse};
+use gr00t_model::int8::{Int8Stages, Stage};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,9 @@ pub struct CheckOptions {
     pub device: DeviceOptions,
     /// A `/predict` body file, or a folder of them (`*.json`), besides the demo.
     pub observations: Option<PathBuf>,
+    /// With `int8_smooth`: the calibration observations (default: the demo, or the checked
+    /// observations when the checkpoint has no DROID).
+    pub calibration: Option<PathBuf>,
     /// Print one JSON object (the verdict and every group) instead of the table.
     pub json: bool,
 }
@@ -61,6 +65,14 @@ pub enum CheckError {
     /// The engine did not load.
     #[error(transparent)]
     Load(#[from] gr00t_core::LoadError),
+    /// The calibration could not be written.
+    #[error("writing the int8 calibration to {}: {source}", path.display())]
+    Calibration {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        source: candle_core::Error,
+    },
     /// The verdict could not be written.
     #[error("writing the verdict to {}: {source}", path.display())]
     Save {
@@ -92,9 +104,18 @@ pub enum ObservationsError {
 }
 
 /// One observation: its name (file name or `demo`) and its `/predict` body.
+#[derive(Clone)]
 struct Observation {
     name: String,
     body: Vec<u8>,
+}
+
+/// The shipped DROID demo request.
+fn demo() -> Observation {
+    Observation {
+        name: "demo".into(),
+        body: crate::bench::DEMO_REQUEST.as_bytes().to_vec(),
+    }
 }
 
 /// Runs the check; exit code 0 when it passed, 1 when it failed.
@@ -103,24 +124,23 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
         Some(d @ (DtypeSetting::Int8 | DtypeSetting::Bf16)) => d,
         _ => return Err(CheckError::Dtype),
     };
-    let mut observations = vec![Observation {
-        name: "demo".into(),
-        body: crate::bench::DEMO_REQUEST.as_bytes().to_vec(),
-    }];
+    let mut observations = vec![demo()];
     if let Some(path) = &opts.observations {
         observations.extend(read_observations(path)?);
     }
-    let engine_with = |dtype: DtypeSetting| {
+    let engine_in = |dtype: DtypeSetting, int8: Option<Int8Stages>| {
         Engine::load(&EngineOptions {
             checkpoint: opts.checkpoint.clone(),
             tokenizer: opts.tokenizer.clone(),
             device: DeviceOptions {
                 dtype: Some(dtype),
+                int8: int8.or(opts.device.int8),
                 ..opts.device
             },
             embodiments: Vec::new(),
         })
     };
+    let engine_with = |dtype: DtypeSetting| engine_in(dtype, None);
     let bar = ProgressBar::new(2 * observations.len() as u64);
     bar.set_style(ProgressStyle::with_template(
         "{msg:24} [{bar:40}] {pos}/{len} observations ({elapsed}, {eta})",
@@ -143,16 +163,40 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
                 .into(),
         });
     }
+    let digest = f32_engine.info().checkpoint_digest.clone();
+    let dir = dtype_check::verdict_dir();
+    let smooth = dtype == DtypeSetting::Int8 && opts.device.int8_smooth;
+    if smooth {
+        // SmoothQuant's maxima from f32 runs, kept for this checkpoint for `serve`.
+        let calibration = match &opts.calibration {
+            Some(path) => read_observations(path)?,
+            None if droid => vec![demo()],
+            None => observations.to_vec(),
+        };
+        bar.set_message("f32 calibration");
+        bar.inc_length(calibration.len() as u64);
+        let (done, max) =
+            gr00t_model::smoothing::calibrate(|| answers(&f32_engine, &calibration, &bar));
+        done?;
+        let path = dtype_check::calibration_file(&dir, &digest);
+        std::fs::create_dir_all(&dir)
+            .map_err(candle_core::Error::from)
+            .and_then(|()| max.save(&path))
+            .map_err(|source| CheckError::Calibration {
+                path: path.clone(),
+                source,
+            })?;
+        tracing::info!(layers = max.len(), file = %path.display(), "int8 calibration saved");
+    }
     bar.set_message("f32");
     let reference = answers(&f32_engine, &observations, &bar)?;
-    let digest = f32_engine.info().checkpoint_digest.clone();
     drop(f32_engine);
 
     bar.set_message(format!("loading {}", dtype.as_str()));
     let engine = engine_with(dtype)?;
     let stages = match engine.info().int8_stages.as_slice() {
         [] => "none".to_string(),
-        s => s.join(","),
+        s => dtype_check::int8_variant(&s.join(","), smooth),
     };
     bar.set_message(match dtype {
         DtypeSetting::Int8 => format!("int8 {stages}"),
@@ -173,15 +217,60 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
         dtype.as_str(),
         &stages,
     );
-    let dir = dtype_check::verdict_dir();
-    let file = dtype_check::save_verdict(&dir, &verdict)
-        .map_err(|source| CheckError::Save { path: dir, source })?;
+    let save = |v: &Verdict| {
+        dtype_check::save_verdict(&dir, v).map_err(|source| CheckError::Save {
+            path: dir.clone(),
+            source,
+        })
+    };
+    let file = save(&verdict)?;
+    let kernel = engine.info().int8_kernel;
+    let names = engine.info().int8_stages.clone();
+    drop(engine);
+
+    // Several int8 stages failed together: each alone, to say which to leave f32.
+    let mut per_stage = Vec::new();
+    if !verdict.passed && names.len() > 1 {
+        bar.reset();
+        bar.set_length((names.len() * observations.len()) as u64);
+        let stages = Stage::ALL
+            .into_iter()
+            .filter(|s| names.contains(&s.as_str()));
+        for stage in stages {
+            let name = stage.as_str();
+            bar.set_message(format!("loading int8 {name}"));
+            let engine = engine_in(dtype, Some(Int8Stages::only(stage)))?;
+            bar.set_message(format!("int8 {name}"));
+            let got = answers(&engine, &observations, &bar)?;
+            let checks: Vec<GroupCheck> = observations
+                .iter()
+                .zip(reference.iter().zip(&got))
+                .flat_map(|(o, (r, g))| {
+                    dtype_check::compare_groups(&o.name, &r.actions, &g.actions, GATE)
+                })
+                .collect();
+            let variant = dtype_check::int8_variant(name, smooth);
+            let v = Verdict::of(&checks, observations.len(), &digest, "int8", &variant);
+            save(&v)?;
+            per_stage.push(v);
+        }
+        bar.finish_and_clear();
+    }
     if opts.json {
         let report = serde_json::json!({ "verdict": verdict, "checks": checks,
-                                         "verdict_file": file });
+                                         "verdict_file": file, "per_stage": per_stage });
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        print_table(&checks, &verdict, engine.info().int8_kernel, &file);
+        print_table(&checks, &verdict, kernel, &file);
+        for v in &per_stage {
+            println!(
+                "  int8 in {} alone: {} (worst PCC {:.8}, worst max|Δ|/max|ref| {:.2e})",
+                v.stages,
+                if v.passed { "passes" } else { "FAILS" },
+                v.worst_pcc,
+                v.worst_rel
+            );
+        }
     }
     Ok(if verdict.passed { 0 } else { 1 })
 }

@@ -164,6 +164,11 @@ enum Command {
         /// (*.json), run besides the DROID demo.
         #[arg(long, value_name = "FILE|DIR")]
         observations: Option<PathBuf>,
+        /// With --int8-smooth: the observations (a body file or a folder of them) whose f32
+        /// activations calibrate the smoothing [default: the DROID demo, or --observations
+        /// where the checkpoint has no DROID].
+        #[arg(long, value_name = "FILE|DIR", requires = "int8_smooth")]
+        calibration: Option<PathBuf>,
         /// Print one JSON object ({"verdict", "checks", "verdict_file"}) instead of the table.
         #[arg(long)]
         json: bool,
@@ -266,6 +271,7 @@ pub fn run(cli: Cli) -> i32 {
             checkpoint,
             tokenizer,
             observations,
+            calibration,
             json,
             device,
         } => resolve_checkpoint(checkpoint).and_then(|checkpoint| {
@@ -274,6 +280,7 @@ pub fn run(cli: Cli) -> i32 {
                 tokenizer,
                 device: device.into(),
                 observations,
+                calibration,
                 json,
             })
             .map_err(Into::into)

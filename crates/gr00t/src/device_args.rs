@@ -55,6 +55,11 @@ pub struct DeviceArgs {
     #[arg(long, default_value_t = gr00t_model::int8::LEVELS, hide = true,
           value_parser = clap::value_parser!(i32).range(1..=127))]
     pub int8_levels: i32,
+    /// Under `--dtype int8`: SmoothQuant, each int8 layer's activation outliers moved into its
+    /// weight by per-channel factors from calibration (`gr00t check-dtype --int8-smooth`
+    /// records them for this checkpoint, and `serve` then needs them).
+    #[arg(long)]
+    pub int8_smooth: bool,
     /// Caps the CPU GEMM kernels (auto: the best this CPU runs; amx, avx512bf16, avx512vnni,
     /// avx512, avxvnni, avx2, library), e.g. to measure the AVX2 path on an AVX-512 machine;
     /// every level below amx caps the int8 kernel as such a CPU runs it (avx512bf16, avx512
@@ -89,6 +94,7 @@ impl From<DeviceArgs> for DeviceOptions {
             dtype: a.dtype.map(DtypeSetting::from),
             int8: a.int8,
             int8_levels: a.int8_levels,
+            int8_smooth: a.int8_smooth,
             cpu_kernel: a.cpu_kernel,
             dit_backend: a.dit_backend,
             vision_cache: a.vision_cache,
@@ -119,6 +125,7 @@ mod tests {
         assert_eq!(none.dtype, default.dtype);
         assert_eq!(none.int8, default.int8);
         assert_eq!(none.int8_levels, default.int8_levels);
+        assert_eq!(none.int8_smooth, default.int8_smooth);
         assert_eq!(none.cpu_kernel, default.cpu_kernel);
         assert_eq!(none.dit_backend, default.dit_backend);
         assert_eq!(none.vision_cache, default.vision_cache);

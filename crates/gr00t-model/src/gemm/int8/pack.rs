@@ -24,6 +24,10 @@ pub struct PackedI8 {
     scales: Vec<f32>,
     /// `128·Σ_k q[j, k]` per column: what u8 activations offset by 128 add to a sum.
     offset_sums: Vec<i32>,
+    /// SmoothQuant's `1/s_k` per input channel, which the activations are multiplied by
+    /// before they are quantised (the weight's column k was multiplied by `s_k`); `None`:
+    /// the activations as they come.
+    input_scale: Option<Vec<f32>>,
 }
 
 impl PackedI8 {
@@ -80,7 +84,22 @@ impl PackedI8 {
             start,
             scales,
             offset_sums,
+            input_scale: None,
         }
+    }
+
+    /// This weight for activations multiplied by `scale` (length k) per input channel before
+    /// they are quantised (`None` when the length does not match).
+    pub fn with_input_scale(mut self, scale: Vec<f32>) -> Option<PackedI8> {
+        (scale.len() == self.k).then(|| {
+            self.input_scale = Some(scale);
+            self
+        })
+    }
+
+    /// The per-input-channel multiplier of the activations, if the weight was smoothed.
+    pub fn input_scale(&self) -> Option<&[f32]> {
+        self.input_scale.as_deref()
     }
 
     /// [`PackedI8::quantize`] of a row-major `[n, k]` f32 matrix (`None` when the length does
@@ -144,8 +163,10 @@ impl PackedI8 {
         f32::from(self.q(j, kk)) * self.scales[j]
     }
 
-    /// Bytes held (panels, scales and sums).
+    /// Bytes held (panels, scales, sums and the input scale).
     pub fn bytes(&self) -> usize {
-        self.storage.len() + 8 * self.scales.len()
+        self.storage.len()
+            + 8 * self.scales.len()
+            + 4 * self.input_scale.as_ref().map_or(0, Vec::len)
     }
 }

@@ -332,3 +332,76 @@ fn answers_do_not_depend_on_the_thread_count_and_repeat() {
     assert!(same_bits(&one[..7 * n], &run(3, 7)));
     assert!(matmul(kernel, &a, m, k + 1, &p, None).is_none());
 }
+
+/// SmoothQuant on a product whose activations have two outlier channels (×64, the pattern
+/// real Qwen3 activations show) and whose weight columns there are /64, so that the exact
+/// product is the outlier-free one: factors of 1 change no bit; calibrated factors bring the
+/// error back to the outlier-free product's, where plain per-row quantisation loses it.
+#[test]
+fn smoothing_takes_outlier_channels_out_of_the_activation_scale() {
+    use crate::int8::quantize_weight;
+    use candle_core::{Device, Tensor};
+    let (m, n, k) = (24, 40, 96);
+    let mut rnd = xorshift(11);
+    let clean_a: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+    let clean_w: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
+    let (mut a, mut w) = (clean_a.clone(), clean_w.clone());
+    for c in [5, 70] {
+        a.iter_mut().skip(c).step_by(k).for_each(|v| *v *= 64.0);
+        w.iter_mut().skip(c).step_by(k).for_each(|v| *v /= 64.0);
+    }
+    let exact: Vec<f64> = (0..m * n)
+        .map(|i| {
+            let (r, c) = (i / n, i % n);
+            (0..k)
+                .map(|kk| f64::from(clean_a[r * k + kk]) * f64::from(clean_w[c * k + kk]))
+                .sum()
+        })
+        .collect();
+    let err = |a: &[f32], p: &PackedI8| {
+        let got = matmul(Int8Kernel::Scalar, a, m, k, p, None).unwrap();
+        got.iter()
+            .zip(&exact)
+            .map(|(g, e)| (f64::from(*g) - e).abs())
+            .fold(0.0, f64::max)
+    };
+    let tensor = |w: &[f32]| Tensor::from_slice(w, (n, k), &Device::Cpu).unwrap();
+    let wt = tensor(&w);
+    let plain = quantize_weight(&wt, LEVELS, None).unwrap();
+    assert!(plain.input_scale().is_none());
+
+    // Activation maxima equal to the weight's column maxima: every factor is exactly 1.
+    let col_max: Vec<f32> = (0..k)
+        .map(|kk| (0..n).fold(0f32, |mx, j| mx.max(w[j * k + kk].abs())))
+        .collect();
+    let unit = quantize_weight(&wt, LEVELS, Some(&col_max)).unwrap();
+    assert!(unit.input_scale().unwrap().iter().all(|&s| s == 1.0));
+    let (p, u) = (
+        matmul(Int8Kernel::Scalar, &a, m, k, &plain, None).unwrap(),
+        matmul(Int8Kernel::Scalar, &a, m, k, &unit, None).unwrap(),
+    );
+    assert!(p.iter().zip(&u).all(|(x, y)| x.to_bits() == y.to_bits()));
+
+    // Calibrated on these activations.
+    let act_max: Vec<f32> = (0..k)
+        .map(|kk| (0..m).fold(0f32, |mx, r| mx.max(a[r * k + kk].abs())))
+        .collect();
+    let smoothed = quantize_weight(&wt, LEVELS, Some(&act_max)).unwrap();
+    let clean = quantize_weight(&tensor(&clean_w), LEVELS, None).unwrap();
+    let (e_clean, e_plain, e_smooth) = (err(&clean_a, &clean), err(&a, &plain), err(&a, &smoothed));
+    assert!(
+        e_plain > 4.0 * e_clean && e_smooth < 1.5 * e_clean,
+        "max|Δ|: outlier-free {e_clean}, plain {e_plain}, smoothed {e_smooth}"
+    );
+    // Every kernel this CPU runs computes the smoothed product's same bits.
+    let want = matmul(Int8Kernel::Scalar, &a, m, k, &smoothed, None).unwrap();
+    for kernel in Int8Kernel::ALL.into_iter().filter(|k| k.available()) {
+        let got = matmul(kernel, &a, m, k, &smoothed, None).unwrap();
+        assert!(
+            got.iter()
+                .zip(&want)
+                .all(|(g, w)| g.to_bits() == w.to_bits()),
+            "{kernel}"
+        );
+    }
+}

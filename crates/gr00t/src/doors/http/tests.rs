@@ -55,6 +55,7 @@ fn info() -> EngineInfo {
         int8_stages: Vec::new(),
         int8_kernel: "none",
         int8_check: "none",
+        int8_smooth: false,
         device: "cpu".into(),
         threads: 1,
         version: "test".into(),
