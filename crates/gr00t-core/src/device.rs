@@ -116,7 +116,7 @@ impl FromStr for KernelCap {
 
 /// Where the network runs and how: device, precision, CPU kernel, denoise backend and vision
 /// cache (the binary's `--device`, `--dtype`, … flags fill it).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct DeviceOptions {
     /// Where the network runs.
     pub device: DeviceSpec,
@@ -128,6 +128,8 @@ pub struct DeviceOptions {
     pub int8_levels: i32,
     /// Smooth the int8 layers with this checkpoint's calibration (SmoothQuant).
     pub int8_smooth: bool,
+    /// Layers of the int8 stages kept f32, by name or dotted part of it (`k_proj`).
+    pub int8_keep: Vec<String>,
     /// Cap on the CPU GEMM kernels.
     pub cpu_kernel: KernelCap,
     /// Denoise implementation.
@@ -144,6 +146,7 @@ impl Default for DeviceOptions {
             int8: None,
             int8_levels: gr00t_model::int8::LEVELS,
             int8_smooth: false,
+            int8_keep: Vec::new(),
             cpu_kernel: KernelCap::default(),
             dit_backend: DenoiseBackend::default(),
             vision_cache: DEFAULT_VISION_CACHE_IMAGES,

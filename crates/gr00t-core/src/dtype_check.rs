@@ -132,7 +132,8 @@ pub struct Verdict {
     pub version: String,
     /// `int8` or `bf16`.
     pub dtype: String,
-    /// The int8 stages checked, `+smooth` when smoothed ([`int8_variant`]; `none` for bf16).
+    /// The int8 stages checked, with the layers kept f32 and `+smooth` when smoothed
+    /// ([`int8_variant`]; `none` for bf16).
     pub stages: String,
     /// Whether every group of every observation passed.
     pub passed: bool,
@@ -206,14 +207,17 @@ pub fn verdict_dir() -> PathBuf {
         .join("dtype-checks")
 }
 
-/// The key of an int8 verdict: the stages (`adapter,dit`), `+smooth` when SmoothQuant
-/// smooths them.
-pub fn int8_variant(stages: &str, smooth: bool) -> String {
-    if smooth {
-        format!("{stages}+smooth")
-    } else {
-        stages.to_string()
+/// The key of an int8 verdict: the stages (`adapter,dit`), `+keep(k_proj,v_proj)` for the
+/// layers kept f32, `+smooth` when SmoothQuant smooths them.
+pub fn int8_variant(stages: &str, keep: &[String], smooth: bool) -> String {
+    let mut key = stages.to_string();
+    if !keep.is_empty() {
+        key += &format!("+keep({})", keep.join(","));
     }
+    if smooth {
+        key += "+smooth";
+    }
+    key
 }
 
 /// Where `check-dtype --int8-smooth` keeps a checkpoint's calibration maxima (SmoothQuant's

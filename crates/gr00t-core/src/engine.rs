@@ -80,7 +80,8 @@ impl Engine {
         let verdicts = dtype_check::verdict_dir();
         let smooth = opts.device.int8_smooth;
         let verdict = |stages: Int8Stages| {
-            let variant = dtype_check::int8_variant(&stages.to_string(), smooth);
+            let variant =
+                dtype_check::int8_variant(&stages.to_string(), &opts.device.int8_keep, smooth);
             dtype_check::load_verdict(&verdicts, &digest, "int8", &variant)
         };
         let choice = precision::choose(&opts.device, &device, kernel, &|s| {
@@ -110,7 +111,7 @@ impl Engine {
                     stages,
                     levels: opts.device.int8_levels,
                     smoothing,
-                    keep_f32: Vec::new(),
+                    keep_f32: opts.device.int8_keep.clone(),
                 };
                 Gr00tModel::load_int8(&ckpt, &device, &int8, Some(&ids))?
             }
@@ -167,6 +168,10 @@ impl Engine {
             },
             int8_check,
             int8_smooth: smooth && matches!(choice.precision, Precision::Int8(_)),
+            int8_keep: match choice.precision {
+                Precision::Int8(_) => opts.device.int8_keep.clone(),
+                _ => Vec::new(),
+            },
             device: opts.device.device.to_string(),
             threads: candle_core::utils::get_num_threads(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -183,7 +188,12 @@ impl Engine {
         }
         match choice.precision {
             Precision::Int8(stages) => tracing::info!(
-                "precision int8 in {stages}{} (int8 kernel {}, f32 kernel {}): {}",
+                "precision int8 in {stages}{}{} (int8 kernel {}, f32 kernel {}): {}",
+                if opts.device.int8_keep.is_empty() {
+                    String::new()
+                } else {
+                    format!(" but {} (f32)", opts.device.int8_keep.join(","))
+                },
                 if smooth { ", smoothed" } else { "" },
                 gr00t_model::int8::kernel(),
                 kernel.for_f32(),

@@ -52,6 +52,8 @@ pub struct EngineInfo {
     /// Whether the int8 layers are smoothed with this checkpoint's calibration (SmoothQuant,
     /// `--int8-smooth`).
     pub int8_smooth: bool,
+    /// Layers of the int8 stages kept f32 (`--int8-keep`).
+    pub int8_keep: Vec<String>,
     /// Device.
     pub device: String,
     /// Compute threads.

@@ -388,6 +388,29 @@ mod tests {
     }
 
     #[test]
+    fn kept_layers_match_whole_dotted_parts_of_a_name() {
+        let load = Int8Load {
+            keep_f32: vec!["k_proj".into(), "layers.1".into(), ".to_v.".into()],
+            ..Int8Load::stages(Int8Stages::ALL)
+        };
+        let llm = "backbone.model.model.language_model.layers";
+        assert!(load.keeps_f32(&format!("{llm}.0.self_attn.k_proj")));
+        assert!(!load.keeps_f32(&format!("{llm}.0.self_attn.q_proj")));
+        assert!(load.keeps_f32(&format!("{llm}.1.mlp.up_proj")));
+        // Parts, not substrings: layers.1 is not layers.10, k_proj not qk_proj.
+        assert!(!load.keeps_f32(&format!("{llm}.10.mlp.up_proj")));
+        assert!(!load.keeps_f32("a.qk_proj"));
+        assert!(load.keeps_f32("action_head.model.transformer_blocks.0.attn1.to_v"));
+        assert!(load.keeps_f32("k_proj"));
+        assert!(!Int8Load::stages(Int8Stages::ALL).keeps_f32("k_proj"));
+        let blank = Int8Load {
+            keep_f32: vec![".".into(), String::new()],
+            ..Int8Load::stages(Int8Stages::ALL)
+        };
+        assert!(!blank.keeps_f32("k_proj"), "an empty part keeps nothing");
+    }
+
+    #[test]
     fn stages_parse_and_print_back_in_data_flow_order() {
         let s = Int8Stages::parse("dit, adapter").unwrap();
         assert!(s.contains(Stage::Dit) && s.contains(Stage::Adapter));

@@ -145,7 +145,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
     let engine = Engine::load(&EngineOptions {
         checkpoint: opts.checkpoint.clone(),
         tokenizer: None,
-        device: opts.device,
+        device: opts.device.clone(),
         embodiments: Vec::new(),
     })
     .map_err(|cause| BenchError::Load {
@@ -294,7 +294,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
 /// minutes apart do not. Prints per-stage medians of both, the ratio of medians and the median
 /// of the per-pair ratios of the whole request.
 fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, BenchError> {
-    let mut f32_device = opts.device;
+    let mut f32_device = opts.device.clone();
     f32_device.dtype = Some(crate::device::DtypeSetting::F32);
     let base = Engine::load(&EngineOptions {
         checkpoint: opts.checkpoint.clone(),

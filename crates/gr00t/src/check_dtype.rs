@@ -135,7 +135,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
             device: DeviceOptions {
                 dtype: Some(dtype),
                 int8: int8.or(opts.device.int8),
-                ..opts.device
+                ..opts.device.clone()
             },
             embodiments: Vec::new(),
         })
@@ -196,7 +196,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
     let engine = engine_with(dtype)?;
     let stages = match engine.info().int8_stages.as_slice() {
         [] => "none".to_string(),
-        s => dtype_check::int8_variant(&s.join(","), smooth),
+        s => dtype_check::int8_variant(&s.join(","), &opts.device.int8_keep, smooth),
     };
     bar.set_message(match dtype {
         DtypeSetting::Int8 => format!("int8 {stages}"),
@@ -249,7 +249,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
                     dtype_check::compare_groups(&o.name, &r.actions, &g.actions, GATE)
                 })
                 .collect();
-            let variant = dtype_check::int8_variant(name, smooth);
+            let variant = dtype_check::int8_variant(name, &opts.device.int8_keep, smooth);
             let v = Verdict::of(&checks, observations.len(), &digest, "int8", &variant);
             save(&v)?;
             per_stage.push(v);

@@ -38,7 +38,7 @@ impl From<DtypeFlag> for DtypeSetting {
 }
 
 /// The compute flags, as the command line gives them.
-#[derive(clap::Args, Debug, Clone, Copy)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct DeviceArgs {
     /// Where the network runs: cpu, cuda or cuda:N (GPU N; needs a build with the cuda feature).
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
@@ -60,6 +60,11 @@ pub struct DeviceArgs {
     /// records them for this checkpoint, and `serve` then needs them).
     #[arg(long)]
     pub int8_smooth: bool,
+    /// Under `--dtype int8`: layers of the int8 stages kept f32, by name or a dotted part of it
+    /// (`k_proj,v_proj`: every LLM layer's k and v projections, as FlashRT keeps them;
+    /// `language_model.layers.0`: one layer).
+    #[arg(long, value_name = "LAYERS", value_delimiter = ',')]
+    pub int8_keep: Vec<String>,
     /// Caps the CPU GEMM kernels (auto: the best this CPU runs; amx, avx512bf16, avx512vnni,
     /// avx512, avxvnni, avx2, library), e.g. to measure the AVX2 path on an AVX-512 machine;
     /// every level below amx caps the int8 kernel as such a CPU runs it (avx512bf16, avx512
@@ -95,6 +100,7 @@ impl From<DeviceArgs> for DeviceOptions {
             int8: a.int8,
             int8_levels: a.int8_levels,
             int8_smooth: a.int8_smooth,
+            int8_keep: a.int8_keep,
             cpu_kernel: a.cpu_kernel,
             dit_backend: a.dit_backend,
             vision_cache: a.vision_cache,
@@ -126,6 +132,7 @@ mod tests {
         assert_eq!(none.int8, default.int8);
         assert_eq!(none.int8_levels, default.int8_levels);
         assert_eq!(none.int8_smooth, default.int8_smooth);
+        assert_eq!(none.int8_keep, default.int8_keep);
         assert_eq!(none.cpu_kernel, default.cpu_kernel);
         assert_eq!(none.dit_backend, default.dit_backend);
         assert_eq!(none.vision_cache, default.vision_cache);

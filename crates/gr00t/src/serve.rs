@@ -115,7 +115,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
     let engine = Engine::load(&EngineOptions {
         checkpoint: checkpoint.clone(),
         tokenizer: opts.tokenizer.clone(),
-        device: opts.device,
+        device: opts.device.clone(),
         embodiments: opts.embodiments.clone(),
     })
     .map_err(ServeError::Load)?;

@@ -391,8 +391,9 @@ fn outlier_checkpoint(to: &Path) -> PathBuf {
 
 /// SmoothQuant (`--int8-smooth`) on the tiny checkpoint with injected activation outliers:
 /// the f32 answers are unchanged, plain int8 fails the gate in the LLM and in the vision tower,
-/// smoothed int8 (calibrated on the demo) passes; the calibration is kept for `serve`, which
-/// refuses `--int8-smooth` without one and says in `/info` that it smooths.
+/// smoothed int8 (calibrated on the demo) passes, and so does the LLM with the layers the
+/// outliers feed kept f32 (`--int8-keep`); the calibration is kept for `serve`, which refuses
+/// `--int8-smooth` without one and says in `/info` that it smooths.
 #[test]
 fn smoothing_passes_where_activation_outliers_fail_plain_int8() {
     let hub = cache("smooth");
@@ -450,6 +451,19 @@ fn smoothing_passes_where_activation_outliers_fail_plain_int8() {
             smooth["verdict"]["worst_pcc"]
         );
     }
+    // The other remedy: the layers the outlier norms feed kept f32, the rest of the LLM int8.
+    let kept = "q_proj,k_proj,v_proj,gate_proj,up_proj";
+    let (code, keep) = check(
+        &hub,
+        &ckpt,
+        &[
+            &["--dtype", "int8", "--int8", "llm", "--int8-keep", kept][..],
+            &obs,
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(0), "int8 llm but {kept} must pass: {keep}");
+    assert_eq!(keep["verdict"]["stages"], format!("llm+keep({kept})"));
     let calibrations = verdict_files(&hub)
         .into_iter()
         .filter(|p| p.to_string_lossy().contains("int8-calibration"))
@@ -465,6 +479,7 @@ fn smoothing_passes_where_activation_outliers_fail_plain_int8() {
     );
     let info = http_client::get(&server.http, "/info").unwrap().json();
     assert_eq!(info["int8_smooth"], true, "{info}");
+    assert_eq!(info["int8_keep"], serde_json::json!([]), "{info}");
     assert_eq!(info["int8_check"], "passed", "{info}");
     drop(server);
     std::fs::remove_dir_all(&hub).unwrap();

@@ -56,6 +56,7 @@ fn info() -> EngineInfo {
         int8_kernel: "none",
         int8_check: "none",
         int8_smooth: false,
+        int8_keep: Vec::new(),
         device: "cpu".into(),
         threads: 1,
         version: "test".into(),
