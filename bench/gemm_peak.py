@@ -11,8 +11,13 @@ With `--torch-bf16 --model-shapes` it times torch.nn.functional.linear (bf16 act
 weights, the way PyTorch eager runs the model's linears) on the model's linear shapes, the
 list of `crates/gr00t-model/examples/gemm_shapes.rs`, to set beside that example's figures.
 
+With `--torch-int8` it measures the int8 floor: the best rate of torch's int8 products on this
+machine, over square matrices and the model's shapes, each through `torch._int_mm` (s8·s8 → s32,
+oneDNN) and PyTorch's dynamic int8 linear (`quantized.linear_dynamic`: FBGEMM, the activations
+quantised per call as ours are); "best_gflops" is the best of them all (GOP/s, 2 per multiply-add).
+
 Usage: python3 gemm_peak.py [--threads N] [--sizes 1024,2048,3072,4096] [--reps 3] [--torch-bf16]
-                            [--model-shapes]
+                            [--model-shapes] [--torch-int8]
 """
 import argparse
 import json
@@ -50,7 +55,11 @@ def main():
     ap.add_argument("--torch-bf16", action="store_true", help="torch.matmul in bf16 instead of numpy fp32")
     ap.add_argument("--model-shapes", action="store_true",
                     help="with --torch-bf16: the model's linear shapes instead of squares")
+    ap.add_argument("--torch-int8", action="store_true",
+                    help="the int8 floor: torch._int_mm and the dynamic int8 linear")
     args = ap.parse_args()
+    if args.torch_int8:
+        return torch_int8(args)
     if args.torch_bf16:
         return torch_bf16(args)
     if args.threads:
@@ -130,6 +139,52 @@ def torch_bf16_shapes(args, torch):
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }))
 
+
+
+def torch_int8(args):
+    """The int8 floor: the best GOP/s of torch._int_mm and of the dynamic int8 linear, over the
+    square sizes and the model's shapes."""
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    engines = torch.backends.quantized.supported_engines
+    torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"
+    torch.manual_seed(0)
+    reps = max(args.reps, 5)
+
+    def int_mm(m, k, n):
+        a = torch.randint(-127, 128, (m, k), dtype=torch.int8)
+        b = torch.randint(-127, 128, (k, n), dtype=torch.int8)
+        try:
+            return 2.0 * m * k * n / best_seconds(lambda: torch._int_mm(a, b), reps) / 1e9
+        except (RuntimeError, NotImplementedError) as e:  # no CPU _int_mm in this build
+            print(f"torch._int_mm: {e}", file=sys.stderr)
+            return None
+
+    def dynamic_linear(m, k, n):
+        x = torch.randn(m, k)
+        w = torch.quantize_per_channel(torch.randn(n, k), torch.rand(n) * 0.02 + 0.01,
+                                       torch.zeros(n, dtype=torch.long), 0, torch.qint8)
+        packed = torch.ops.quantized.linear_prepack(w, None)
+        op = lambda: torch.ops.quantized.linear_dynamic(x, packed, True)
+        return 2.0 * m * k * n / best_seconds(op, reps) / 1e9
+
+    shapes = [(f"square {n}", n, n, n) for n in (int(s) for s in args.sizes.split(","))]
+    shapes += MODEL_SHAPES
+    rows = {}
+    for name, m, k, n in shapes:
+        rows[name] = {"m": m, "k": k, "n": n, "int_mm": int_mm(m, k, n),
+                      "linear_dynamic": dynamic_linear(m, k, n)}
+    rates = [r[op] for r in rows.values() for op in ("int_mm", "linear_dynamic") if r[op]]
+    print(json.dumps({
+        "best_gflops": max(rates),
+        "by_shape": rows,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "quantized_engine": torch.backends.quantized.engine,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }))
 
 if __name__ == "__main__":
     main()

@@ -5,6 +5,10 @@ ratios against the floor, the PyTorch eager peer and the issue's targets.
 With cold_bf16.json (`gr00t bench --dtype bf16`), a bf16 block: per-stage bf16 vs fp32 of the
 same run and the issue 16 targets.
 
+With cold_int8.json (`gr00t bench --dtype int8 --int8 all`), an int8 block: per stage against
+fp32, against the int8 floor (gemm_int8.json: the best of torch's int8 products) and the
+backbone against PyTorch's dynamic int8 peer (peer_int8.txt), with the issue 47 targets.
+
 With mem.json (bench/mem_peak.py) and the bench's `denoise_weight_gb`, the denoise's memory
 floor: the DiT weights its Euler steps stream (41 rows per product keep nothing in cache between
 steps) over the machine's read bandwidth, beside its GEMM floor.
@@ -135,7 +139,61 @@ def main():
     bf16_path = out / "cold_bf16.json"
     if bf16_path.exists():
         lines += bf16_block(out, cold, json.loads(bf16_path.read_text()))
+    int8_path = out / "cold_int8.json"
+    if int8_path.exists():
+        lines += int8_block(out, cold, json.loads(int8_path.read_text()))
     print("\n".join(lines))
+
+
+def int8_block(out, f32, int8):
+    """Cold requests with every stage int8 against fp32, the int8 floor and PyTorch's dynamic
+    int8 peer, all from this run."""
+    what = (f"int8 kernel {int8.get('int8_kernel', '?')} in {','.join(int8.get('int8_stages', []))}"
+            + (", smoothed" if int8.get("int8_smooth") else ""))
+    lines = ["", f"int8 ({what}; CPU kernel {int8.get('cpu_kernel', '?')}) against fp32, cold requests:", ""]
+    g = None
+    gemm_path = out / "gemm_int8.json"
+    if gemm_path.exists():
+        g = json.loads(gemm_path.read_text())
+    lines += ["| stage | fp32 median ms | int8 median ms | int8 / fp32 | GOP/s | int8 floor ms | × floor |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    checks = []
+    for s in STAGES + ["backbone", "total"]:
+        if s == "total":
+            a, b = f32["total_ms"], int8["total_ms"]
+            gop = sum(int8["stages"][t]["gflop"] for t in STAGES)
+        elif s == "backbone":
+            a = sum(f32["stages"][t]["median_ms"] for t in ("vision", "llm"))
+            b = sum(int8["stages"][t]["median_ms"] for t in ("vision", "llm"))
+            gop = sum(int8["stages"][t]["gflop"] for t in ("vision", "llm"))
+        else:
+            a, b, gop = f32["stages"][s]["median_ms"], int8["stages"][s]["median_ms"], int8["stages"][s]["gflop"]
+        rate = f"{gop / b * 1e3:.0f}" if gop > 0 and b > 0 else "-"
+        ratio = f"{b / a:.2f}" if a > 0 else "-"
+        if g and gop > 0:
+            floor = gop / g["best_gflops"] * 1e3
+            lines.append(f"| {s} | {a:.1f} | {b:.1f} | {ratio} | {rate} | {floor:.1f} | {b / floor:.2f} |")
+            if s in ("vision", "llm", "adapter", "denoise"):
+                checks.append((f"int8 {s} ≤ 1.3 × the int8 floor", b / floor, 1.3))
+        else:
+            lines.append(f"| {s} | {a:.1f} | {b:.1f} | {ratio} | {rate} | - | - |")
+    if g:
+        lines.append("")
+        lines.append(f"Best int8 product: {g['best_gflops']:.0f} GOP/s (torch {g.get('torch')}, "
+                     f"{g.get('quantized_engine')}, {g.get('cpu_capability')}, {g.get('threads')} threads; "
+                     "the best of torch._int_mm and quantized.linear_dynamic over squares and the model's shapes)")
+    pi = peer(out, "peer_int8.txt")
+    if pi:
+        bb = sum(int8["stages"][t]["median_ms"] for t in ("vision", "llm"))
+        lines.append(f"PyTorch eager dynamic int8 peer ({pi['threads']} threads): vision {pi['vision']:.0f} ms, "
+                     f"llm {pi['llm']:.0f} ms, backbone {pi['backbone']:.0f} ms; ours {bb:.0f} ms "
+                     f"({bb / pi['backbone']:.2f}×)")
+        checks.insert(0, ("int8 backbone ≤ 0.7 × PyTorch's dynamic int8", bb / pi["backbone"], 0.7))
+    lines += ["", f"int8 peak RSS {int8['peak_rss_mb']:.0f} MB (fp32 {f32['peak_rss_mb']:.0f} MB)",
+              "", "Targets (issue 47):"]
+    for what, value, bound in checks:
+        lines.append(f"- {what}: {value:.2f} ({'met' if value <= bound else 'NOT met'})")
+    return lines
 
 
 def bf16_block(out, f32, bf16):

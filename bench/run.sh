@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# CPU performance run, all in one go on one machine: the best fp32 GEMM rate (numpy/OpenBLAS) and
-# bf16 GEMM rate (torch/oneDNN), the memory read bandwidth (the denoise's weight stream), the PyTorch eager peer of our backbone in fp32 and bf16
-# (torch_backbone_peer.py), and `gr00t bench` (cold
-# requests, then the control loop, then cold requests with --dtype bf16), then a report with per-stage GFLOP/s, GEMM-bound floors and
-# ratios (bench/report.py). Everything uses the same thread count.
+# CPU performance run, all in one go on one machine: the best fp32 GEMM rate (numpy/OpenBLAS),
+# bf16 GEMM rate (torch/oneDNN) and int8 rate (torch._int_mm and FBGEMM's dynamic int8 linear),
+# the memory read bandwidth (the denoise's weight stream), the PyTorch eager peer of our backbone
+# in fp32, bf16 and dynamic int8 (torch_backbone_peer.py), and `gr00t bench` (cold requests, then
+# the control loop, then cold requests with --dtype bf16 and with --dtype int8 --int8 all), then
+# a report with per-stage GFLOP/s, GEMM-bound floors and ratios (bench/report.py). Everything
+# uses the same thread count.
 #
 # Usage: bench/run.sh CHECKPOINT_DIR [OUT_DIR]
 #   CHECKPOINT_DIR  a full-size checkpoint (`gr00t synth-checkpoint --size full --out DIR` makes
@@ -79,6 +81,14 @@ if [[ "${SKIP_PEER:-0}" != 1 && "$bf16_units" == 1 ]]; then
         --dtype bfloat16 | tee "$out/peer_bf16.txt" >&2
 fi
 
+if [[ "${SKIP_PEER:-0}" != 1 ]]; then
+    echo "== int8 GEMM peak (torch._int_mm, quantized.linear_dynamic)" >&2
+    "$py" "$here/gemm_peak.py" --torch-int8 --sizes 2048,4096 --threads "$threads" > "$out/gemm_int8.json"
+    echo "== PyTorch eager peer, dynamic int8" >&2
+    flock "$lock" "$py" "$here/torch_backbone_peer.py" --runs "$runs" --threads "$threads" \
+        --dtype int8 | tee "$out/peer_int8.txt" >&2
+fi
+
 echo "== gr00t bench: cold requests" >&2
 RAYON_NUM_THREADS="$threads" flock "$lock" "$GR00T_BIN" bench --checkpoint "$ckpt" \
     --runs "$runs" --json > "$out/cold.json"
@@ -88,6 +98,9 @@ RAYON_NUM_THREADS="$threads" flock "$lock" "$GR00T_BIN" bench --checkpoint "$ckp
 echo "== gr00t bench: cold requests, --dtype bf16" >&2
 RAYON_NUM_THREADS="$threads" flock "$lock" "$GR00T_BIN" bench --checkpoint "$ckpt" \
     --dtype bf16 --runs "$runs" --json > "$out/cold_bf16.json"
+echo "== gr00t bench: cold requests, --dtype int8 --int8 all" >&2
+RAYON_NUM_THREADS="$threads" flock "$lock" "$GR00T_BIN" bench --checkpoint "$ckpt" \
+    --dtype int8 --int8 all --runs "$runs" --json > "$out/cold_int8.json"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
 
 "$py" "$here/report.py" "$out" | tee "$out/report.md"
