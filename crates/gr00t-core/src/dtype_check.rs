@@ -27,6 +27,9 @@ pub const GATE: Gate = Gate {
 pub struct GroupCheck {
     /// The observation (file name or `demo`).
     pub case: String,
+    /// The embodiment that answered it (empty where the caller did not say).
+    #[serde(default)]
+    pub embodiment: String,
     /// The action key.
     pub group: String,
     /// Pearson correlation over the chunk (1 when both are constant and equal within the gate).
@@ -115,6 +118,7 @@ pub fn check_group(case: &str, group: &str, want: &[f32], ours: &[f32], gate: Ga
     }
     GroupCheck {
         case: case.to_string(),
+        embodiment: String::new(),
         group: group.to_string(),
         pcc,
         max_abs,
@@ -324,6 +328,7 @@ mod tests {
         // A broken group (NaN PCC) is remembered as a failure, not forgotten.
         let broken = GroupCheck {
             case: "c".into(),
+            embodiment: String::new(),
             group: "arm".into(),
             pcc: f64::NAN,
             max_abs: f64::NAN,
@@ -334,6 +339,28 @@ mod tests {
         save_verdict(&dir, &v).unwrap();
         let back = load_verdict(&dir, "d3", "int8", "dit").expect("a failed verdict loads");
         assert!(!back.passed && back.worst_pcc.is_nan() && back.worst_rel.is_nan());
+        // Smoothing and kept layers are other verdicts of the same stages.
+        let keep = vec!["k_proj".to_string(), "v_proj".to_string()];
+        assert_eq!(int8_variant("llm", &[], false), "llm");
+        assert_eq!(int8_variant("llm", &[], true), "llm+smooth");
+        assert_eq!(
+            int8_variant("llm,dit", &keep, true),
+            "llm,dit+keep(k_proj,v_proj)+smooth"
+        );
+        let smoothed = Verdict::of(&[], 1, "d3", "int8", &int8_variant("dit", &[], true));
+        save_verdict(&dir, &smoothed).unwrap();
+        assert!(!load_verdict(&dir, "d3", "int8", "dit")
+            .unwrap()
+            .stages
+            .contains("smooth"));
+        assert_eq!(
+            load_verdict(&dir, "d3", "int8", "dit+smooth").map(|v| v.stages),
+            Some("dit+smooth".to_string())
+        );
+        assert_eq!(
+            load_verdict(&dir, "d3", "int8", &int8_variant("dit", &keep, false)),
+            None
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

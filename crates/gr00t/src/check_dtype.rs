@@ -208,7 +208,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
     let checks: Vec<GroupCheck> = observations
         .iter()
         .zip(reference.iter().zip(&got))
-        .flat_map(|(o, (r, g))| dtype_check::compare_groups(&o.name, &r.actions, &g.actions, GATE))
+        .flat_map(|(o, (r, g))| groups(o, r, g))
         .collect();
     let verdict = Verdict::of(
         &checks,
@@ -245,9 +245,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
             let checks: Vec<GroupCheck> = observations
                 .iter()
                 .zip(reference.iter().zip(&got))
-                .flat_map(|(o, (r, g))| {
-                    dtype_check::compare_groups(&o.name, &r.actions, &g.actions, GATE)
-                })
+                .flat_map(|(o, (r, g))| groups(o, r, g))
                 .collect();
             let variant = dtype_check::int8_variant(name, &opts.device.int8_keep, smooth);
             let v = Verdict::of(&checks, observations.len(), &digest, "int8", &variant);
@@ -273,6 +271,16 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
         }
     }
     Ok(if verdict.passed { 0 } else { 1 })
+}
+
+/// Each action group of observation `o`: `got` against the f32 `reference`, named by the
+/// embodiment that answered.
+fn groups(o: &Observation, reference: &PredictResponse, got: &PredictResponse) -> Vec<GroupCheck> {
+    let mut checks = dtype_check::compare_groups(&o.name, &reference.actions, &got.actions, GATE);
+    for c in &mut checks {
+        c.embodiment.clone_from(&reference.embodiment);
+    }
+    checks
 }
 
 /// Every observation through `engine`, advancing `bar`.
@@ -349,15 +357,24 @@ fn read_observations(path: &Path) -> Result<Vec<Observation>, CheckError> {
 /// The groups, worst first, and the verdict.
 fn print_table(checks: &[GroupCheck], verdict: &Verdict, kernel: &str, file: &Path) {
     println!(
-        "{:28} {:24} {:>12} {:>11} {:>11} {:>9}  gate: PCC ≥ {}, max|Δ| ≤ {}·max|ref|",
-        "observation", "group", "PCC", "max|Δ|", "max|ref|", "rel", GATE.min_pcc, GATE.max_rel
+        "{:28} {:28} {:24} {:>12} {:>11} {:>11} {:>9}  gate: PCC ≥ {}, max|Δ| ≤ {}·max|ref|",
+        "observation",
+        "embodiment",
+        "group",
+        "PCC",
+        "max|Δ|",
+        "max|ref|",
+        "rel",
+        GATE.min_pcc,
+        GATE.max_rel
     );
     let mut sorted: Vec<&GroupCheck> = checks.iter().collect();
     sorted.sort_by(|a, b| b.rel().total_cmp(&a.rel()));
     for c in sorted {
         println!(
-            "{:28} {:24} {:>12.8} {:>11.3e} {:>11.3e} {:>9.2e}  {}",
+            "{:28} {:28} {:24} {:>12.8} {:>11.3e} {:>11.3e} {:>9.2e}  {}",
             c.case,
+            c.embodiment,
             c.group,
             c.pcc,
             c.max_abs,

@@ -245,6 +245,24 @@ fn a_folder_of_requests_is_read_and_bad_input_is_refused() {
         report["verdict"]["observations"], 3,
         "the demo and two files"
     );
+    // Each group names the embodiment that answered its observation.
+    let answered = |case: &str| -> Vec<String> {
+        let checks = report["checks"].as_array().unwrap();
+        let of_case = checks.iter().filter(|c| c["case"] == case);
+        of_case
+            .map(|c| c["embodiment"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let google = answered("case_simpler_env_google_1.json");
+    let new = answered("case_new_embodiment_1.json");
+    assert!(
+        !google.is_empty() && google.iter().all(|e| e == "simpler_env_google"),
+        "{google:?}"
+    );
+    assert!(
+        !new.is_empty() && new.iter().all(|e| e == "new_embodiment"),
+        "{new:?}"
+    );
 
     let ckpt = multi.to_str().unwrap();
     let run = |args: &[&str]| {
