@@ -31,7 +31,7 @@ use super::out_ptr::{split, OutPtr};
 pub use pack::PackedI8;
 use pack::NP;
 pub use quant::LEVELS;
-use quant::{quantize_rows, Encoding, QuantRows};
+use quant::{quantize_scaled_rows, Encoding, QuantRows};
 
 /// An int8 GEMM kernel, in increasing order of speed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -206,15 +206,15 @@ pub fn matmul(
     let kernel = kernel.for_width(k);
     let (row_multiple, gap) = kernel.row_layout();
     // A smoothed weight takes its activations divided per channel by SmoothQuant's factors.
-    let smoothed: Vec<f32>;
-    let a = match w.input_scale() {
-        Some(scale) => {
-            smoothed = scaled_columns(a, k, scale);
-            &smoothed
-        }
-        None => a,
-    };
-    let q = quantize_rows(a, m, k, kernel.encoding(), row_multiple, gap);
+    let q = quantize_scaled_rows(
+        a,
+        m,
+        k,
+        w.input_scale(),
+        kernel.encoding(),
+        row_multiple,
+        gap,
+    );
     // SAFETY: the kernel runs here (checked above); each part writes exactly its rows ×
     // columns of the m·n output.
     let out = unsafe {
@@ -223,26 +223,6 @@ pub fn matmul(
         })
     };
     Some(out)
-}
-
-/// `a` `[m, k]` with column j multiplied by `scale[j]` (rows in parallel when large).
-fn scaled_columns(a: &[f32], k: usize, scale: &[f32]) -> Vec<f32> {
-    use rayon::prelude::*;
-    let mut out = vec![0f32; a.len()];
-    if k == 0 {
-        return out;
-    }
-    let rows = (1usize << 14).div_ceil(k) * k;
-    out.par_chunks_mut(rows)
-        .zip(a.par_chunks(rows))
-        .for_each(|(o, a)| {
-            for (o, a) in o.chunks_exact_mut(k).zip(a.chunks_exact(k)) {
-                for ((o, &v), &s) in o.iter_mut().zip(a).zip(scale) {
-                    *o = v * s;
-                }
-            }
-        });
-    out
 }
 
 /// Rows × columns of the product into `dst` (row 0, column 0 of the output, row stride `ldc`):

@@ -41,10 +41,25 @@ impl QuantRows {
 /// Quantises the rows of `a` `[m, k]`: `q = round_ties_even(x·127/max|x_i|)`, scale
 /// `max|x_i|/127` (see [`row_scale`]), stored in `encoding`, the rows padded to a multiple of
 /// `row_multiple` and `gap` bytes apart past their k (padded to 4).
+#[cfg(test)]
 pub(crate) fn quantize_rows(
     a: &[f32],
     m: usize,
     k: usize,
+    encoding: Encoding,
+    row_multiple: usize,
+    gap: usize,
+) -> QuantRows {
+    quantize_scaled_rows(a, m, k, None, encoding, row_multiple, gap)
+}
+
+/// [`quantize_rows`] of `a` with column j multiplied by `col_scale[j]` first (SmoothQuant's
+/// `1/s_j`), each row scaled into a buffer of one row that stays in the L1.
+pub(crate) fn quantize_scaled_rows(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    col_scale: Option<&[f32]>,
     encoding: Encoding,
     row_multiple: usize,
     gap: usize,
@@ -76,11 +91,21 @@ pub(crate) fn quantize_rows(
         if r0 >= m {
             return;
         }
+        let mut scaled = vec![0f32; if col_scale.is_some() { k } else { 0 }];
         for (i, (out, row)) in part
             .chunks_exact_mut(ld)
             .zip(a[r0 * k..].chunks(k))
             .enumerate()
         {
+            let row = match col_scale {
+                Some(c) => {
+                    for ((d, &x), &c) in scaled.iter_mut().zip(row).zip(c) {
+                        *d = x * c;
+                    }
+                    &scaled[..]
+                }
+                None => row,
+            };
             let (s, inv) = row_scale(row, LEVELS);
             // SAFETY: row r0 + i < m is this task's own; nothing else writes its scale.
             unsafe { *scale_at.add(r0 + i) = s };
