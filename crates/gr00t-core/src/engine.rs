@@ -199,7 +199,15 @@ impl Engine {
                 kernel.for_f32(),
                 choice.reason
             ),
-            p => tracing::info!("precision {}: {}", p.name(), choice.reason),
+            p => {
+                tracing::info!("precision {}: {}", p.name(), choice.reason);
+                if smooth || !opts.device.int8_keep.is_empty() {
+                    tracing::warn!(
+                        "--int8-smooth and --int8-keep shape int8 layers only: ignored under {}",
+                        p.name()
+                    );
+                }
+            }
         }
         if int8_check != "passed" && int8_check != "none" {
             tracing::warn!(
@@ -490,8 +498,8 @@ fn load_calibration(
     let file = dtype_check::calibration_file(dir, digest);
     if !file.exists() {
         return Err(LoadError::Calibration(format!(
-            "--int8-smooth needs this checkpoint's calibration, which {} lacks: run `gr00t \
-             check-dtype --checkpoint {} --dtype int8 --int8-smooth` first",
+            "--int8-smooth needs this checkpoint's calibration ({}), which is missing: run \
+             `gr00t check-dtype --checkpoint {} --dtype int8 --int8-smooth` first",
             file.display(),
             checkpoint.display()
         )));

@@ -205,11 +205,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
     let got = answers(&engine, &observations, &bar)?;
     bar.finish_and_clear();
 
-    let checks: Vec<GroupCheck> = observations
-        .iter()
-        .zip(reference.iter().zip(&got))
-        .flat_map(|(o, (r, g))| groups(o, r, g))
-        .collect();
+    let checks = groups(&observations, &reference, &got);
     let verdict = Verdict::of(
         &checks,
         observations.len(),
@@ -242,11 +238,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
             let engine = engine_in(dtype, Some(Int8Stages::only(stage)))?;
             bar.set_message(format!("int8 {name}"));
             let got = answers(&engine, &observations, &bar)?;
-            let checks: Vec<GroupCheck> = observations
-                .iter()
-                .zip(reference.iter().zip(&got))
-                .flat_map(|(o, (r, g))| groups(o, r, g))
-                .collect();
+            let checks = groups(&observations, &reference, &got);
             let variant = dtype_check::int8_variant(name, &opts.device.int8_keep, smooth);
             let v = Verdict::of(&checks, observations.len(), &digest, "int8", &variant);
             save(&v)?;
@@ -273,12 +265,19 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
     Ok(if verdict.passed { 0 } else { 1 })
 }
 
-/// Each action group of observation `o`: `got` against the f32 `reference`, named by the
+/// Each action group of each observation: `got` against the f32 `reference`, named by the
 /// embodiment that answered.
-fn groups(o: &Observation, reference: &PredictResponse, got: &PredictResponse) -> Vec<GroupCheck> {
-    let mut checks = dtype_check::compare_groups(&o.name, &reference.actions, &got.actions, GATE);
-    for c in &mut checks {
-        c.embodiment.clone_from(&reference.embodiment);
+fn groups(
+    observations: &[Observation],
+    reference: &[PredictResponse],
+    got: &[PredictResponse],
+) -> Vec<GroupCheck> {
+    let mut checks = Vec::new();
+    for (o, (r, g)) in observations.iter().zip(reference.iter().zip(got)) {
+        for mut c in dtype_check::compare_groups(&o.name, &r.actions, &g.actions, GATE) {
+            c.embodiment.clone_from(&r.embodiment);
+            checks.push(c);
+        }
     }
     checks
 }
