@@ -209,21 +209,6 @@ impl Engine {
                 }
             }
         }
-        if int8_check != "passed" && int8_check != "none" {
-            tracing::warn!(
-                "--dtype int8: the accuracy check has {} for this checkpoint (digest {}): run \
-                 `gr00t check-dtype --checkpoint {} --dtype int8{}` on your own observations \
-                 before a robot acts on int8 actions",
-                if int8_check == "failed" {
-                    "FAILED"
-                } else {
-                    "not been run"
-                },
-                &digest[..digest.len().min(12)],
-                opts.checkpoint.display(),
-                if smooth { " --int8-smooth" } else { "" }
-            );
-        }
         for p in &embodiments {
             let s = p.spec();
             tracing::info!(

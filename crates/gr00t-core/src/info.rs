@@ -63,6 +63,31 @@ pub struct EngineInfo {
 }
 
 impl EngineInfo {
+    /// Under int8 without a passed `check-dtype` for what is served: the warning a robot's
+    /// operator must see at start (`serve`, `predict`; `check-dtype` itself does not say it).
+    pub fn int8_check_warning(&self) -> Option<String> {
+        if self.int8_check == "passed" || self.int8_check == "none" {
+            return None;
+        }
+        Some(format!(
+            "--dtype int8: the accuracy check has {} for this checkpoint (digest {}): run `gr00t \
+             check-dtype --checkpoint {} --dtype int8{}` on your own observations before a \
+             robot acts on int8 actions",
+            if self.int8_check == "failed" {
+                "FAILED"
+            } else {
+                "not been run"
+            },
+            &self.checkpoint_digest[..self.checkpoint_digest.len().min(12)],
+            self.checkpoint,
+            if self.int8_smooth {
+                " --int8-smooth"
+            } else {
+                ""
+            }
+        ))
+    }
+
     /// The kernels that multiply: the f32/bf16 one, and under int8 the int8 one and its stages
     /// (`avx512 + int8 avx512vnni in adapter,dit`), for the start-up log and `gr00t bench`.
     pub fn kernels(&self) -> String {

@@ -412,6 +412,9 @@ fn predict(
     if engine.info().synthetic_weights {
         tracing::warn!("SYNTHETIC checkpoint: pseudo-random weights, the actions mean nothing");
     }
+    if let Some(warning) = engine.info().int8_check_warning() {
+        tracing::warn!("{warning}");
+    }
     match crate::doors::http::body::predict_body(&engine, &body) {
         Ok(resp) => {
             let body = crate::doors::http::reply::PredictBody::from(&resp);

@@ -135,6 +135,9 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
     if info.synthetic_weights {
         warn_synthetic(&info);
     }
+    if let Some(warning) = info.int8_check_warning() {
+        tracing::warn!("{warning}");
+    }
     warm_up(&engine, &info)?;
     // Clients' frames only: the warm-up's shipped demo frames are ours.
     gr00t_embodiment::image::decode::set_max_pixels(opts.connections.max_image_pixels);
