@@ -82,6 +82,22 @@ fn int8_passes_then_auto_picks_it_and_a_broken_quantisation_fails() {
         "{info}"
     );
     drop(server);
+    let server = Server::start_with_env(
+        &tiny,
+        0,
+        &["--dtype", "int8"],
+        &[("HF_HUB_CACHE", hub.to_str().unwrap())],
+    );
+    assert_eq!(
+        http_client::get(&server.http, "/info").unwrap().json()["int8_check"],
+        "not run"
+    );
+    assert!(
+        server.log_text().contains("has not been run"),
+        "{}",
+        server.log_text()
+    );
+    drop(server);
 
     // The demo plus case1 through f32 and int8: every group within the gate.
     let (code, report) = check(
