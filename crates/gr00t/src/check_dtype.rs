@@ -92,10 +92,12 @@ pub enum CheckError {
 /// What is wrong with an observation folder.
 #[derive(Debug, thiserror::Error)]
 pub enum ObservationsError {
-    /// A LeRobot / GR00T-format dataset folder (not read yet).
+    /// A LeRobot / GR00T-format dataset folder: its episodes become bodies with a tool.
     #[error(
         "a LeRobot / GR00T dataset folder (meta/info.json); check-dtype reads /predict request \
-         bodies (*.json, as `gr00t predict --request` takes them), not episodes yet"
+         bodies (*.json, as `gr00t predict --request` takes them): turn an episode into them \
+         with `python3 tools/episode_requests.py DATASET --checkpoint DIR --embodiment TAG \
+         --out DIR` and give that folder"
     )]
     Dataset,
     /// No `*.json` file in it.

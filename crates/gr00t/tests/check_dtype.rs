@@ -298,7 +298,10 @@ fn a_folder_of_requests_is_read_and_bad_input_is_refused() {
     std::fs::write(dir.join("meta").join("info.json"), "{}").unwrap();
     let (code, stderr) = run(&["--dtype", "int8", "--observations", dir.to_str().unwrap()]);
     assert_eq!(code, Some(2));
-    assert!(stderr.contains("LeRobot"), "{stderr}");
+    assert!(
+        stderr.contains("LeRobot") && stderr.contains("tools/episode_requests.py"),
+        "{stderr}"
+    );
     let bad = hub.join("bad.json");
     std::fs::write(&bad, r#"{"state": {}}"#).unwrap();
     let (code, stderr) = run(&["--dtype", "int8", "--observations", bad.to_str().unwrap()]);
