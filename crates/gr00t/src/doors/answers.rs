@@ -3,7 +3,9 @@
 //! (`gr00t_stage_duration_seconds`); the HTTP door's `/metrics` renders them. A module of its
 //! own so that the doors share it without importing one another.
 
-use crate::doors::request_line::{PredictFields, RequestId, RequestLine};
+use crate::doors::request_line::{
+    request_span, PredictFields, RequestId, RequestLine, TraceParent,
+};
 use gr00t_core::layouts::Layouts;
 use gr00t_core::response::{PredictResponse, TimingMs};
 use gr00t_core::InferError;
@@ -395,6 +397,31 @@ impl Answers {
     /// a fresh request id shared by the message's lines.
     pub fn record(&self, door: Door, what: &str, ms: f64, answered: Answered<'_>) {
         self.record_as(&RequestId::generate(), door, what, ms, answered);
+    }
+
+    /// Runs one message's `work` on `door` under a request span of its own (a child of the
+    /// client's `parent` span), then records what `answered` says of its result (nothing for
+    /// `None`: no prediction was asked of the engine), counted, timed and logged inside the
+    /// span so that the log line carries its fields, as every door's messages are.
+    pub async fn answer_in_span<R>(
+        &self,
+        door: Door,
+        what: &str,
+        parent: Option<TraceParent>,
+        work: impl std::future::Future<Output = R>,
+        answered: impl for<'a> FnOnce(&'a R) -> Option<Answered<'a>>,
+    ) -> R {
+        use tracing::Instrument;
+        let t0 = std::time::Instant::now();
+        let id = RequestId::generate();
+        let span = request_span(door.name(), &id, parent);
+        let result = work.instrument(span.clone()).await;
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let _in_request = span.enter();
+        if let Some(a) = answered(&result) {
+            self.record_as(&id, door, what, ms, a);
+        }
+        result
     }
 
     /// [`Self::record`] of the message whose request span

@@ -10,15 +10,12 @@
 use super::robots::{Reassembly, Refusal, Robots};
 use crate::doors::answers::{Answered, Answers, Door, Outcome};
 use crate::doors::connections::{ConnInfo, ConnState};
-use crate::doors::request_line::{request_span, RequestId};
 use gr00t_core::response::PredictResponse;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Instant;
 use tonic::codegen::{http, Body, BoxFuture, Context, Poll, Service, StdError};
 use tonic::server::{ClientStreamingService, Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status, Streaming};
-use tracing::Instrument;
 
 /// `transport.Empty`.
 #[derive(Clone, Copy, PartialEq, prost::Message)]
@@ -99,27 +96,19 @@ impl AsyncInference {
         what: &str,
         work: impl std::future::Future<Output = Result<(T, Option<PredictResponse>), Refusal>>,
     ) -> Result<T, Status> {
-        let t0 = Instant::now();
-        let id = RequestId::generate();
-        let span = request_span("lerobot", &id, None);
-        let result = work.instrument(span.clone()).await;
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
-        let _in_request = span.enter();
-        match result {
-            Ok((value, Some(response))) => {
-                let served = Answered::Served(std::slice::from_ref(&response));
-                self.answers.record_as(&id, Door::LeRobot, what, ms, served);
-                Ok(value)
-            }
-            Ok((value, None)) => Ok(value),
-            Err(r) => {
-                let message = r.to_string();
-                let refused = Answered::Refused(outcome(&r), &message);
-                self.answers
-                    .record_as(&id, Door::LeRobot, what, ms, refused);
-                Err(status(r))
-            }
-        }
+        // The refusal's text, written once for the log line and kept for the status.
+        let work = async { work.await.map_err(|r| (r.to_string(), r)) };
+        let result = self
+            .answers
+            .answer_in_span(Door::LeRobot, what, None, work, |r| match r {
+                Ok((_, response)) => response
+                    .as_ref()
+                    .map(std::slice::from_ref)
+                    .map(Answered::Served),
+                Err((message, r)) => Some(Answered::Refused(outcome(r), message)),
+            })
+            .await;
+        result.map(|(value, _)| value).map_err(|(_, r)| status(r))
     }
 
     /// The caller's connection, once its token (if one is set) is checked.

@@ -27,7 +27,7 @@ pub use vllm_omni::metadata as vllm_omni_metadata;
 use super::answers::{Answered, Answers, Door, Outcome};
 use super::browser::{BrowserRules, Verdict};
 use super::connections::{within, ConnInfo, ConnState};
-use super::request_line::{request_span, RequestId, TraceParent};
+use super::request_line::TraceParent;
 use super::wire::error::WireError;
 use super::wire::schema::Schema;
 use super::Stop;
@@ -42,7 +42,6 @@ use gr00t_core::response::PredictResponse;
 use gr00t_core::{InferError, Queue};
 use std::sync::Arc;
 use std::time::Instant;
-use tracing::Instrument;
 
 /// vLLM-Omni's route for openpi-style robot policies.
 pub const VLLM_OMNI_PATH: &str = "/v1/realtime/robot/openpi";
@@ -141,27 +140,14 @@ async fn recorded<T>(
     parent: Option<TraceParent>,
     answer: impl std::future::Future<Output = Answer<T>>,
 ) -> Result<T, Refusal> {
-    let t0 = Instant::now();
-    let id = RequestId::generate();
-    let span = request_span("ws", &id, parent);
-    let answer = answer.instrument(span.clone()).await;
-    let ms = t0.elapsed().as_secs_f64() * 1e3;
-    // The log line carries the span's fields.
-    let _in_request = span.enter();
-    match answer {
-        Ok((reply, responses)) => {
-            if let Some(responses) = responses {
-                ctx.answers
-                    .record_as(&id, Door::Ws, what, ms, Answered::Served(&responses));
-            }
-            Ok(reply)
-        }
-        Err(r) => {
-            let refused = Answered::Refused(r.outcome.clone(), &r.message);
-            ctx.answers.record_as(&id, Door::Ws, what, ms, refused);
-            Err(r)
-        }
-    }
+    let answer = ctx
+        .answers
+        .answer_in_span(Door::Ws, what, parent, answer, |a| match a {
+            Ok((_, responses)) => responses.as_deref().map(Answered::Served),
+            Err(r) => Some(Answered::Refused(r.outcome.clone(), &r.message)),
+        })
+        .await;
+    answer.map(|(reply, _)| reply)
 }
 
 /// The dialect of one connection, with its per-connection state.

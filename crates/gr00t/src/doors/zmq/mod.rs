@@ -19,7 +19,6 @@ pub mod zmtp;
 
 use super::answers::{Answered, Answers, Door, Outcome};
 use super::connections::{within, BodyPace, GuardedStream, LimitedListener};
-use super::request_line::{request_span, RequestId};
 use super::wire::error::WireError;
 use super::wire::msgpack_numpy::{find_refused_payload, get, pack, str_map, type_name, unpack_ref};
 use super::wire::observation::parse;
@@ -36,7 +35,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
-use tracing::Instrument;
 
 /// What the ZMQ endpoint needs.
 pub struct ZmqContext {
@@ -394,28 +392,19 @@ async fn get_action(
     obs: Option<&ValueRef<'_>>,
     options: Option<&ValueRef<'_>>,
 ) -> Value {
-    let t0 = Instant::now();
-    let id = RequestId::generate();
-    let span = request_span("zmq", &id, None);
-    let answer = answer_action(ctx, obs, options)
-        .instrument(span.clone())
+    let work = answer_action(ctx, obs, options);
+    let answer = ctx
+        .answers
+        .answer_in_span(Door::Zmq, "get_action", None, work, |a| {
+            Some(match a {
+                Ok((_, responses)) => Answered::Served(responses),
+                Err((outcome, message)) => Answered::Refused(outcome.clone(), message),
+            })
+        })
         .await;
-    let ms = t0.elapsed().as_secs_f64() * 1e3;
-    // The log line carries the span's fields.
-    let _in_request = span.enter();
-    let record = |answered| {
-        ctx.answers
-            .record_as(&id, Door::Zmq, "get_action", ms, answered)
-    };
     match answer {
-        Ok((reply, responses)) => {
-            record(Answered::Served(&responses));
-            reply
-        }
-        Err((outcome, message)) => {
-            record(Answered::Refused(outcome, &message));
-            error(message)
-        }
+        Ok((reply, _)) => reply,
+        Err((_, message)) => error(message),
     }
 }
 
