@@ -285,6 +285,24 @@ pub(crate) fn products_for(vb: &VarBuilder) -> Products {
     }
 }
 
+/// The products of the CPU attention of a vision or LLM layer loaded from `vb` now:
+/// [`products_for`]'s, except that in an int8 stage the attention (scores and values, which
+/// stay activations by activations) takes bf16 operands where the CPU multiplies them faster
+/// than f32 (`vdpbf16ps` or AMX under the selected kernel), and f32 elsewhere. The action
+/// head's attention (41 queries) keeps [`products_for`]'s: too short to pay for the rounding.
+pub(crate) fn attention_products_for(vb: &VarBuilder) -> Products {
+    match LOAD_PRODUCTS.with(Cell::get) {
+        Products::Int8 if vb.dtype() == DType::F32 && vb.device().is_cpu() => {
+            if crate::nn::cpu_attention::bf16_unit() {
+                Products::Bf16
+            } else {
+                Products::F32
+            }
+        }
+        _ => products_for(vb),
+    }
+}
+
 /// A small layer with its `[out, in]` weight and bias in the VarBuilder's dtype, multiplied
 /// exactly as candle's `nn.Linear` for f32 products; for bf16 products the weight is kept bf16
 /// and the layer computes as [`linear`]'s do.
@@ -653,9 +671,14 @@ fn slab_rows(m: usize, n: usize, threads: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{matmul_bf16_with, slab_rows, CpuKernel, Linear, PackLayout, Products};
+    use super::{
+        attention_products_for, loading_with, matmul_bf16_with, slab_rows, CpuKernel, Linear,
+        PackLayout, Products,
+    };
     use crate::gemm::checks::{self, Operands};
+    use candle_core::DType;
     use candle_core::{Device, Module, Tensor};
+    use candle_nn::VarBuilder;
     use half::bf16;
 
     /// Random operands from `rnd` and the `[m, k]` input, `[n, k]` weight and `[n]` bias
@@ -672,6 +695,23 @@ mod tests {
             Tensor::from_slice(&b, n, &dev).unwrap(),
         ];
         ((x, w, b), tensors)
+    }
+
+    #[test]
+    fn int8_stages_take_bf16_attention_only_where_a_bf16_unit_runs_it() {
+        let cpu = candle_core::Device::Cpu;
+        let vb = VarBuilder::zeros(DType::F32, &cpu);
+        let under = |p| loading_with(p, || attention_products_for(&vb));
+        assert_eq!(under(Products::F32), Products::F32);
+        assert_eq!(under(Products::Bf16), Products::Bf16);
+        let unit = super::cpu_kernel::current() >= CpuKernel::Avx512Bf16
+            && crate::gemm::avx512bf16::available();
+        let want = if unit { Products::Bf16 } else { Products::F32 };
+        assert_eq!(under(Products::Int8), want);
+        // bf16 activations (a GPU-style load) keep the module's own choice.
+        let vb16 = VarBuilder::zeros(DType::BF16, &cpu);
+        let got = loading_with(Products::Int8, || attention_products_for(&vb16));
+        assert_eq!(got, Products::F32);
     }
 
     #[test]

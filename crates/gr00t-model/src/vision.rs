@@ -5,7 +5,7 @@
 use crate::config::VisionConfig;
 use crate::cpu_math::gelu_tanh;
 use crate::error::{Error, Result};
-use crate::linear::{products_for, Linear, Products};
+use crate::linear::{attention_products_for, Linear, Products};
 use crate::nn::{apply_rope, attention, linear, LayerNorm, Mask};
 use crate::taps::Recorder;
 use crate::weights::COMPACT;
@@ -327,8 +327,8 @@ pub struct VisionBlock {
     num_heads: usize,
     head_dim: usize,
     gelu_tanh: bool,
-    /// The products the block was loaded for (its attention's too).
-    products: Products,
+    /// The precision of its attention's products.
+    attention_products: Products,
 }
 
 impl VisionBlock {
@@ -353,7 +353,7 @@ impl VisionBlock {
             num_heads: cfg.num_heads,
             head_dim: d / cfg.num_heads,
             gelu_tanh,
-            products: products_for(&vb),
+            attention_products: attention_products_for(&vb),
         })
     }
 
@@ -408,7 +408,7 @@ impl VisionBlock {
         // Each chunk's output as [c, len, heads, head_dim] (a free view when the attention
         // hands back a transposed contiguous result), so the chunks stack along the rows.
         let out = if c > 1 || chunks.len() == 1 {
-            attention(&q, &k, &v, scale, Mask::None, self.products)?.transpose(1, 2)?
+            attention(&q, &k, &v, scale, Mask::None, self.attention_products)?.transpose(1, 2)?
         } else {
             let mut outs = Vec::with_capacity(chunks.len());
             let mut start = 0;
@@ -419,7 +419,8 @@ impl VisionBlock {
                     v.narrow(2, start, len)?,
                 );
                 outs.push(
-                    attention(&q, &k, &v, scale, Mask::None, self.products)?.transpose(1, 2)?,
+                    attention(&q, &k, &v, scale, Mask::None, self.attention_products)?
+                        .transpose(1, 2)?,
                 );
                 start += len;
             }

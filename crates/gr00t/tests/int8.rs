@@ -121,7 +121,7 @@ fn table(label: &str, checks: &[GroupCheck]) -> String {
     }
     let mut out = format!("{label}\n");
     for (case, (pcc, rel)) in per_case {
-        out += &format!("  {case:44} 1-pcc {:9.2e}  rel {rel:9.2e}\n", 1.0 - pcc);
+        out += &format!("  {case:44} 1-pcc {:9.2e}  rel {rel:10.3e}\n", 1.0 - pcc);
     }
     out
 }

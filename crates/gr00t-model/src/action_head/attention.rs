@@ -18,8 +18,8 @@ pub(crate) struct Attention {
     heads: usize,
     head_dim: usize,
     scale: f64,
-    /// The products the module was loaded for (its attention's too).
-    products: Products,
+    /// The precision of its attention's products.
+    attention_products: Products,
 }
 
 /// Keys and values already projected and split into heads: `[B, heads, S, head_dim]` each.
@@ -46,7 +46,7 @@ impl Attention {
             heads,
             head_dim,
             scale: 1.0 / (head_dim as f64).sqrt(),
-            products: products_for(&vb),
+            attention_products: products_for(&vb),
         })
     }
 
@@ -97,7 +97,7 @@ impl Attention {
                 self.scale,
                 key_bias,
                 false,
-                self.products,
+                self.attention_products,
             )?;
             let out = out
                 .transpose(1, 2)?

@@ -29,6 +29,12 @@ thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Whether bf16 products run on a bf16 unit here (`vdpbf16ps` or AMX under the selected
+/// kernel) rather than as f32 GEMMs on rounded operands.
+pub(crate) fn bf16_unit() -> bool {
+    cpu_kernel::current() >= CpuKernel::Avx512Bf16 && avx512bf16::available()
+}
+
 /// Whether [`attention`] handles these operands (CPU, f32 throughout).
 pub(crate) fn applies(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> bool {
     q.device().is_cpu()
@@ -155,7 +161,7 @@ fn attention_with(
         Vec::new()
     };
     let mul = match products {
-        // Int8 never reaches the attention (its products stay f32).
+        // Int8 modules ask for Bf16 or F32 (`linear::attention_products_for`).
         Products::F32 | Products::Int8 => Mul::F32,
         Products::Bf16 if vnni => Mul::Vnni(
             &packed,

@@ -8,7 +8,7 @@ pub use rope::{rope_index, MropePositions};
 
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
-use crate::linear::{products_for, Linear, Products};
+use crate::linear::{attention_products_for, Linear, Products};
 use crate::nn::{apply_rope, attention, linear, Mask, RmsNorm};
 use crate::taps::Recorder;
 use crate::weights::COMPACT;
@@ -263,8 +263,8 @@ pub struct DecoderLayer {
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
-    /// The products the layer was loaded for (its attention's too).
-    products: Products,
+    /// The precision of its attention's products.
+    attention_products: Products,
 }
 
 impl DecoderLayer {
@@ -288,7 +288,7 @@ impl DecoderLayer {
             num_heads: hq,
             num_kv_heads: hkv,
             head_dim: hd,
-            products: products_for(&vb),
+            attention_products: attention_products_for(&vb),
         })
     }
 
@@ -334,7 +334,7 @@ impl DecoderLayer {
             &v,
             1.0 / (hd as f64).sqrt(),
             Mask::Causal(&ctx.mask),
-            self.products,
+            self.attention_products,
         )?;
         let out = out.transpose(1, 2)?.reshape((b, s, self.num_heads * hd))?;
         Ok(self.o_proj.forward(&out)?)
