@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """An episode of a GR00T-format (LeRobot v2) dataset as `/predict` request bodies, the
 observations `gr00t check-dtype --observations DIR` and `gr00t predict --request FILE` read.
+(`gr00t check-dtype --observations DATASET --embodiment TAG` carries this file and runs it.)
 
 The dataset: `meta/info.json` (`data_path`, `video_path`, `chunks_size`), `meta/modality.json`
 (each state key's `start`/`end` in `observation.state`, each view's `original_key`, the

@@ -127,10 +127,23 @@ def main():
         ours = [c for c in report["checks"] if c["case"].startswith("episode_")]
         assert len(ours) == 6 and all(c["embodiment"] == "new_embodiment" for c in ours), ours
 
+    def check_dtype_reads_the_dataset():
+        r = subprocess.run([BINARY, "check-dtype", "--checkpoint", str(CHECKPOINT), "--dtype",
+                            "int8", "--observations", str(dataset), "--embodiment",
+                            "new_embodiment", "--json"],
+                           capture_output=True, text=True, env={**os.environ, "HF_HUB_CACHE": str(hub)})
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        report = json.loads(r.stdout)
+        # One step in ten of 12: steps 0 and 10, besides the demo.
+        assert report["verdict"]["observations"] == 3, report["verdict"]
+        ours = sorted({c["case"] for c in report["checks"] if c["embodiment"] == "new_embodiment"})
+        assert ours == ["episode_000000_step_000000.json", "episode_000000_step_000010.json"], ours
+
     tp.check("an episode becomes request bodies", converted)
     tp.check("each body holds its step's frames, state and task", bodies_hold_their_step)
     tp.check("gr00t predict takes a body", predict_takes_a_body)
     tp.check("check-dtype reads the folder of bodies", check_dtype_reads_the_folder)
+    tp.check("check-dtype reads the dataset folder itself", check_dtype_reads_the_dataset)
     return tp.summary(t0)
 
 

@@ -5,6 +5,7 @@
 use crate::device::{DeviceOptions, DtypeSetting};
 use crate::doors::http::body::predict_body;
 use crate::engine::{Engine, EngineOptions};
+use crate::episode_bodies::{episode_bodies, is_dataset, EpisodeChoice, EpisodeError};
 use gr00t_core::dtype_check::{self, GroupCheck, Verdict, GATE};
 use gr00t_core::{InferError, PredictResponse};
 use gr00t_model::int8::{Int8Stages, Stage};
@@ -20,8 +21,11 @@ pub struct CheckOptions {
     pub tokenizer: Option<PathBuf>,
     /// The precision checked (`dtype` int8 or bf16, `int8` stages) and the compute flags.
     pub device: DeviceOptions,
-    /// A `/predict` body file, or a folder of them (`*.json`), besides the demo.
+    /// A `/predict` body file, a folder of them (`*.json`) or a LeRobot / GR00T-format
+    /// dataset folder, besides the demo.
     pub observations: Option<PathBuf>,
+    /// A dataset folder's episode and embodiment.
+    pub episode: EpisodeChoice,
     /// With `int8_smooth`: the calibration observations (default: the demo, or the checked
     /// observations when the checkpoint has no DROID).
     pub calibration: Option<PathBuf>,
@@ -73,6 +77,15 @@ pub enum CheckError {
         /// Why not.
         source: candle_core::Error,
     },
+    /// A dataset folder's episode could not be read.
+    #[error("{}: {source}", path.display())]
+    Episode {
+        /// The dataset folder.
+        path: PathBuf,
+        /// Why not.
+        #[source]
+        source: EpisodeError,
+    },
     /// The verdict could not be written.
     #[error("writing the verdict to {}: {source}", path.display())]
     Save {
@@ -92,14 +105,6 @@ pub enum CheckError {
 /// What is wrong with an observation folder.
 #[derive(Debug, thiserror::Error)]
 pub enum ObservationsError {
-    /// A LeRobot / GR00T-format dataset folder: its episodes become bodies with a tool.
-    #[error(
-        "a LeRobot / GR00T dataset folder (meta/info.json); check-dtype reads /predict request \
-         bodies (*.json, as `gr00t predict --request` takes them): turn an episode into them \
-         with `python3 tools/episode_requests.py DATASET --checkpoint DIR --embodiment TAG \
-         --out DIR` and give that folder"
-    )]
-    Dataset,
     /// No `*.json` file in it.
     #[error("no *.json request bodies in this folder")]
     Empty,
@@ -128,7 +133,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
     };
     let mut observations = vec![demo()];
     if let Some(path) = &opts.observations {
-        observations.extend(read_observations(path)?);
+        observations.extend(read_observations(path, opts)?);
     }
     let engine_in = |dtype: DtypeSetting, int8: Option<Int8Stages>| {
         Engine::load(&EngineOptions {
@@ -171,7 +176,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
     if smooth {
         // SmoothQuant's maxima from f32 runs, kept for this checkpoint for `serve`.
         let calibration = match &opts.calibration {
-            Some(path) => read_observations(path)?,
+            Some(path) => read_observations(path, opts)?,
             None if droid => vec![demo()],
             None => observations.to_vec(),
         };
@@ -306,8 +311,19 @@ fn answers(
         .collect()
 }
 
-/// The request bodies of `path`: one file, or a folder's `*.json` files in name order.
-fn read_observations(path: &Path) -> Result<Vec<Observation>, CheckError> {
+/// The request bodies of `path`: one file, a folder's `*.json` files in name order, or the
+/// chosen episode of a dataset folder.
+fn read_observations(path: &Path, opts: &CheckOptions) -> Result<Vec<Observation>, CheckError> {
+    if is_dataset(path) {
+        let bodies = episode_bodies(path, &opts.checkpoint, &opts.episode).map_err(|source| {
+            CheckError::Episode {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+        // The folder is removed when `bodies` drops, after reading.
+        return read_observations(&bodies.dir, opts);
+    }
     let read = |p: &Path| {
         std::fs::read(p).map_err(|source| CheckError::Read {
             path: p.to_path_buf(),
@@ -328,9 +344,6 @@ fn read_observations(path: &Path) -> Result<Vec<Observation>, CheckError> {
         path: path.to_path_buf(),
         source,
     };
-    if path.join("meta").join("info.json").is_file() {
-        return Err(refuse(ObservationsError::Dataset));
-    }
     let entries = std::fs::read_dir(path).map_err(|source| CheckError::Read {
         path: path.to_path_buf(),
         source,

@@ -160,10 +160,18 @@ enum Command {
         /// Tokenizer file [default: the bundled Qwen3 tokenizer].
         #[arg(long)]
         tokenizer: Option<PathBuf>,
-        /// A recorded `/predict` body (JSON, as `predict --request` takes), or a folder of them
-        /// (*.json), run besides the DROID demo.
+        /// A recorded `/predict` body (JSON, as `predict --request` takes), a folder of them
+        /// (*.json), or a GR00T-format LeRobot v2 dataset folder (one step in ten of
+        /// --episode, at most 8, read by tools/episode_requests.py: python3 with numpy,
+        /// pyarrow, av and pillow), run besides the DROID demo.
         #[arg(long, value_name = "FILE|DIR")]
         observations: Option<PathBuf>,
+        /// With a dataset folder: the embodiment its episodes were recorded as.
+        #[arg(long, value_name = "TAG")]
+        embodiment: Option<String>,
+        /// With a dataset folder: the episode read.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        episode: usize,
         /// With --int8-smooth: the observations (a body file or a folder of them) whose f32
         /// activations calibrate the smoothing [default: the DROID demo, or --observations
         /// where the checkpoint has no DROID].
@@ -271,6 +279,8 @@ pub fn run(cli: Cli) -> i32 {
             checkpoint,
             tokenizer,
             observations,
+            embodiment,
+            episode,
             calibration,
             json,
             device,
@@ -280,6 +290,10 @@ pub fn run(cli: Cli) -> i32 {
                 tokenizer,
                 device: device.into(),
                 observations,
+                episode: crate::episode_bodies::EpisodeChoice {
+                    embodiment,
+                    episode,
+                },
                 calibration,
                 json,
             })

@@ -8,6 +8,7 @@ pub mod check_dtype;
 pub mod cli;
 pub mod device_args;
 pub mod doors;
+pub mod episode_bodies;
 pub mod logging;
 pub mod otlp;
 pub mod pull;

@@ -296,10 +296,19 @@ fn a_folder_of_requests_is_read_and_bad_input_is_refused() {
     assert!(stderr.contains("--dtype int8 or --dtype bf16"), "{stderr}");
     std::fs::create_dir_all(dir.join("meta")).unwrap();
     std::fs::write(dir.join("meta").join("info.json"), "{}").unwrap();
-    let (code, stderr) = run(&["--dtype", "int8", "--observations", dir.to_str().unwrap()]);
+    let dataset = ["--dtype", "int8", "--observations", dir.to_str().unwrap()];
+    let (code, stderr) = run(&dataset);
     assert_eq!(code, Some(2));
     assert!(
-        stderr.contains("LeRobot") && stderr.contains("tools/episode_requests.py"),
+        stderr.contains("LeRobot") && stderr.contains("--embodiment TAG"),
+        "{stderr}"
+    );
+    // With the embodiment the built-in tool reads it, and refuses an empty info.json (or, on a
+    // machine without its Python packages, says what it needs).
+    let (code, stderr) = run(&[&dataset[..], &["--embodiment", "new_embodiment"]].concat());
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("tools/episode_requests.py failed") && stderr.contains("pyarrow"),
         "{stderr}"
     );
     let bad = hub.join("bad.json");
