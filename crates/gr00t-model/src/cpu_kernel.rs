@@ -166,6 +166,12 @@ pub fn current() -> CpuKernel {
     select(None)
 }
 
+/// Whether bf16 products run on a bf16 unit here (`vdpbf16ps` or AMX under the selected
+/// kernel) rather than as f32 GEMMs on rounded operands.
+pub(crate) fn bf16_unit() -> bool {
+    current() >= CpuKernel::Avx512Bf16 && crate::gemm::avx512bf16::available()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

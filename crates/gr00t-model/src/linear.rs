@@ -293,7 +293,7 @@ pub(crate) fn products_for(vb: &VarBuilder) -> Products {
 pub(crate) fn attention_products_for(vb: &VarBuilder) -> Products {
     match LOAD_PRODUCTS.with(Cell::get) {
         Products::Int8 if vb.dtype() == DType::F32 && vb.device().is_cpu() => {
-            if crate::nn::cpu_attention::bf16_unit() {
+            if crate::cpu_kernel::bf16_unit() {
                 Products::Bf16
             } else {
                 Products::F32

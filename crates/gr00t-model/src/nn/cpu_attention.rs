@@ -29,12 +29,6 @@ thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Whether bf16 products run on a bf16 unit here (`vdpbf16ps` or AMX under the selected
-/// kernel) rather than as f32 GEMMs on rounded operands.
-pub(crate) fn bf16_unit() -> bool {
-    cpu_kernel::current() >= CpuKernel::Avx512Bf16 && avx512bf16::available()
-}
-
 /// Whether [`attention`] handles these operands (CPU, f32 throughout).
 pub(crate) fn applies(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> bool {
     q.device().is_cpu()
