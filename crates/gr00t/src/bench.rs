@@ -71,6 +71,8 @@ struct Summary {
     total_ms: f64,
     /// 90th percentile of the end-to-end time (nearest rank).
     total_p90_ms: f64,
+    /// The first timed request's end-to-end time (with `--warmup 0`: the first after the load).
+    first_ms: f64,
     /// Median CPU time of all threads per request.
     cpu_ms: f64,
     /// Vision cache hits and misses per timed request (loop mode), summed.
@@ -203,6 +205,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
         let out = json!({
             "stages": stages,
             "total_ms": round3(summary.total_ms),
+            "first_ms": round3(summary.first_ms),
             "cpu_ms": round3(summary.cpu_ms),
             "denoise_weight_gb": round3(denoise_weight_gb),
             "peak_rss_mb": round3(peak_rss_mb),
@@ -278,8 +281,8 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
         denoise_weight_gb / (denoise_ms / 1e3)
     );
     println!(
-        "end to end over {} runs: median {:.1} ms, p90 {:.1} ms",
-        opts.runs, summary.total_ms, summary.total_p90_ms
+        "end to end over {} runs: median {:.1} ms, p90 {:.1} ms, first {:.1} ms ({} untimed before it)",
+        opts.runs, summary.total_ms, summary.total_p90_ms, summary.first_ms, opts.warmup
     );
     println!(
         "CPU time per request (all threads): median {:.1} ms",
@@ -496,6 +499,7 @@ fn summarise(runs: &[(TimingMs, usize, f64)], hits: u64, misses: u64) -> Summary
         stages,
         total_ms: pick(&|t: &TimingMs| t.total),
         total_p90_ms: percentile(timings.iter().map(|t| t.total).collect(), 0.9),
+        first_ms: timings.first().map_or(f64::NAN, |t| t.total),
         cpu_ms: median(runs.iter().map(|r| r.2).collect()),
         hits,
         misses,

@@ -120,7 +120,7 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         warmup: usize,
         /// Print one JSON object: {"stages": {name: {"median_ms", "gflop"}}, "total_ms",
-        /// "cpu_ms", "peak_rss_mb", "threads", "dtype", "cpu_kernel", "cpu_blocks",
+        /// "first_ms" (the first timed request), "cpu_ms", "peak_rss_mb", "threads", "dtype", "cpu_kernel", "cpu_blocks",
         /// "denoise_weight_gb", "denoise_backend", "vision_cache_images"}; with --interleave-f32: {"dtype", "cpu_kernel", "threads", "runs",
         /// "f32", "f32_cpu_kernel", "total_ratio_median_of_pairs", "peak_rss_mb_both_models"}.
         #[arg(long)]
