@@ -1,13 +1,15 @@
-//! `gr00t serve`, the wiring: `Engine::load` → warm-up on the demo request → the queue's thread
-//! owns the engine → every door (`doors::{http, zmq, ws}`) gets a queue handle and the stop
+//! `gr00t serve`, the wiring: the HTTP door answers `loading` → `Engine::load` → warm-up on the
+//! demo request → the queue's thread owns the engine → the HTTP door switches to its routes and
+//! every other door (`doors::{zmq, ws, lerobot}`) starts, each with a queue handle and the stop
 //! switch, until SIGINT/SIGTERM.
 
 use crate::doors::answers::{Answers, FieldLabels};
 use crate::doors::browser::{BrowserOptions, BrowserRules};
 use crate::doors::connections::{self, ConnectionOptions, Timers};
 use crate::doors::http::state::{AppState, Limits};
+use crate::doors::http::Switch;
 use crate::doors::http::{body, demo, metrics, observe, routes};
-use crate::doors::ports::{self, BoundPorts};
+use crate::doors::ports::{self, BoundPort};
 use crate::doors::{DoorError, DoorLimits, ProtocolOptions, Stop};
 use crate::shutdown;
 use gr00t_core::engine::{Engine, EngineOptions};
@@ -18,9 +20,11 @@ use gr00t_core::session::{SessionLimits, Sessions};
 use gr00t_core::InferError;
 use gr00t_model::hub;
 use observe::{ObserveOptions, Observer};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+use tokio::task::JoinHandle;
 
 /// Options of `gr00t serve`.
 #[derive(Debug, Clone)]
@@ -110,6 +114,28 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
         opts.protocols.ws_port,
         opts.protocols.lerobot_port,
     )?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gr00t-http")
+        .enable_all()
+        .build()?;
+    // HTTP answers from now on: 503 `loading` until the model is ready, then the routes.
+    let stop = Stop::new();
+    let app = Switch::loading(replica.clone());
+    let (http, addr) = {
+        let _in_runtime = runtime.enter();
+        let listener = bound.http.listen()?;
+        let addr = listener.local_addr()?;
+        let served =
+            crate::doors::http::serve_switch(listener, app.clone(), doors.clone(), stop.clone());
+        (runtime.spawn(served), addr)
+    };
+    if opts.port != 0 && addr.port() != opts.port {
+        tracing::warn!("port {} is taken; using {}", opts.port, addr.port());
+    }
+    // Tooling reads the address from this line as it stands.
+    tracing::info!("listening on http://{addr}");
+    tracing::info!("/health answers 503 \"loading\" until the model is ready");
     tracing::info!("loading checkpoint {}", checkpoint.display());
     let t0 = Instant::now();
     let engine = Engine::load(&EngineOptions {
@@ -163,19 +189,17 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
         max_body_bytes: doors.max_message_bytes,
         connections: doors.caps,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("gr00t-http")
-        .enable_all()
-        .build()?;
     let protocols = (handle.clone(), info.clone(), layouts.clone(), answers);
     if let Some(id) = &opts.replica_id {
         tracing::info!("replica id {id}");
     }
     let state = AppState::with_observer(handle, layouts.clone(), info, limits, observer, replica);
-    let served = runtime.block_on(serve(&opts, bound, &doors, state, protocols));
-    // Dropping the runtime drops the router and with it the last queue handle, so the worker ends.
-    drop(runtime);
+    app.ready(crate::doors::http::guarded_routes(state, &doors));
+    let others = (bound.zmq, bound.ws, bound.lerobot);
+    let served = runtime.block_on(serve(&opts, others, &doors, (stop, http, addr), protocols));
+    // Dropping the runtime and the switch drops the router and with it the last queue handle,
+    // so the worker ends.
+    drop((runtime, app));
     worker.join();
     served?;
     tracing::info!("server stopped");
@@ -278,25 +302,20 @@ fn door_limits(opts: &ServeOptions) -> Result<DoorLimits, ServeError> {
     })
 }
 
+/// The other doors, then the HTTP door (already answering, now with the routes) until a
+/// signal or the ZMQ `kill` endpoint fires `stop`.
 async fn serve(
     opts: &ServeOptions,
-    bound: BoundPorts,
+    others: (Option<BoundPort>, Option<BoundPort>, Option<BoundPort>),
     limits: &DoorLimits,
-    state: AppState,
+    (stop, http, addr): (Stop, JoinHandle<std::io::Result<()>>, SocketAddr),
     protocols: (Queue, EngineInfo, Layouts, Arc<Answers>),
 ) -> Result<(), ServeError> {
-    let listener = bound.http.listen()?;
-    let addr = listener.local_addr()?;
-    if opts.port != 0 && addr.port() != opts.port {
-        tracing::warn!("port {} is taken; using {}", opts.port, addr.port());
-    }
     let shutdown = shutdown::Shutdown::register()?;
-    // One switch stops every listener: the first signal, or the ZMQ `kill` endpoint.
-    let stop = Stop::new();
     let (worker, info, layouts, answers) = protocols;
     let listeners = crate::doors::start(
         &opts.protocols,
-        (bound.zmq, bound.ws, bound.lerobot),
+        others,
         limits,
         crate::doors::Shared {
             worker: &worker,
@@ -315,12 +334,13 @@ async fn serve(
             stop.trigger();
         }
     });
-    tracing::info!("listening on http://{addr}");
+    tracing::info!("ready on http://{addr}");
     // Printed bare (not through the log formatter): tooling waits for exactly this line.
     eprintln!("Application startup complete");
-    crate::doors::http::serve(listener, state, limits, stop.clone()).await?;
+    let served = http.await.map_err(std::io::Error::other);
     stop.trigger();
     listeners.join().await;
+    served??;
     Ok(())
 }
 

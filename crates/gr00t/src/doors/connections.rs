@@ -308,6 +308,8 @@ pub struct ConnState {
     served: AtomicBool,
     /// Lingering in its close, its slot already given back: never an eviction victim.
     released: AtomicBool,
+    /// To be closed without a byte more written (see [`ConnState::close_unanswered`]).
+    unanswered: AtomicBool,
     /// Wakes the connection's pending read when it is evicted.
     waker: Mutex<Option<Waker>>,
     /// The listener's start, for `last_ms`.
@@ -324,6 +326,7 @@ impl ConnState {
             linger: AtomicBool::new(false),
             served: AtomicBool::new(false),
             released: AtomicBool::new(false),
+            unanswered: AtomicBool::new(false),
             waker: Mutex::new(None),
             epoch,
         }
@@ -331,6 +334,12 @@ impl ConnState {
 
     fn is_idle(&self) -> bool {
         self.busy.load(Ordering::SeqCst) == 0
+    }
+
+    /// Closes the connection before the answer of the request now handled is written: a
+    /// proxy then sees a failed upstream and tries another (as with a closed port).
+    pub fn close_unanswered(&self) {
+        self.unanswered.store(true, Ordering::SeqCst);
     }
 
     /// Marks the connection busy (a request in progress) until the guard is dropped: the
@@ -687,6 +696,12 @@ impl AsyncWrite for GuardedStream {
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(Err(closed()));
         };
+        if this.state.unanswered.load(Ordering::SeqCst) {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed unanswered (the server is loading)",
+            )));
+        }
         let r = Pin::new(inner).poll_write(cx, buf);
         if r.is_pending() {
             this.state.remember(cx.waker());

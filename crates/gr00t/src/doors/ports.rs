@@ -1,6 +1,7 @@
 //! Every door's port, bound before the model loads, so that a port clash fails in a second, not
-//! after a full load and warm-up; listening starts once the model is ready, so a client of a
-//! replica still loading is refused at once (a balancer tries another) rather than left waiting.
+//! after a full load and warm-up. HTTP listens at once (503 `loading` until the model is ready,
+//! so probes and balancers can tell); the other doors listen once the model is ready, so their
+//! clients are refused at once rather than left waiting.
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};

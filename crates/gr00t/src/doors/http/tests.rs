@@ -73,6 +73,33 @@ fn start_named(
     max_body_bytes: usize,
     replica: Option<&str>,
 ) -> TestServer {
+    let p = prepare(predict, queue, max_body_bytes, replica);
+    let (state, doors) = (p.state, p.doors);
+    p.runtime
+        .spawn(async move { super::serve(p.listener, state, &doors, Stop::new()).await });
+    TestServer {
+        addr: p.addr,
+        runtime: Some(p.runtime),
+        worker: Some(p.worker),
+    }
+}
+
+/// A server's parts before it serves: its runtime, listener, state and door limits.
+struct Prepared {
+    runtime: tokio::runtime::Runtime,
+    listener: tokio::net::TcpListener,
+    addr: String,
+    state: AppState,
+    doors: DoorLimits,
+    worker: worker::Worker,
+}
+
+fn prepare(
+    predict: PredictFn,
+    queue: usize,
+    max_body_bytes: usize,
+    replica: Option<&str>,
+) -> Prepared {
     let (worker, handle) = worker::start(predict, queue).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -110,11 +137,13 @@ fn start_named(
         api_token: None,
         browser: Arc::new(BrowserRules::new(&BrowserOptions::default(), "127.0.0.1")),
     };
-    runtime.spawn(async move { super::serve(listener, state, &doors, Stop::new()).await });
-    TestServer {
+    Prepared {
+        runtime,
+        listener,
         addr,
-        runtime: Some(runtime),
-        worker: Some(worker),
+        state,
+        doors,
+        worker,
     }
 }
 
@@ -179,6 +208,50 @@ fn simple_server(max_body_bytes: usize) -> TestServer {
     let (started, _) = channel();
     let (_, release) = channel();
     start(scripted(started, release), 2, max_body_bytes)
+}
+
+#[test]
+fn health_says_loading_until_the_routes_are_switched_in() {
+    let (started, _) = channel();
+    let (_, release) = channel();
+    let p = prepare(scripted(started, release), 2, 1 << 20, Some("replica-7"));
+    let app = super::Switch::loading(Some(super::routes::replica_id("replica-7").unwrap()));
+    let serving = super::serve_switch(p.listener, app.clone(), p.doors.clone(), Stop::new());
+    p.runtime.spawn(serving);
+    let health_is = |status: u16, word: &str| {
+        let r = get(&p.addr, "/health").unwrap();
+        let want = serde_json::json!({ "status": word });
+        assert_eq!((r.status, r.json()), (status, want));
+        assert_eq!(r.header("x-gr00t-replica"), Some("replica-7"));
+    };
+    health_is(503, "loading");
+    // Any other request: 503 with a retry hint, its body never read.
+    let r = post_json(&p.addr, "/predict", &body("hello")).unwrap();
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("5"));
+    assert!(r.json()["error"].as_str().unwrap().contains("loading"));
+    assert_eq!(get(&p.addr, "/info").unwrap().status, 503);
+    // Through a proxy: closed unanswered, so the proxy tries another replica.
+    let proxied = [
+        ("X-Forwarded-For", "10.0.0.9"),
+        ("Content-Type", "application/json"),
+    ];
+    let r = request(&p.addr, "POST", "/predict", &proxied, &body("hello"));
+    assert!(
+        r.is_err(),
+        "answered through a proxy: {:?}",
+        r.map(|r| r.status)
+    );
+
+    app.ready(super::guarded_routes(p.state, &p.doors));
+    health_is(200, "ok");
+    let r = post_json(&p.addr, "/predict", &body("hello")).unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = request(&p.addr, "POST", "/predict", &proxied, &body("hello")).unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    // The routes (and their queue handle) live in the switch and the runtime.
+    drop((p.runtime, app));
+    p.worker.join();
 }
 
 #[test]
