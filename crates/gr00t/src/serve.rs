@@ -119,8 +119,9 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
         .thread_name("gr00t-http")
         .enable_all()
         .build()?;
-    // HTTP answers from now on: 503 `loading` until the model is ready, then the routes.
+    // One switch stops every listener: the first signal, or the ZMQ `kill` endpoint.
     let stop = Stop::new();
+    // HTTP answers from now on: 503 `loading` until the model is ready, then the routes.
     let app = Switch::loading(replica.clone());
     let (http, addr) = {
         let _in_runtime = runtime.enter();
