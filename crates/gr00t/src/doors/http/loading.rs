@@ -5,7 +5,7 @@
 //! as the routes. [`Switch::ready`] swaps the routes in once the model is ready.
 
 use super::errors::{json_response, ApiError};
-use super::routes::REPLICA_HEADER;
+use super::routes::with_replica;
 use crate::doors::connections::conn_of;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode};
@@ -16,35 +16,45 @@ use serde_json::json;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 /// Seconds a client is asked to wait before retrying a loading server.
 const RETRY_AFTER_S: u64 = 5;
 
-/// What the HTTP door answers with: the loading answers, then the routes.
+/// What the HTTP door answers with: the loading answers, then, once set, the routes.
 #[derive(Clone)]
-pub struct Switch(Arc<RwLock<Router>>);
+pub struct Switch {
+    loading: Router,
+    routes: Arc<OnceLock<Router>>,
+}
 
 impl Switch {
     /// The loading answers (naming the replica, when it has an id).
     pub fn loading(replica: Option<HeaderValue>) -> Switch {
-        Switch(Arc::new(RwLock::new(loading_routes(replica))))
+        Switch {
+            loading: loading_routes(replica),
+            routes: Arc::new(OnceLock::new()),
+        }
     }
 
     /// The routes from the start (no loading phase).
     pub fn serving(routes: Router) -> Switch {
-        Switch(Arc::new(RwLock::new(routes)))
+        let switch = Switch {
+            loading: Router::new(),
+            routes: Arc::new(OnceLock::new()),
+        };
+        switch.ready(routes);
+        switch
     }
 
-    /// From now on, requests go to `routes`.
+    /// From now on, requests go to `routes` (the first call decides; later ones are ignored).
     pub fn ready(&self, routes: Router) {
-        // A poisoned lock only means a panic while swapping; the router itself is whole.
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = routes;
+        let _ = self.routes.set(routes);
     }
 
     fn current(&self) -> Router {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.routes.get().unwrap_or(&self.loading).clone()
     }
 }
 
@@ -66,12 +76,7 @@ impl tower_service::Service<Request> for Switch {
 
 /// `/health` 503 `loading`, anything else 503 with `Retry-After`; the body is never read.
 fn loading_routes(replica: Option<HeaderValue>) -> Router {
-    let named = move |mut r: Response| {
-        if let Some(id) = &replica {
-            r.headers_mut().insert(REPLICA_HEADER, id.clone());
-        }
-        r
-    };
+    let named = move |r: Response| with_replica(r, replica.as_ref());
     let health = {
         let named = named.clone();
         move || async move {

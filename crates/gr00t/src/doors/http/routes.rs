@@ -60,8 +60,12 @@ async fn name_replica(
     req: Request,
     next: middleware::Next,
 ) -> Response {
-    let mut r = next.run(req).await;
-    if let Some(id) = &app.0.replica {
+    with_replica(next.run(req).await, app.0.replica.as_ref())
+}
+
+/// `r` with the replica's header, when it has an id.
+pub(crate) fn with_replica(mut r: Response, replica: Option<&HeaderValue>) -> Response {
+    if let Some(id) = replica {
         r.headers_mut().insert(REPLICA_HEADER, id.clone());
     }
     r
