@@ -23,6 +23,7 @@ use gr00t_embodiment::prompt::PromptEncoder;
 use gr00t_model::cpu_kernel;
 use gr00t_model::hub;
 use gr00t_model::int8::{Int8Load, Int8Stages};
+use gr00t_model::model::StageTimings;
 use gr00t_model::smoothing::ActivationMax;
 use gr00t_model::taps::Recorder;
 use gr00t_model::vision_cache::VisionCacheStats;
@@ -323,37 +324,13 @@ impl Engine {
         self.embodiments[0].layout().frames.images()
     }
 
-    /// Runs one blank observation of the default embodiment (mid-grey 256×256 frames, zero
-    /// state, seed 0), so first-call costs are paid before a client arrives.
-    pub fn warm_up_blank(&self) -> Result<PredictResponse, InferError> {
-        let processor = &self.embodiments[0];
-        let spec = processor.spec();
-        let frame = gr00t_embodiment::image::Frame::new(256, 256, vec![128; 256 * 256 * 3])
-            .map_err(InferError::caused_by)?;
-        let observation = gr00t_embodiment::embodiment::Observation {
-            images: spec
-                .views
-                .iter()
-                .map(|v| (v.clone(), vec![frame.clone(); spec.frame_deltas.len()]))
-                .collect(),
-            state: spec
-                .state
-                .keys()
-                .map(|(k, d)| (k.to_string(), vec![0.0; d]))
-                .collect(),
-            instruction: "warm up".into(),
-            noise: NoiseSource::Seed(0),
-        };
-        let enc = processor.encode(&observation)?;
-        self.forward_generic(
-            Instant::now(),
-            0.0,
-            processor,
-            &observation,
-            false,
-            None,
-            enc,
-        )
+    /// The start-up warm-up: one pass of the network at its smallest size (one merged image
+    /// token, a three-token prompt) for the default embodiment, which reads every weight once
+    /// and runs every kernel, at a fraction of a request's cost. Leaves the vision cache as
+    /// it was. Returns the pass's stage timings.
+    pub fn warm_up_pass(&self) -> Result<StageTimings, InferError> {
+        let id = self.embodiments[0].spec().embodiment_id;
+        self.model.warm_up_pass(id).map_err(InferError::caused_by)
     }
 
     /// The processor of a layout a door resolved against [`Self::layouts`]; a layout this

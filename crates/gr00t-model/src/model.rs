@@ -220,8 +220,45 @@ impl Gr00tModel {
         self.head.backend()
     }
 
+    /// The smallest inputs that still run every layer of embodiment `embodiment_id`: one image
+    /// of a single merged token (grey), a three-token prompt around it, zero state and noise.
+    /// What a warm-up needs (every weight read once, every kernel run) at a fraction of a
+    /// request's cost.
+    pub fn minimal_inputs(&self, embodiment_id: usize) -> ModelInputs {
+        let cfg = &self.config;
+        let bb = self.backbone.config();
+        let merge = bb.vision_config.spatial_merge_size.max(1);
+        let patch_dim = bb.vision_config.patch_dim();
+        ModelInputs {
+            pixel_values: vec![0.0; merge * merge * patch_dim],
+            patch_dim,
+            image_grid_thw: vec![[1, merge, merge]],
+            input_ids: vec![
+                bb.vision_start_token_id,
+                bb.image_token_id,
+                bb.vision_end_token_id,
+            ],
+            state: vec![0.0; cfg.max_state_dim * cfg.state_history_length],
+            embodiment_id,
+            noise: vec![0.0; cfg.action_horizon * cfg.max_action_dim],
+            rtc: None,
+        }
+    }
+
+    /// Runs [`Gr00tModel::minimal_inputs`] through the network without touching the vision
+    /// cache (its entries and counters stay as they were): the start-up warm-up.
+    pub fn warm_up_pass(&self, embodiment_id: usize) -> Result<StageTimings> {
+        let inputs = self.minimal_inputs(embodiment_id);
+        Ok(self.run(&inputs, &Recorder::disabled(), false)?.timings)
+    }
+
     /// Runs the network on one request's inputs; taps go to `rec` when it is enabled.
     pub fn forward(&self, inputs: &ModelInputs, rec: &Recorder) -> Result<ModelOutput> {
+        self.run(inputs, rec, true)
+    }
+
+    /// [`Gr00tModel::forward`], with the vision cache used or left alone.
+    fn run(&self, inputs: &ModelInputs, rec: &Recorder, cached: bool) -> Result<ModelOutput> {
         let cfg = &self.config;
         let (h, a) = (cfg.action_horizon, cfg.max_action_dim);
         let state_len = cfg.max_state_dim * cfg.state_history_length;
@@ -259,7 +296,7 @@ impl Gr00tModel {
         // One span per stage, over the same interval as its `StageTimings` entry.
         let t0 = Instant::now();
         let stage = tracing::info_span!("vision").entered();
-        let (image_embeds, deepstack) = self.encode_images(inputs, rec)?;
+        let (image_embeds, deepstack) = self.encode_images(inputs, rec, cached)?;
         sync(dev)?;
         drop(stage);
         let t1 = Instant::now();
@@ -320,8 +357,13 @@ impl Gr00tModel {
     /// long as the row count does not change the GEMM kernel (images of fewer patches than
     /// `BATCH_MIN_PATCHES` run one by one). A cached image is therefore bit-identical to a cold
     /// one. With taps recording, the tower runs once on all images so the taps cover every
-    /// row, and the cache is not used.
-    fn encode_images(&self, inputs: &ModelInputs, rec: &Recorder) -> Result<(Tensor, Vec<Tensor>)> {
+    /// row, and the cache is not used; nor when `cached` is false.
+    fn encode_images(
+        &self,
+        inputs: &ModelInputs,
+        rec: &Recorder,
+        cached: bool,
+    ) -> Result<(Tensor, Vec<Tensor>)> {
         // Below this many rows per image the `gemm` crate may pick a kernel (small-matrix or
         // dot-product paths) whose summation order depends on the row count.
         const BATCH_MIN_PATCHES: usize = 257;
@@ -336,7 +378,7 @@ impl Gr00tModel {
             )));
         }
         let dev = &self.device;
-        if rec.is_enabled() || grids.is_empty() {
+        if rec.is_enabled() || !cached || grids.is_empty() {
             let pv = Tensor::from_slice(&inputs.pixel_values, (rows, pd), dev)?
                 .to_dtype(self.activations)?;
             let out = tower.forward(&pv, grids, rec)?;

@@ -52,6 +52,8 @@ pub struct BenchOptions {
     pub runs: usize,
     /// Untimed runs first.
     pub warmup: usize,
+    /// Run serve's start-up warm-up pass (the layers at minimal size) right after the load.
+    pub warm_up_pass: bool,
     /// Print one JSON object instead of a table.
     pub json: bool,
     /// Simulate a control loop instead of cold requests.
@@ -157,6 +159,14 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
     let info = engine.info().clone();
     if info.synthetic_weights {
         tracing::warn!("SYNTHETIC checkpoint: pseudo-random weights (fine for timing)");
+    }
+    if opts.warm_up_pass {
+        let t = std::time::Instant::now();
+        engine.warm_up_pass().map_err(BenchError::Infer)?;
+        tracing::info!(
+            "warm-up pass over the layers done in {:.2} s",
+            t.elapsed().as_secs_f64()
+        );
     }
     if opts.interleave_f32 {
         return interleaved(&engine, opts);

@@ -119,6 +119,11 @@ enum Command {
         /// Untimed runs first.
         #[arg(long, default_value_t = 1)]
         warmup: usize,
+        /// Run `gr00t serve`'s start-up warm-up (one pass over the layers at minimal size) right
+        /// after the load; with --warmup 0 the first timed request is then a served robot's
+        /// first ("first_ms").
+        #[arg(long)]
+        warm_up_pass: bool,
         /// Print one JSON object: {"stages": {name: {"median_ms", "gflop"}}, "total_ms",
         /// "first_ms" (the first timed request), "cpu_ms", "peak_rss_mb", "threads", "dtype", "cpu_kernel", "cpu_blocks",
         /// "denoise_weight_gb", "denoise_backend", "vision_cache_images"}; with --interleave-f32: {"dtype", "cpu_kernel", "threads", "runs",
@@ -303,6 +308,7 @@ pub fn run(cli: Cli) -> i32 {
             checkpoint,
             runs,
             warmup,
+            warm_up_pass,
             json,
             control_loop,
             interleave_f32,
@@ -316,6 +322,7 @@ pub fn run(cli: Cli) -> i32 {
                 checkpoint,
                 runs,
                 warmup,
+                warm_up_pass,
                 json,
                 control_loop,
                 interleave_f32,

@@ -60,6 +60,10 @@ fn every_embodiment_is_served_over_http() {
     let tags = served_tags(&info);
     assert_eq!(tags[0], "oxe_droid_relative_eef_relative_joint", "{info}");
     assert_eq!(tags.len(), 5, "{tags:?}");
+    // The demo's checkpoint, DROID served: the warm-up is the demo request, checked.
+    let log = server.log_text();
+    assert!(log.contains("demo reference reproduced"), "{log}");
+    assert!(!log.contains("warm-up pass"), "{log}");
     let r1 = &info["embodiments"][tags
         .iter()
         .position(|t| *t == "real_r1_pro_sharpa_relative_eef")
@@ -204,6 +208,10 @@ fn embodiment_flag_picks_what_is_served() {
     let info = get(&server.http, "/info").unwrap().json();
     assert_eq!(info["embodiment"], "new_embodiment");
     assert_eq!(served_tags(&info), ["new_embodiment", "simpler_env_google"]);
+    // No DROID to run the demo on: the warm-up is the pass over the layers at minimal size.
+    let log = server.log_text();
+    assert!(log.contains("warm-up pass over the layers done"), "{log}");
+    assert!(!log.contains("warm-up request"), "{log}");
     // Only the served slots are kept: 2 of them here, 5 when every embodiment is served.
     let all = Server::start_in(&multi_checkpoint(), 0, &[]);
     let all_info = get(&all.http, "/info").unwrap().json();

@@ -59,6 +59,11 @@ impl Backbone {
         &self.text
     }
 
+    /// The backbone's architecture (token ids, vision config).
+    pub fn config(&self) -> &BackboneConfig {
+        &self.cfg
+    }
+
     /// Runs the whole backbone on a tokenised prompt and its images' `pixel_values`
     /// `[N, patch_dim]` (`grid_thw` one `[t, h, w]` per image, in prompt order; a prompt
     /// without images takes an empty grid list and a `[0, patch_dim]` tensor).
