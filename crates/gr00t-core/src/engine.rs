@@ -27,6 +27,7 @@ use gr00t_model::model::StageTimings;
 use gr00t_model::smoothing::ActivationMax;
 use gr00t_model::taps::Recorder;
 use gr00t_model::vision_cache::VisionCacheStats;
+use gr00t_model::weight_cache::{self, CacheKey, CacheLoad, CacheOutcome, Finished, PendingWrite};
 use gr00t_model::{Checkpoint, Gr00tModel, Rtc};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,6 +44,9 @@ pub struct EngineOptions {
     pub device: DeviceOptions,
     /// Embodiments to serve (tags or upstream enum names); empty = every servable one.
     pub embodiments: Vec<String>,
+    /// Folder of the packed-weight cache ([`gr00t_model::weight_cache`]); `None`: pack at
+    /// every load.
+    pub weight_cache: Option<PathBuf>,
 }
 
 /// The bundled Qwen3 tokenizer (`assets/tokenizer/qwen3/tokenizer.json`).
@@ -57,6 +61,8 @@ pub struct Engine {
     info: EngineInfo,
     /// The served layouts as the doors read requests against them, built once at load.
     layouts: Layouts,
+    /// The packed-weight cache file this load is to write ([`Engine::write_weight_cache`]).
+    pending_cache: std::sync::Mutex<Option<PendingWrite>>,
 }
 
 impl Engine {
@@ -97,27 +103,47 @@ impl Engine {
         let mut ids: Vec<usize> = embodiments.iter().map(|p| p.spec().embodiment_id).collect();
         ids.sort_unstable();
         ids.dedup();
-        let mut model = match choice.precision {
-            Precision::Int8(stages) => {
-                let smoothing = if smooth {
-                    Some(Arc::new(load_calibration(
-                        &verdicts,
-                        &digest,
-                        &opts.checkpoint,
-                    )?))
-                } else {
-                    None
-                };
-                let int8 = Int8Load {
-                    stages,
-                    levels: opts.device.int8_levels,
-                    smoothing,
-                    keep_f32: opts.device.int8_keep.clone(),
-                };
-                Gr00tModel::load_int8(&ckpt, &device, &int8, Some(&ids))?
-            }
-            _ => Gr00tModel::load_with(&ckpt, &device, dtype, Some(&ids))?,
+        let cache = weight_cache_load(opts, &ckpt, &digest, &device, &choice.precision, kernel);
+        let load = || -> Result<Gr00tModel, LoadError> {
+            Ok(match choice.precision {
+                Precision::Int8(stages) => {
+                    let smoothing = if smooth {
+                        Some(Arc::new(load_calibration(
+                            &verdicts,
+                            &digest,
+                            &opts.checkpoint,
+                        )?))
+                    } else {
+                        None
+                    };
+                    let int8 = Int8Load {
+                        stages,
+                        levels: opts.device.int8_levels,
+                        smoothing,
+                        keep_f32: opts.device.int8_keep.clone(),
+                    };
+                    Gr00tModel::load_int8(&ckpt, &device, &int8, Some(&ids))?
+                }
+                _ => Gr00tModel::load_with(&ckpt, &device, dtype, Some(&ids))?,
+            })
         };
+        let mut model = weight_cache::loading_with(cache.as_ref(), load)?;
+        let (weight_cache, pending_cache) =
+            match cache.and_then(Arc::into_inner).map(CacheLoad::finish) {
+                Some(Finished::Done(outcome)) => {
+                    tracing::info!("{outcome}");
+                    (outcome.to_string(), None)
+                }
+                Some(Finished::ToWrite(w)) => (
+                    format!(
+                        "{} packed weights to be written to {} after the start",
+                        w.weights(),
+                        w.path().display()
+                    ),
+                    Some(w),
+                ),
+                None => ("off".to_string(), None),
+            };
         let int8_check = match choice.precision {
             Precision::Int8(stages) => match verdict(stages) {
                 Some(v) if v.passed => "passed",
@@ -176,6 +202,7 @@ impl Engine {
             device: opts.device.device.to_string(),
             threads: candle_core::utils::get_num_threads(),
             version: env!("CARGO_PKG_VERSION").into(),
+            weight_cache,
         };
         if device.is_cpu()
             && dtype == candle_core::DType::BF16
@@ -229,7 +256,33 @@ impl Engine {
             embodiments,
             info,
             layouts,
+            pending_cache: std::sync::Mutex::new(pending_cache),
         })
+    }
+
+    /// Writes the packed-weight cache file this load prepared, if any, on a thread of its own
+    /// (the disk, not the CPU, sets its time: a first start is not held up by it); the file
+    /// appears, renamed complete, when the returned thread ends, which logs the outcome.
+    pub fn write_weight_cache(&self) -> Option<std::thread::JoinHandle<()>> {
+        let pending = self
+            .pending_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        tracing::info!(
+            "writing {} packed weights to {} in the background",
+            pending.weights(),
+            pending.path().display()
+        );
+        let write = move || match pending.write() {
+            outcome @ CacheOutcome::Failed { .. } => tracing::warn!("{outcome}"),
+            outcome => tracing::info!("{outcome}"),
+        };
+        std::thread::Builder::new()
+            .name("weight-cache-writer".into())
+            .spawn(write)
+            .map_err(|e| tracing::warn!("packed-weight cache not written: no thread ({e})"))
+            .ok()
     }
 
     /// Runs one request of any door. Errors say whether the client is at fault.
@@ -471,4 +524,44 @@ fn load_calibration(
     })?;
     tracing::info!(layers = max.len(), file = %file.display(), "int8 calibration loaded");
     Ok(max)
+}
+
+/// The packed-weight cache of this load: `None` when off, on another device than the CPU
+/// (nothing is packed there), or for loads whose weights depend on more than the key holds
+/// (SmoothQuant calibration, a deliberately coarse int8 grid).
+fn weight_cache_load(
+    opts: &EngineOptions,
+    ckpt: &Checkpoint,
+    digest: &str,
+    device: &candle_core::Device,
+    precision: &Precision,
+    kernel: cpu_kernel::CpuKernel,
+) -> Option<Arc<CacheLoad>> {
+    let dir = opts.weight_cache.as_ref()?;
+    let int8 = matches!(precision, Precision::Int8(_));
+    let plain_int8 =
+        opts.device.int8_levels == gr00t_model::int8::LEVELS && !opts.device.int8_smooth;
+    if !device.is_cpu() || (int8 && !plain_int8) {
+        return None;
+    }
+    let settings = [
+        (
+            "precision",
+            match precision {
+                Precision::Int8(stages) => format!("int8 in {stages}"),
+                p => p.name().to_string(),
+            },
+        ),
+        ("cpu_kernel", kernel.as_str().to_string()),
+        (
+            "int8_keep",
+            if int8 {
+                opts.device.int8_keep.join(",")
+            } else {
+                String::new()
+            },
+        ),
+    ];
+    let key = CacheKey::new(digest, &ckpt.weight_files, &settings);
+    Some(Arc::new(CacheLoad::begin(dir, key)))
 }

@@ -60,6 +60,9 @@ pub struct EngineInfo {
     pub threads: usize,
     /// Build version.
     pub version: String,
+    /// What the packed-weight cache did on this load: `off`, or which file was mapped or
+    /// written (and why a file was refused).
+    pub weight_cache: String,
 }
 
 impl EngineInfo {

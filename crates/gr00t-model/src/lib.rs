@@ -29,6 +29,7 @@ mod test_rng;
 pub mod text;
 pub mod vision;
 pub mod vision_cache;
+pub mod weight_cache;
 pub mod weights;
 
 pub use checkpoint::Checkpoint;

@@ -17,6 +17,7 @@ use crate::gemm::out_ptr::OutPtr;
 use crate::gemm::{amx, avx2, avx512bf16, widen};
 use crate::int8::{self, PackedI8, Stage};
 use crate::op_inputs::{bias_of, input_rows};
+use crate::weight_cache::{self, CachedWeight};
 use crate::weights::COMPACT;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Storage, Tensor, D};
 use candle_nn::VarBuilder;
@@ -250,15 +251,35 @@ pub fn linear(
     out_dim: usize,
     bias: bool,
 ) -> candle_core::Result<Linear> {
-    let weight =
-        vb.get_with_hints_dtype((out_dim, in_dim), "weight", Default::default(), COMPACT)?;
+    let name = vb.prefix();
+    let cpu = vb.dtype() == DType::F32 && vb.device().is_cpu();
     let bias = if bias {
         Some(vb.get(out_dim, "bias")?)
     } else {
         None
     };
-    let name = vb.prefix();
-    let mut layer = if vb.dtype() == DType::F32 && vb.device().is_cpu() {
+    if let Some(cached) = cpu
+        .then(|| weight_cache::cached(&name, out_dim, in_dim))
+        .flatten()
+    {
+        // Mapped as packed by an earlier load with the same key: nothing read or packed.
+        let (weight, bf16_inputs) = match cached {
+            CachedWeight::Bf16(p) => (
+                Weight::Packed(p),
+                LOAD_PRODUCTS.with(Cell::get) == Products::Bf16,
+            ),
+            CachedWeight::Int8(p) => (Weight::Int8(p), false),
+        };
+        return Ok(Linear {
+            weight,
+            bias,
+            bf16_inputs,
+            name: Some(name.into()),
+        });
+    }
+    let weight =
+        vb.get_with_hints_dtype((out_dim, in_dim), "weight", Default::default(), COMPACT)?;
+    let mut layer = if cpu {
         match LOAD_PRODUCTS.with(Cell::get) {
             Products::Int8 if int8::keeps_f32(&name) => {
                 Linear::new_for_cpu(weight, bias, Products::F32)?
@@ -271,6 +292,11 @@ pub fn linear(
     } else {
         Linear::new(weight, bias)?
     };
+    match &layer.weight {
+        Weight::Packed(p) if cpu => weight_cache::record(&name, CachedWeight::Bf16(p.clone())),
+        Weight::Int8(p) if cpu => weight_cache::record(&name, CachedWeight::Int8(p.clone())),
+        _ => {}
+    }
     layer.name = Some(name.into());
     Ok(layer)
 }

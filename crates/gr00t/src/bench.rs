@@ -151,6 +151,7 @@ pub fn run(opts: &BenchOptions) -> Result<i32, BenchError> {
         tokenizer: None,
         device: opts.device.clone(),
         embodiments: Vec::new(),
+        weight_cache: None,
     })
     .map_err(|cause| BenchError::Load {
         what: "model",
@@ -314,6 +315,7 @@ fn interleaved(engine: &Engine, opts: &BenchOptions) -> Result<i32, BenchError> 
         tokenizer: None,
         device: f32_device,
         embodiments: Vec::new(),
+        weight_cache: None,
     })
     .map_err(|cause| BenchError::Load {
         what: "f32 model",

@@ -145,6 +145,7 @@ pub fn run(opts: &CheckOptions) -> Result<i32, CheckError> {
                 ..opts.device.clone()
             },
             embodiments: Vec::new(),
+            weight_cache: None,
         })
     };
     let engine_with = |dtype: DtypeSetting| engine_in(dtype, None);

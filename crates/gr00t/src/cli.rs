@@ -78,6 +78,16 @@ enum Command {
         /// e.g. http://127.0.0.1:4318 [default: off].
         #[arg(long, value_name = "URL", env = "GR00T_OTLP_ENDPOINT")]
         otlp_endpoint: Option<String>,
+        /// Folder of the packed-weight cache: the first start writes the weights as the
+        /// kernels read them (one file per checkpoint, precision, kernel and binary, ~6 GB
+        /// for the full model), later starts map that file instead of reading and packing
+        /// [default: gr00t-rs/packed-weights in the Hugging Face hub cache].
+        #[arg(long, value_name = "DIR", env = "GR00T_WEIGHT_CACHE")]
+        weight_cache: Option<PathBuf>,
+        /// Pack the weights at every start; read or write no cache file (wins over
+        /// --weight-cache and $GR00T_WEIGHT_CACHE).
+        #[arg(long)]
+        no_weight_cache: bool,
         #[command(flatten)]
         protocols: crate::doors::ProtocolOptions,
         #[command(flatten)]
@@ -207,6 +217,14 @@ enum Size {
     Tiny,
 }
 
+/// `gr00t-rs/packed-weights` in the Hugging Face hub cache, beside the pulled checkpoints and
+/// the dtype verdicts.
+fn default_weight_cache() -> PathBuf {
+    gr00t_model::hub::hub_cache_dir()
+        .join("gr00t-rs")
+        .join("packed-weights")
+}
+
 /// Parses the process's command line (exits on a usage error, as clap does), noting what only
 /// the parser knows: whether the API token was typed on the command line.
 pub fn parse() -> Cli {
@@ -245,6 +263,8 @@ pub fn run(cli: Cli) -> i32 {
             history,
             replica_id,
             otlp_endpoint: _,
+            weight_cache,
+            no_weight_cache,
             protocols,
             connections,
             browser,
@@ -269,6 +289,11 @@ pub fn run(cli: Cli) -> i32 {
             device: device.into(),
             // A manifest may leave the variable blank.
             replica_id: replica_id.filter(|v| !v.is_empty()),
+            weight_cache: (!no_weight_cache).then(|| {
+                weight_cache
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or_else(default_weight_cache)
+            }),
         })
         .map_err(Into::into),
         Command::Pull { revision } => {
@@ -428,6 +453,7 @@ fn predict(
         device,
         // A request names its embodiment; every servable one is loaded.
         embodiments: Vec::new(),
+        weight_cache: None,
     };
     let engine = Engine::load(&opts)?;
     if engine.info().synthetic_weights {

@@ -58,6 +58,8 @@ pub struct ServeOptions {
     /// `--replica-id` (or $GR00T_REPLICA_ID): named in every response's `x-gr00t-replica`
     /// header and in `/info`.
     pub replica_id: Option<String>,
+    /// Folder of the packed-weight cache; `None` (`--no-weight-cache`): pack at every start.
+    pub weight_cache: Option<PathBuf>,
 }
 
 /// Why `gr00t serve` did not start, or stopped with an error (exit code 1).
@@ -144,6 +146,7 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
         tokenizer: opts.tokenizer.clone(),
         device: opts.device.clone(),
         embodiments: opts.embodiments.clone(),
+        weight_cache: opts.weight_cache.clone(),
     })
     .map_err(ServeError::Load)?;
     let info = engine.info().clone();
@@ -166,6 +169,8 @@ pub fn run(opts: ServeOptions) -> Result<i32, ServeError> {
         tracing::warn!("{warning}");
     }
     warm_up(&engine, &info)?;
+    // After the warm-up, so that the file's copy and checksums do not slow it down.
+    let _cache_writer = engine.write_weight_cache();
     // Clients' frames only: the warm-up's shipped demo frames are ours.
     gr00t_embodiment::image::decode::set_max_pixels(opts.connections.max_image_pixels);
     // Shared with the metrics, which read the vision cache's counters at scrape time.

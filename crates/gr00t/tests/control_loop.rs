@@ -30,6 +30,7 @@ fn rtc_continues_the_old_chunk_across_the_boundary_and_plain_chunks_jump() {
         tokenizer: None,
         device: DeviceOptions::default(),
         embodiments: Vec::new(),
+        weight_cache: None,
     })
     .unwrap();
     let (plain, rtc) = (run(&engine, false), run(&engine, true));

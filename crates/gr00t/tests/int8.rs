@@ -83,6 +83,7 @@ fn engine(checkpoint: &std::path::Path, dtype: DtypeSetting, stages: Option<Int8
             ..DeviceOptions::default()
         },
         embodiments: Vec::new(),
+        weight_cache: None,
     })
     .unwrap()
 }

@@ -45,6 +45,7 @@ fn engine() -> (Engine, Arc<Layout>) {
         tokenizer: None,
         device: DeviceOptions::default(),
         embodiments: vec![TAG.into()],
+        weight_cache: None,
     })
     .unwrap();
     let layout = engine.layouts().resolve(TAG).unwrap().clone();
@@ -523,6 +524,7 @@ mod history {
                 tokenizer: None,
                 device: DeviceOptions::default(),
                 embodiments: vec![R1.into()],
+                weight_cache: None,
             })
             .unwrap(),
         );

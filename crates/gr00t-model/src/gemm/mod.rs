@@ -41,6 +41,7 @@ pub(crate) mod avx512bf16;
 #[cfg(test)]
 pub(crate) mod checks;
 mod driver;
+pub(crate) mod elements;
 pub(crate) mod int8;
 pub(crate) mod out_ptr;
 mod pack;

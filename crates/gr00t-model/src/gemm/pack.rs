@@ -2,6 +2,7 @@
 //! NR-column panels ([`PackedBf16`]), as rows of NR values widened in registers (the f32
 //! kernels) or as VNNI pairs (`vdpbf16ps` and AMX tiles).
 
+use super::elements::Elements;
 use half::bf16;
 use rayon::prelude::*;
 
@@ -16,10 +17,8 @@ pub struct PackedBf16 {
     n: usize,
     k: usize,
     layout: PackLayout,
-    /// The panels start `start` elements in, at a 64-byte boundary (no row load straddles a
-    /// cache line).
-    storage: Vec<bf16>,
-    start: usize,
+    /// The panels, at a 64-byte boundary (no row load straddles a cache line).
+    elements: Elements<bf16>,
 }
 
 /// The element order of a [`PackedBf16`].
@@ -108,22 +107,41 @@ impl PackedBf16 {
     /// An all-zero `[n, k]` matrix in `layout`, to be filled through
     /// [`PackedBf16::panels_mut`].
     pub(crate) fn zeroed(n: usize, k: usize, layout: PackLayout) -> PackedBf16 {
-        let len = panels_len(n, k, layout);
-        let storage = vec![bf16::ZERO; len + PANEL_ALIGN / 2];
-        let start = storage.as_ptr().align_offset(PANEL_ALIGN);
         PackedBf16 {
             n,
             k,
             layout,
-            storage,
-            start,
+            elements: Elements::zeroed(panels_len(n, k, layout)),
         }
     }
 
-    /// The panels, writable (see [`PackedBf16::panels`]).
+    /// An `[n, k]` matrix in `layout` whose panels are `elements` (`None` when their length
+    /// is not the layout's).
+    pub(crate) fn from_elements(
+        n: usize,
+        k: usize,
+        layout: PackLayout,
+        elements: Elements<bf16>,
+    ) -> Option<PackedBf16> {
+        (elements.as_slice().len() == panels_len(n, k, layout)).then_some(PackedBf16 {
+            n,
+            k,
+            layout,
+            elements,
+        })
+    }
+
+    /// The panels' storage (what the packed-weight cache writes, or maps).
+    pub(crate) fn elements(&self) -> &Elements<bf16> {
+        &self.elements
+    }
+
+    /// The panels, writable (see [`PackedBf16::panels`]); only a weight being packed, never a
+    /// mapped one, is written.
     pub(crate) fn panels_mut(&mut self) -> &mut [bf16] {
-        let len = panels_len(self.n, self.k, self.layout);
-        &mut self.storage[self.start..][..len]
+        self.elements
+            .as_mut_slice()
+            .expect("a mapped weight is never packed again")
     }
 
     /// `(n, k)` of the logical matrix.
@@ -143,7 +161,7 @@ impl PackedBf16 {
 
     /// The panels, `[⌈n/NR⌉][k][NR]` or `[⌈n/NR⌉][pair rows][NR][2]` by [`PackLayout`].
     pub(crate) fn panels(&self) -> &[bf16] {
-        &self.storage[self.start..][..panels_len(self.n, self.k, self.layout)]
+        self.elements.as_slice()
     }
 }
 
@@ -152,9 +170,6 @@ impl PackedBf16 {
 pub(crate) fn panels_len(n: usize, k: usize, layout: PackLayout) -> usize {
     n.div_ceil(NR) * NR * layout.padded_k(k)
 }
-
-/// Byte alignment of packed panels: a cache line.
-const PANEL_ALIGN: usize = 64;
 
 /// The panel column stored at position `s` of a packed row: `vpunpcklwd` with zero takes words
 /// 0..4 of each 128-bit lane (lane l → columns 4l..4l+4), `vpunpckhwd` words 4..8 (columns

@@ -64,6 +64,9 @@ impl Server {
             .arg(checkpoint)
             .args(["--port", &port.to_string()])
             .args(extra)
+            // Packed-weight caches of test servers stay in the build folder, not the user's
+            // Hugging Face cache (a test's own variable wins).
+            .env("GR00T_WEIGHT_CACHE", test_weight_cache())
             .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -388,4 +391,9 @@ pub fn request_lines(s: Server, door: &str) -> Vec<String> {
         .filter(|l| l.contains("gr00t::request") && l.contains(&door))
         .map(str::to_string)
         .collect()
+}
+
+/// The packed-weight cache folder of the test servers: in the build folder.
+pub fn test_weight_cache() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("weight-cache")
 }

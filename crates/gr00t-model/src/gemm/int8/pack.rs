@@ -4,6 +4,7 @@
 //! past N padded with zero.
 
 use super::quant::{quantize_row, row_scale, LEVELS};
+use crate::gemm::elements::Elements;
 use rayon::prelude::*;
 
 /// Columns of a panel: one AVX-512 vector of i32 sums, two AVX2 ones.
@@ -17,9 +18,8 @@ const N_ALIGN: usize = 2 * NP;
 pub struct PackedI8 {
     n: usize,
     k: usize,
-    /// The panels start `start` bytes in, at a 64-byte boundary.
-    storage: Vec<i8>,
-    start: usize,
+    /// The panels, at a 64-byte boundary.
+    elements: Elements<i8>,
     /// `max|w[j]| / levels` per column, zero past N.
     scales: Vec<f32>,
     /// `128·Σ_k q[j, k]` per column: what u8 activations offset by 128 add to a sum.
@@ -46,12 +46,13 @@ impl PackedI8 {
         let k4 = k.div_ceil(4);
         let panels = n.div_ceil(N_ALIGN) * N_ALIGN / NP;
         let panel_len = k4 * 4 * NP;
-        let mut storage = vec![0i8; panels * panel_len + 64];
-        let start = storage.as_ptr().align_offset(64).min(64);
+        let mut elements = Elements::zeroed(panels * panel_len);
         let n_pad = panels * NP;
         let mut scales = vec![0f32; n_pad];
         let mut offset_sums = vec![0i32; n_pad];
-        storage[start..start + panels * panel_len]
+        elements
+            .as_mut_slice()
+            .expect("fresh elements are owned")
             .par_chunks_mut(panel_len.max(1))
             .zip(scales.par_chunks_mut(NP))
             .zip(offset_sums.par_chunks_mut(NP))
@@ -80,12 +81,39 @@ impl PackedI8 {
         PackedI8 {
             n,
             k,
-            storage,
-            start,
+            elements,
             scales,
             offset_sums,
             input_scale: None,
         }
+    }
+
+    /// An `[n, k]` weight from its parts as [`PackedI8::quantize`] lays them out (the
+    /// packed-weight cache's): `None` unless every length is the shape's.
+    pub(crate) fn from_parts(
+        n: usize,
+        k: usize,
+        elements: Elements<i8>,
+        scales: Vec<f32>,
+        offset_sums: Vec<i32>,
+    ) -> Option<PackedI8> {
+        let panels = n.div_ceil(N_ALIGN) * N_ALIGN / NP;
+        let fits = elements.as_slice().len() == panels * k.div_ceil(4) * 4 * NP
+            && scales.len() == panels * NP
+            && offset_sums.len() == panels * NP;
+        fits.then_some(PackedI8 {
+            n,
+            k,
+            elements,
+            scales,
+            offset_sums,
+            input_scale: None,
+        })
+    }
+
+    /// The panels' storage (what the packed-weight cache writes, or maps).
+    pub(crate) fn elements(&self) -> &Elements<i8> {
+        &self.elements
     }
 
     /// This weight for activations multiplied by `scale` (length k) per input channel before
@@ -140,7 +168,7 @@ impl PackedI8 {
     /// Panel `p` (columns `p·NP..`), `[k4][NP][4]`.
     pub(crate) fn panel(&self, p: usize) -> &[i8] {
         let len = self.panel_len();
-        &self.storage[self.start + p * len..][..len]
+        &self.elements.as_slice()[p * len..][..len]
     }
 
     /// The quantised weight `q[j, kk]` (j < n, kk < k).
@@ -165,7 +193,7 @@ impl PackedI8 {
 
     /// Bytes held (panels, scales, sums and the input scale).
     pub fn bytes(&self) -> usize {
-        self.storage.len()
+        self.elements.owned_bytes()
             + 8 * self.scales.len()
             + 4 * self.input_scale.as_ref().map_or(0, Vec::len)
     }

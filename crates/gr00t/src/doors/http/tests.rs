@@ -60,6 +60,7 @@ fn info() -> EngineInfo {
         device: "cpu".into(),
         threads: 1,
         version: "test".into(),
+        weight_cache: "off".into(),
     }
 }
 
