@@ -11,9 +11,8 @@
 //! temporary name and renamed when complete, so concurrent loads never see half of one.
 
 use crate::gemm::elements::Elements;
-use crate::gemm::PackLayout;
-use crate::int8::PackedI8;
-use crate::linear::PackedBf16;
+use crate::gemm::int8::PackedI8;
+use crate::gemm::{PackLayout, PackedBf16};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
