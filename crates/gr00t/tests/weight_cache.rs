@@ -62,3 +62,42 @@ fn a_restart_maps_the_packed_weights_and_answers_the_same_bits() {
     assert_eq!(plain, first, "the cache changed the answer");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn two_servers_starting_at_once_leave_one_valid_file() {
+    let dir = std::env::temp_dir().join(format!("gr00t-serve-wcache2-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| start(&dir, &[]));
+        let b = s.spawn(|| start(&dir, &[]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for server in [&a, &b] {
+        // Each found no file and writes one (the usual case: both load at once), or, started
+        // late on a busy machine, maps the other's (logged before it was ready).
+        let mapped = server.log_text().contains("packed weights mapped from");
+        assert!(
+            mapped
+                || server.log_shows(
+                    "packed weights written to",
+                    std::time::Duration::from_secs(60)
+                ),
+            "{}",
+            server.log_text()
+        );
+    }
+    let (_, first) = cache_and_actions(&a);
+    assert_eq!(cache_and_actions(&b).1, first);
+    drop((a, b));
+    // Both wrote a whole file under a name of their own and renamed it: one file, no leftovers.
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let third = start(&dir, &[]);
+    let (mapped, again) = cache_and_actions(&third);
+    assert!(mapped.contains("packed weights mapped from"), "{mapped}");
+    assert_eq!(again, first);
+    let _ = std::fs::remove_dir_all(&dir);
+}
