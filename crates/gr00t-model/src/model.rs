@@ -249,16 +249,25 @@ impl Gr00tModel {
     /// cache (its entries and counters stay as they were): the start-up warm-up.
     pub fn warm_up_pass(&self, embodiment_id: usize) -> Result<StageTimings> {
         let inputs = self.minimal_inputs(embodiment_id);
-        Ok(self.run(&inputs, &Recorder::disabled(), false)?.timings)
+        // One Euler step: every weight and kernel of the denoise, a quarter of its work.
+        Ok(self
+            .run(&inputs, &Recorder::disabled(), (false, 1))?
+            .timings)
     }
 
     /// Runs the network on one request's inputs; taps go to `rec` when it is enabled.
     pub fn forward(&self, inputs: &ModelInputs, rec: &Recorder) -> Result<ModelOutput> {
-        self.run(inputs, rec, true)
+        self.run(inputs, rec, (true, usize::MAX))
     }
 
-    /// [`Gr00tModel::forward`], with the vision cache used or left alone.
-    fn run(&self, inputs: &ModelInputs, rec: &Recorder, cached: bool) -> Result<ModelOutput> {
+    /// [`Gr00tModel::forward`], with the vision cache used or left alone, through the first
+    /// `steps` Euler steps.
+    fn run(
+        &self,
+        inputs: &ModelInputs,
+        rec: &Recorder,
+        (cached, steps): (bool, usize),
+    ) -> Result<ModelOutput> {
         let cfg = &self.config;
         let (h, a) = (cfg.action_horizon, cfg.max_action_dim);
         let state_len = cfg.max_state_dim * cfg.state_history_length;
@@ -317,13 +326,12 @@ impl Gr00tModel {
         drop(stage);
         let t3 = Instant::now();
         let stage = tracing::info_span!("denoise").entered();
-        let actions = self.head.denoise(
+        let actions = self.head.denoise_steps(
             &vl_embeds,
-            &bb.image_mask,
-            &bb.attention_mask,
+            (&bb.image_mask, &bb.attention_mask),
             &state,
             inputs.embodiment_id,
-            &noise,
+            (&noise, steps),
             inputs.rtc.as_ref(),
             rec,
         )?;

@@ -249,6 +249,32 @@ impl ActionHead {
         rtc: Option<&Rtc>,
         rec: &Recorder,
     ) -> Result<Tensor> {
+        let steps = self.num_steps();
+        self.denoise_steps(
+            vl_embeds,
+            (image_mask, attention_mask),
+            state,
+            embodiment_id,
+            (noise, steps),
+            rtc,
+            rec,
+        )
+    }
+
+    /// [`ActionHead::denoise`] through the first `steps` Euler steps only (the start-up
+    /// warm-up's one step: every weight and kernel of a step, a quarter of the work); the
+    /// reference backend runs them all.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn denoise_steps(
+        &self,
+        vl_embeds: &Tensor,
+        (image_mask, attention_mask): (&[bool], &[bool]),
+        state: &Tensor,
+        embodiment_id: usize,
+        (noise, steps): (&Tensor, usize),
+        rtc: Option<&Rtc>,
+        rec: &Recorder,
+    ) -> Result<Tensor> {
         self.check_noise(noise)?;
         self.check_rtc(rtc)?;
         if self.backend == DenoiseBackend::Reference {
@@ -268,7 +294,7 @@ impl ActionHead {
         rec.record("head.state_input", state);
         let state_features = self.encode_state(&ctx, state)?;
         rec.record("head.state_features", &state_features);
-        let actions = sampler::sample(self, &ctx, &state_features, noise, rtc, rec)?;
+        let actions = sampler::sample(self, &ctx, &state_features, (noise, steps), rtc, rec)?;
         rec.record("head.action_pred", &actions);
         Ok(actions)
     }

@@ -57,18 +57,18 @@ pub(crate) fn timestep_bucket(k: usize, n: usize, buckets: usize) -> i64 {
     (k as f64 / n as f64 * buckets as f64) as i64
 }
 
-/// Runs every Euler step from `noise` `[1, H, A]` (with RTC when given) and returns the final
-/// actions `[1, H, A]`.
+/// Runs the first `steps` Euler steps (every one for a request) from `noise` `[1, H, A]` (with
+/// RTC when given) and returns the actions `[1, H, A]` they reach.
 pub(crate) fn sample(
     head: &ActionHead,
     ctx: &RequestContext,
     state_features: &Tensor,
-    noise: &Tensor,
+    (noise, steps): (&Tensor, usize),
     rtc: Option<&Rtc>,
     rec: &Recorder,
 ) -> Result<Tensor> {
     let (mut x, vel_strength) = rtc_start(noise, rtc)?;
-    for k in 0..head.num_steps() {
+    for k in 0..steps.min(head.num_steps()) {
         let p = format!("head.step{k}");
         rec.record(format!("{p}.actions_in"), &x);
         if rec.is_enabled() {
