@@ -127,23 +127,25 @@ impl Engine {
                 _ => Gr00tModel::load_with(&ckpt, &device, dtype, Some(&ids))?,
             })
         };
-        let mut model = weight_cache::loading_with(cache.as_ref(), load)?;
-        let (weight_cache, pending_cache) =
-            match cache.and_then(Arc::into_inner).map(CacheLoad::finish) {
-                Some(Finished::Done(outcome)) => {
-                    tracing::info!("{outcome}");
-                    (outcome.to_string(), None)
-                }
-                Some(Finished::ToWrite(w)) => (
-                    format!(
-                        "{} packed weights to be written to {} after the start",
-                        w.weights(),
-                        w.path().display()
-                    ),
-                    Some(w),
+        let mut model = weight_cache::loading_with(cache.as_ref().ok(), load)?;
+        let finished = cache.map(|c| Arc::into_inner(c).map(CacheLoad::finish));
+        let (weight_cache, pending_cache) = match finished {
+            Ok(Some(Finished::Done(outcome))) => {
+                tracing::info!("{outcome}");
+                (outcome.to_string(), None)
+            }
+            Ok(Some(Finished::ToWrite(w))) => (
+                format!(
+                    "{} packed weights to be written to {} after the start",
+                    w.weights(),
+                    w.path().display()
                 ),
-                None => ("off".to_string(), None),
-            };
+                Some(w),
+            ),
+            // The load let go of its cache handle: nothing holds another.
+            Ok(None) => ("off".to_string(), None),
+            Err(why) => (why.to_string(), None),
+        };
         let int8_check = match choice.precision {
             Precision::Int8(stages) => match verdict(stages) {
                 Some(v) if v.passed => "passed",
@@ -526,9 +528,9 @@ fn load_calibration(
     Ok(max)
 }
 
-/// The packed-weight cache of this load: `None` when off, on another device than the CPU
-/// (nothing is packed there), or for loads whose weights depend on more than the key holds
-/// (SmoothQuant calibration, a deliberately coarse int8 grid).
+/// The packed-weight cache of this load, or why there is none (`/info` says it): turned off,
+/// another device than the CPU (nothing is packed there), or a load whose weights depend on
+/// more than the key holds (SmoothQuant calibration, a deliberately coarse int8 grid).
 fn weight_cache_load(
     opts: &EngineOptions,
     ckpt: &Checkpoint,
@@ -536,13 +538,16 @@ fn weight_cache_load(
     device: &candle_core::Device,
     precision: &Precision,
     kernel: cpu_kernel::CpuKernel,
-) -> Option<Arc<CacheLoad>> {
-    let dir = opts.weight_cache.as_ref()?;
+) -> Result<Arc<CacheLoad>, &'static str> {
+    let dir = opts.weight_cache.as_ref().ok_or("off")?;
     let int8 = matches!(precision, Precision::Int8(_));
     let plain_int8 =
         opts.device.int8_levels == gr00t_model::int8::LEVELS && !opts.device.int8_smooth;
-    if !device.is_cpu() || (int8 && !plain_int8) {
-        return None;
+    if !device.is_cpu() {
+        return Err("off (nothing is packed on this device)");
+    }
+    if int8 && !plain_int8 {
+        return Err("off (smoothed or test-grid int8 is not cached)");
     }
     let settings = [
         (
@@ -563,5 +568,5 @@ fn weight_cache_load(
         ),
     ];
     let key = CacheKey::new(digest, &ckpt.weight_files, &settings);
-    Some(Arc::new(CacheLoad::begin(dir, key)))
+    Ok(Arc::new(CacheLoad::begin(dir, key)))
 }
