@@ -206,9 +206,7 @@ fn nan_max(a: f64, b: f64) -> f64 {
 /// Where verdicts live: `gr00t-rs/dtype-checks` in the Hugging Face hub cache (beside the
 /// pulled checkpoints; `$HF_HUB_CACHE`, `$HF_HOME/hub` or `~/.cache/huggingface/hub`).
 pub fn verdict_dir() -> PathBuf {
-    gr00t_model::hub::hub_cache_dir()
-        .join("gr00t-rs")
-        .join("dtype-checks")
+    gr00t_model::hub::own_cache_dir("dtype-checks")
 }
 
 /// The key of an int8 verdict: the stages (`adapter,dit`), `+keep(k_proj,v_proj)` for the

@@ -127,14 +127,18 @@ impl Engine {
                 _ => Gr00tModel::load_with(&ckpt, &device, dtype, Some(&ids))?,
             })
         };
-        let mut model = weight_cache::loading_with(cache.as_ref().ok(), load)?;
-        let finished = cache.map(|c| Arc::into_inner(c).map(CacheLoad::finish));
-        let (weight_cache, pending_cache) = match finished {
-            Ok(Some(Finished::Done(outcome))) => {
+        let (off, cache) = match cache {
+            Ok(cache) => (None, Some(cache)),
+            Err(why) => (Some(why), None),
+        };
+        let (model, cache) = weight_cache::loading_with(cache, load);
+        let mut model = model?;
+        let (weight_cache, pending_cache) = match cache.map(CacheLoad::finish) {
+            Some(Finished::Done(outcome)) => {
                 tracing::info!("{outcome}");
                 (outcome.to_string(), None)
             }
-            Ok(Some(Finished::ToWrite(w))) => (
+            Some(Finished::ToWrite(w)) => (
                 format!(
                     "{} packed weights to be written to {} after the start",
                     w.weights(),
@@ -142,9 +146,7 @@ impl Engine {
                 ),
                 Some(w),
             ),
-            // The load let go of its cache handle: nothing holds another.
-            Ok(None) => ("off".to_string(), None),
-            Err(why) => (why.to_string(), None),
+            None => (off.unwrap_or("off").to_string(), None),
         };
         let int8_check = match choice.precision {
             Precision::Int8(stages) => match verdict(stages) {
@@ -538,7 +540,7 @@ fn weight_cache_load(
     device: &candle_core::Device,
     precision: &Precision,
     kernel: cpu_kernel::CpuKernel,
-) -> Result<Arc<CacheLoad>, &'static str> {
+) -> Result<CacheLoad, &'static str> {
     let dir = opts.weight_cache.as_ref().ok_or("off")?;
     let int8 = matches!(precision, Precision::Int8(_));
     let plain_int8 =
@@ -568,5 +570,5 @@ fn weight_cache_load(
         ),
     ];
     let key = CacheKey::new(digest, &ckpt.weight_files, &settings);
-    Ok(Arc::new(CacheLoad::begin(dir, key)))
+    Ok(CacheLoad::begin(dir, key))
 }

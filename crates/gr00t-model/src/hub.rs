@@ -17,6 +17,12 @@ pub fn hub_cache_dir() -> PathBuf {
     )
 }
 
+/// gr00t-rs's own folder `name` in the hub cache (`gr00t-rs/NAME`, beside the pulled
+/// checkpoints): the dtype verdicts, the packed-weight cache.
+pub fn own_cache_dir(name: &str) -> PathBuf {
+    hub_cache_dir().join("gr00t-rs").join(name)
+}
+
 /// `hub_cache_dir` from explicit variables (testable without touching the environment).
 pub fn cache_dir_from(
     hub_cache: Option<PathBuf>,

@@ -4,9 +4,9 @@
 //! it in place, so they neither read nor pack nor zero the pages of those weights.
 //!
 //! A file is `GR00TPW1`, the header's length and the data's offset (u64 LE each), the header
-//! (JSON: the key, the file's length, every weight's shape and blobs), the header's SHA-256,
-//! then the blobs at 64-byte boundaries from the data offset. Before any weight is used the
-//! header, its hash, the key, the length and every blob's 64-bit checksum are checked; a file
+//! (JSON: the key, every weight's shape and blobs), the header's SHA-256, then the blobs at
+//! 64-byte boundaries from the data offset, the last padded to one. Before any weight is used
+//! the header, its hash, the key, the length and every blob's 64-bit checksum are checked; a file
 //! that fails one is logged, removed and rebuilt, never used. A file is written under a
 //! temporary name and renamed when complete, so concurrent loads never see half of one.
 
@@ -21,12 +21,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The file's first bytes.
 const MAGIC: &[u8; 8] = b"GR00TPW1";
 /// Bumped when the layout of a file or of a packed weight changes.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 /// The data starts at a page boundary; each blob at a cache line.
 const DATA_ALIGN: u64 = 4096;
 const BLOB_ALIGN: u64 = 64;
@@ -131,8 +131,16 @@ struct Entry {
 #[derive(Debug, Serialize, Deserialize)]
 struct Header {
     key: CacheKey,
-    file_len: u64,
     entries: Vec<Entry>,
+}
+
+impl Header {
+    /// Bytes of the blobs from the data offset: the last one's end, padded to a blob boundary.
+    fn data_len(&self) -> u64 {
+        let ends = self.entries.iter().flat_map(|e| &e.blobs);
+        let end = ends.map(|b| b.offset.saturating_add(b.len)).max();
+        end.unwrap_or(0).next_multiple_of(BLOB_ALIGN)
+    }
 }
 
 /// A packed weight as a linear layer holds it.
@@ -202,8 +210,9 @@ struct Mapped {
     map: Arc<memmap2::Mmap>,
     data: usize,
     entries: HashMap<String, Entry>,
-    taken: AtomicUsize,
-    missed: Mutex<Vec<String>>,
+    /// Weights served from it, and the names asked for that it lacked.
+    taken: usize,
+    missed: Vec<String>,
 }
 
 /// One load's use of the cache: reading a valid file, or recording what it packs.
@@ -216,14 +225,14 @@ pub struct CacheLoad {
 enum Mode {
     Reading(Mapped),
     Writing {
-        recorded: Mutex<Vec<(String, CachedWeight)>>,
+        recorded: Vec<(String, CachedWeight)>,
         refused: Option<String>,
     },
 }
 
 thread_local! {
     /// The cache of the load running on this thread (see [`loading_with`]).
-    static LOAD: RefCell<Option<Arc<CacheLoad>>> = const { RefCell::new(None) };
+    static LOAD: RefCell<Option<CacheLoad>> = const { RefCell::new(None) };
 }
 
 impl CacheLoad {
@@ -255,15 +264,10 @@ impl CacheLoad {
             path,
             key,
             mode: Mode::Writing {
-                recorded: Mutex::new(Vec::new()),
+                recorded: Vec::new(),
                 refused,
             },
         }
-    }
-
-    /// The file this load reads or writes.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// After the load: what was mapped, or the file still to write from what this load
@@ -271,22 +275,20 @@ impl CacheLoad {
     pub fn finish(self) -> Finished {
         match self.mode {
             Mode::Reading(m) => {
-                let missed = m.missed.into_inner().unwrap_or_else(|p| p.into_inner());
-                if !missed.is_empty() {
+                if !m.missed.is_empty() {
                     tracing::warn!(
                         "packed-weight cache {}: {} weights not in it were packed at load ({})",
                         self.path.display(),
-                        missed.len(),
-                        missed.join(", ")
+                        m.missed.len(),
+                        m.missed.join(", ")
                     );
                 }
                 Finished::Done(CacheOutcome::Mapped {
                     path: self.path,
-                    weights: m.taken.load(Ordering::Relaxed),
+                    weights: m.taken,
                 })
             }
             Mode::Writing { recorded, refused } => {
-                let recorded = recorded.into_inner().unwrap_or_else(|p| p.into_inner());
                 if recorded.is_empty() {
                     return Finished::Done(CacheOutcome::Empty);
                 }
@@ -370,49 +372,53 @@ fn remove_stale_temporaries(dir: &Path) {
 }
 
 /// Runs `f` (a model load on this thread) with `cache` serving and recording its linear
-/// layers' packed weights; `None` loads as without a cache. Restored afterwards, also on panic.
-pub fn loading_with<R>(cache: Option<&Arc<CacheLoad>>, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Arc<CacheLoad>>);
+/// layers' packed weights (`None`: as without a cache); returns `f`'s result and the cache,
+/// ready for [`CacheLoad::finish`]. The thread's previous state is restored, also on panic.
+pub fn loading_with<R>(cache: Option<CacheLoad>, f: impl FnOnce() -> R) -> (R, Option<CacheLoad>) {
+    struct Restore(Option<CacheLoad>);
     impl Drop for Restore {
         fn drop(&mut self) {
             LOAD.with(|l| *l.borrow_mut() = self.0.take());
         }
     }
-    let _restore = Restore(LOAD.with(|l| l.replace(cache.cloned())));
-    f()
+    let restore = Restore(LOAD.with(|l| l.replace(cache)));
+    let r = f();
+    let cache = LOAD.with(|l| l.borrow_mut().take());
+    drop(restore);
+    (r, cache)
 }
 
 /// The weight `name` (`[n, k]`) from this thread's cache file, if it holds one of that shape.
 pub(crate) fn cached(name: &str, n: usize, k: usize) -> Option<CachedWeight> {
-    let load = LOAD.with(|l| l.borrow().clone())?;
-    let Mode::Reading(m) = &load.mode else {
-        return None;
-    };
-    let weight = m.entries.get(name).and_then(|e| weight_of(m, e, n, k));
-    match &weight {
-        Some(_) => {
-            m.taken.fetch_add(1, Ordering::Relaxed);
+    LOAD.with(|l| {
+        let mut load = l.borrow_mut();
+        let Some(CacheLoad {
+            mode: Mode::Reading(m),
+            ..
+        }) = load.as_mut()
+        else {
+            return None;
+        };
+        let weight = m.entries.get(name).and_then(|e| weight_of(m, e, n, k));
+        match weight {
+            Some(_) => m.taken += 1,
+            None => m.missed.push(name.to_string()),
         }
-        None => m
-            .missed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(name.to_string()),
-    }
-    weight
+        weight
+    })
 }
 
 /// Records a weight this thread's load packed, for the file it will write.
 pub(crate) fn record(name: &str, weight: CachedWeight) {
-    let Some(load) = LOAD.with(|l| l.borrow().clone()) else {
-        return;
-    };
-    if let Mode::Writing { recorded, .. } = &load.mode {
-        recorded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((name.to_string(), weight));
-    }
+    LOAD.with(|l| {
+        if let Some(CacheLoad {
+            mode: Mode::Writing { recorded, .. },
+            ..
+        }) = l.borrow_mut().as_mut()
+        {
+            recorded.push((name.to_string(), weight));
+        }
+    })
 }
 
 /// The weight of entry `e` if it is `[n, k]` and its blobs fit it.
@@ -442,18 +448,14 @@ fn weight_of(m: &Mapped, e: &Entry, n: usize, k: usize) -> Option<CachedWeight> 
         Kind::Int8 => {
             let (at, len) = blob(0)?;
             let elements = Elements::mapped(m.map.clone(), at, len)?;
-            let words = |i: usize| -> Option<Vec<[u8; 4]>> {
+            // The little-endian 4-byte values of blob i.
+            let words = |i: usize| -> Option<_> {
                 let (at, len) = blob(i)?;
                 let bytes = m.map.get(at..at.checked_add(len)?)?;
-                Some(
-                    bytes
-                        .chunks_exact(4)
-                        .map(|c| [c[0], c[1], c[2], c[3]])
-                        .collect(),
-                )
+                Some(bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]))
             };
-            let scales = words(1)?.into_iter().map(f32::from_le_bytes).collect();
-            let sums = words(2)?.into_iter().map(i32::from_le_bytes).collect();
+            let scales = words(1)?.map(f32::from_le_bytes).collect();
+            let sums = words(2)?.map(i32::from_le_bytes).collect();
             PackedI8::from_parts(n, k, elements, scales, sums)
                 .map(|p| CachedWeight::Int8(Arc::new(p)))
         }
@@ -496,8 +498,9 @@ fn open(path: &Path, key: &CacheKey) -> Result<Option<Mapped>, String> {
     if &header.key != key {
         return Err("written for another checkpoint, precision or binary".into());
     }
-    if header.file_len != len {
-        return Err(format!("{len} bytes, its header says {}", header.file_len));
+    let want = data.saturating_add(header.data_len());
+    if want != len {
+        return Err(format!("{len} bytes, its header says {want}"));
     }
     let blobs: Vec<&Blob> = header.entries.iter().flat_map(|e| &e.blobs).collect();
     for b in &blobs {
@@ -527,8 +530,8 @@ fn open(path: &Path, key: &CacheKey) -> Result<Option<Mapped>, String> {
         map: Arc::new(map),
         data,
         entries,
-        taken: AtomicUsize::new(0),
-        missed: Mutex::new(Vec::new()),
+        taken: 0,
+        missed: Vec::new(),
     }))
 }
 
@@ -588,19 +591,12 @@ fn write(path: &Path, key: &CacheKey, weights: &[(String, CachedWeight)]) -> std
             blobs,
         });
     }
-    // The header holds the file's length, which depends on the header's: fix the length
-    // field's width first (20 digits), then size the data offset from the header.
-    let mut header = Header {
+    let header = Header {
         key: key.clone(),
-        file_len: u64::MAX,
         entries,
     };
-    let probe = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
-    let data = (24 + probe.len() as u64 + 32).next_multiple_of(DATA_ALIGN);
-    header.file_len = data + offset;
-    let mut header_bytes = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
-    // u64::MAX has the most digits a length can have: pad back to the probe's length.
-    header_bytes.resize(probe.len(), b' ');
+    let header_bytes = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
+    let data = (24 + header_bytes.len() as u64 + 32).next_multiple_of(DATA_ALIGN);
     // Unique per writer: two loads writing at once each rename a whole file of their own.
     static WRITERS: AtomicUsize = AtomicUsize::new(0);
     let tmp = dir.join(format!(
@@ -637,7 +633,7 @@ fn write(path: &Path, key: &CacheKey, weights: &[(String, CachedWeight)]) -> std
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    written.map(|()| header.file_len)
+    written.map(|()| data + offset)
 }
 
 /// A 64-bit checksum of `bytes`: four lanes of xor-multiply-rotate over 8-byte words per

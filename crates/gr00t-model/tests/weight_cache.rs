@@ -11,7 +11,6 @@ use gr00t_model::taps::Recorder;
 use gr00t_model::weight_cache::{self, CacheKey, CacheLoad, CacheOutcome, Finished};
 use gr00t_model::{Checkpoint, Gr00tModel};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// A fresh folder for one test's cache.
 fn cache_dir(test: &str) -> PathBuf {
@@ -32,18 +31,15 @@ fn key(ck: &Checkpoint, precision: &str) -> CacheKey {
 /// cache in `dir` ("int8"), or bf16 ("bf16"); with what became of the cache.
 fn load(dir: &Path, precision: &str) -> (Gr00tModel, CacheOutcome) {
     let ck = Checkpoint::open(gr00t_fixtures::tiny_checkpoint()).unwrap();
-    let cache = Arc::new(CacheLoad::begin(dir, key(&ck, precision)));
-    let model = weight_cache::loading_with(Some(&cache), || match precision {
+    let cache = CacheLoad::begin(dir, key(&ck, precision));
+    let (model, cache) = weight_cache::loading_with(Some(cache), || match precision {
         "int8" => {
             Gr00tModel::load_int8(&ck, &Device::Cpu, &Int8Load::stages(Int8Stages::ALL), None)
         }
         _ => Gr00tModel::load_with(&ck, &Device::Cpu, DType::BF16, None),
-    })
-    .unwrap();
-    let outcome = match Arc::into_inner(cache)
-        .expect("the load let go of the cache")
-        .finish()
-    {
+    });
+    let model = model.unwrap();
+    let outcome = match cache.expect("the load hands its cache back").finish() {
         Finished::Done(o) => o,
         Finished::ToWrite(w) => w.write(),
     };

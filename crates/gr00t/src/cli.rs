@@ -220,9 +220,7 @@ enum Size {
 /// `gr00t-rs/packed-weights` in the Hugging Face hub cache, beside the pulled checkpoints and
 /// the dtype verdicts.
 fn default_weight_cache() -> PathBuf {
-    gr00t_model::hub::hub_cache_dir()
-        .join("gr00t-rs")
-        .join("packed-weights")
+    gr00t_model::hub::own_cache_dir("packed-weights")
 }
 
 /// Parses the process's command line (exits on a usage error, as clap does), noting what only

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 /// Byte alignment of packed elements: a cache line (no row load straddles two).
-pub(crate) const ALIGN: usize = 64;
+const ALIGN: usize = 64;
 
 /// Element types every bit pattern of which is a value, 1 or 2 bytes wide: what a mapped file
 /// may hold and be read as.

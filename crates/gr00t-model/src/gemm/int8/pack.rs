@@ -13,6 +13,11 @@ pub(crate) const NP: usize = 16;
 /// Columns the stored scales and sums cover: whole AVX-512 tiles of two panels.
 const N_ALIGN: usize = 2 * NP;
 
+/// Panels of an n-column weight: whole AVX-512 tiles of two.
+fn panels_for(n: usize) -> usize {
+    n.div_ceil(N_ALIGN) * N_ALIGN / NP
+}
+
 /// An `[N, K]` weight as s8 panels with one f32 scale per column (row of the weight).
 #[derive(Debug)]
 pub struct PackedI8 {
@@ -44,7 +49,7 @@ impl PackedI8 {
     ) -> PackedI8 {
         let levels = levels.clamp(1, LEVELS);
         let k4 = k.div_ceil(4);
-        let panels = n.div_ceil(N_ALIGN) * N_ALIGN / NP;
+        let panels = panels_for(n);
         let panel_len = k4 * 4 * NP;
         let mut elements = Elements::zeroed(panels * panel_len);
         let n_pad = panels * NP;
@@ -97,7 +102,7 @@ impl PackedI8 {
         scales: Vec<f32>,
         offset_sums: Vec<i32>,
     ) -> Option<PackedI8> {
-        let panels = n.div_ceil(N_ALIGN) * N_ALIGN / NP;
+        let panels = panels_for(n);
         let fits = elements.as_slice().len() == panels * k.div_ceil(4) * 4 * NP
             && scales.len() == panels * NP
             && offset_sums.len() == panels * NP;
