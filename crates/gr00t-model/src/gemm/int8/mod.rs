@@ -176,6 +176,9 @@ pub(crate) struct Tile {
     pub(crate) dst: *mut f32,
     pub(crate) ldc: usize,
     pub(crate) cols: usize,
+    /// A panel to pull into the L2 while the tile runs, one line per step of four k (a hint:
+    /// kernels may ignore it; any address, never read).
+    pub(crate) prefetch: *const i8,
 }
 
 /// A kernel's tile. Safety: its CPU features, and every pointer of the [`Tile`] valid for the
@@ -254,7 +257,15 @@ unsafe fn unit(
         let b1 = (b0 + mc).min(rows.end);
         for c0 in cols.clone().step_by(nr) {
             let cols_here = nr.min(cols.end - c0);
-            for r0 in (b0..b1).step_by(mr) {
+            for (j, r0) in (b0..b1).step_by(mr).enumerate() {
+                // The first row tiles pull in the next column tile's panels, one each, so that
+                // the weights stream from memory at an even pace instead of in one burst per
+                // column tile (the DiT's 41-row products have only four row tiles to hide
+                // it); the others re-touch a panel that is cached anyway.
+                let next = c0 + nr < cols.end && j < nr / NP;
+                let prefetch = w
+                    .panel(c0 / NP + if next { nr / NP + j } else { 0 })
+                    .as_ptr();
                 let t = Tile {
                     a: q.data.as_ptr().wrapping_add(r0 * q.ld),
                     lda: q.ld,
@@ -269,6 +280,7 @@ unsafe fn unit(
                     dst: dst.add(r0 * ldc + c0),
                     ldc,
                     cols: cols_here,
+                    prefetch,
                 };
                 // SAFETY: the tile's rows and columns lie inside the operands (the scales and
                 // sums are padded to whole 32-column tiles, the panels likewise) and inside

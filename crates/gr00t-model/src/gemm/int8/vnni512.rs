@@ -1,5 +1,6 @@
 //! The AVX512-VNNI tile: 12 rows × 32 columns (two panels), 24 i32 vectors of sums seeded with
-//! the weight's `−128·Σq`, one `vpdpbusd` per row and panel for every four k.
+//! the weight's `−128·Σq`, one `vpdpbusd` per row and panel for every four k, and one line of
+//! the [`Tile`]'s prefetch panel pulled into the L2.
 
 use super::{column_lanes, epilogue_lanes, Tile, NP};
 use std::arch::x86_64::*;
@@ -28,7 +29,9 @@ pub(crate) unsafe fn tile(t: &Tile) {
             *row = t.a.add(r.min(t.rows - 1) * t.lda);
         }
         let (p0, p1) = (t.panel, t.panel.add(t.panel_len));
+        let pf = t.prefetch;
         for g in 0..t.k4 {
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(g * 4 * NP).cast());
             let w0 = _mm512_loadu_si512(p0.add(g * 4 * NP).cast());
             let w1 = _mm512_loadu_si512(p1.add(g * 4 * NP).cast());
             for r in 0..MR {
