@@ -128,12 +128,14 @@ impl Int8Kernel {
         self
     }
 
-    /// Rows the quantised activations are padded to a multiple of (AMX loads whole tiles),
-    /// and bytes left between rows (AMX: a line, so that a tile's 16 rows, loaded at the row
-    /// stride, do not share the L1's sets when k is a multiple of 1 024).
+    /// Rows the quantised activations are padded to a multiple of (AMX loads whole tiles, the
+    /// AVX512-VNNI tile reads whole ones), and bytes left between rows (AMX: a line, so that a
+    /// tile's 16 rows, loaded at the row stride, do not share the L1's sets when k is a
+    /// multiple of 1 024).
     fn row_layout(self) -> (usize, usize) {
         match self {
             Int8Kernel::Amx => (2 * 16, 64),
+            Int8Kernel::Avx512Vnni => (vnni512::MR, 0),
             _ => (1, 0),
         }
     }
@@ -182,7 +184,8 @@ pub(crate) struct Tile {
 }
 
 /// A kernel's tile. Safety: its CPU features, and every pointer of the [`Tile`] valid for the
-/// extent it describes (rows past `rows` are never read: a kernel repeats the last one).
+/// extent it describes (rows past `rows` are never stored; the AVX512-VNNI and AMX tiles read
+/// them from the padding of whole tiles, the others repeat the last row).
 pub(crate) type TileFn = unsafe fn(&Tile);
 
 /// The bytes of activations a row block keeps in the L2 while the column tiles pass over it.

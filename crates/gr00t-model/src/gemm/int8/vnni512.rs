@@ -1,21 +1,49 @@
 //! The AVX512-VNNI tile: 12 rows × 32 columns (two panels), 24 i32 vectors of sums seeded with
 //! the weight's `−128·Σq`, one `vpdpbusd` per row and panel for every four k, and one line of
 //! the [`Tile`]'s prefetch panel pulled into the L2.
+//!
+//! The k loop is inline assembly: written with intrinsics, the compiler's register allocation
+//! of 24 accumulators, 12 row pointers and the panel pointers is fragile (small changes around
+//! the loop had it store every accumulator to the stack at each step, halving the rate). Here
+//! the accumulators are `zmm0`–`zmm23` and the rows are addressed from four bases and the row
+//! stride, nine general registers in all.
 
 use super::{column_lanes, epilogue_lanes, Tile, NP};
+use std::arch::asm;
 use std::arch::x86_64::*;
 
 /// Rows of a tile.
 pub(crate) const MR: usize = 12;
 
+/// One row of a step: broadcast its four k, then one `vpdpbusd` per panel into its two
+/// accumulators.
+macro_rules! row_step {
+    ($base:literal, $index:literal, $acc0:literal, $acc1:literal) => {
+        concat!(
+            "vpbroadcastd zmm26, dword ptr [",
+            $base,
+            $index,
+            "]\n",
+            "vpdpbusd zmm",
+            $acc0,
+            ", zmm26, zmm24\n",
+            "vpdpbusd zmm",
+            $acc1,
+            ", zmm26, zmm25\n",
+        )
+    };
+}
+
 /// A 12×32 tile (see the module docs).
 ///
 /// # Safety
 /// AVX-512F/BW and AVX512-VNNI; the [`Tile`] as its docs say, with u8 activations
-/// ([`super::Encoding::Offset`]) and two panels behind `panel`.
+/// ([`super::Encoding::Offset`]), 12 readable rows from `a` (rows past `rows` are read but not
+/// stored: the activations are padded to whole tiles) and two panels behind `panel`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(crate) unsafe fn tile(t: &Tile) {
-    // SAFETY: every pointer below stays inside the extents the tile describes (contract).
+    // SAFETY: every pointer below stays inside the extents the tile describes (contract); the
+    // prefetches read nothing.
     unsafe {
         let seed0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(t.sums.cast()));
         let seed1 = _mm512_sub_epi32(
@@ -23,22 +51,72 @@ pub(crate) unsafe fn tile(t: &Tile) {
             _mm512_loadu_si512(t.sums.add(NP).cast()),
         );
         let mut acc = [[seed0, seed1]; MR];
-        let mut rows = [t.a; MR];
-        for (r, row) in rows.iter_mut().enumerate() {
-            // Rows past the tile's repeat its last one (computed, never stored).
-            *row = t.a.add(r.min(t.rows - 1) * t.lda);
-        }
-        let (p0, p1) = (t.panel, t.panel.add(t.panel_len));
-        let pf = t.prefetch;
-        for g in 0..t.k4 {
-            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(g * 4 * NP).cast());
-            let w0 = _mm512_loadu_si512(p0.add(g * 4 * NP).cast());
-            let w1 = _mm512_loadu_si512(p1.add(g * 4 * NP).cast());
-            for r in 0..MR {
-                let x = _mm512_set1_epi32(rows[r].add(4 * g).cast::<i32>().read_unaligned());
-                acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], x, w0);
-                acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], x, w1);
-            }
+        if t.k4 > 0 {
+            let [[c0, c1], [c2, c3], [c4, c5], [c6, c7], [c8, c9], [c10, c11], [c12, c13], [c14, c15], [c16, c17], [c18, c19], [c20, c21], [c22, c23]] =
+                &mut acc;
+            asm!(
+                "2:",
+                "prefetcht1 byte ptr [{pf}]",
+                "vmovdqu64 zmm24, zmmword ptr [{p}]",
+                "vmovdqu64 zmm25, zmmword ptr [{p} + {plen}]",
+                row_step!("{a0}", "", "0", "1"),
+                row_step!("{a0}", " + {l}", "2", "3"),
+                row_step!("{a0}", " + {l}*2", "4", "5"),
+                row_step!("{a3}", "", "6", "7"),
+                row_step!("{a3}", " + {l}", "8", "9"),
+                row_step!("{a3}", " + {l}*2", "10", "11"),
+                row_step!("{a6}", "", "12", "13"),
+                row_step!("{a6}", " + {l}", "14", "15"),
+                row_step!("{a6}", " + {l}*2", "16", "17"),
+                row_step!("{a9}", "", "18", "19"),
+                row_step!("{a9}", " + {l}", "20", "21"),
+                row_step!("{a9}", " + {l}*2", "22", "23"),
+                "add {p}, 64",
+                "add {pf}, 64",
+                "add {a0}, 4",
+                "add {a3}, 4",
+                "add {a6}, 4",
+                "add {a9}, 4",
+                "dec {n}",
+                "jnz 2b",
+                p = inout(reg) t.panel => _,
+                plen = in(reg) t.panel_len,
+                pf = inout(reg) t.prefetch => _,
+                l = in(reg) t.lda,
+                a0 = inout(reg) t.a => _,
+                a3 = inout(reg) t.a.add(3 * t.lda) => _,
+                a6 = inout(reg) t.a.add(6 * t.lda) => _,
+                a9 = inout(reg) t.a.add(9 * t.lda) => _,
+                n = inout(reg) t.k4 => _,
+                inout("zmm0") *c0,
+                inout("zmm1") *c1,
+                inout("zmm2") *c2,
+                inout("zmm3") *c3,
+                inout("zmm4") *c4,
+                inout("zmm5") *c5,
+                inout("zmm6") *c6,
+                inout("zmm7") *c7,
+                inout("zmm8") *c8,
+                inout("zmm9") *c9,
+                inout("zmm10") *c10,
+                inout("zmm11") *c11,
+                inout("zmm12") *c12,
+                inout("zmm13") *c13,
+                inout("zmm14") *c14,
+                inout("zmm15") *c15,
+                inout("zmm16") *c16,
+                inout("zmm17") *c17,
+                inout("zmm18") *c18,
+                inout("zmm19") *c19,
+                inout("zmm20") *c20,
+                inout("zmm21") *c21,
+                inout("zmm22") *c22,
+                inout("zmm23") *c23,
+                out("zmm24") _,
+                out("zmm25") _,
+                out("zmm26") _,
+                options(nostack, readonly),
+            );
         }
         for v in 0..2 {
             let Some((c0, mask, sb, bias)) = column_lanes(t, v) else {
