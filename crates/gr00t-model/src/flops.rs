@@ -135,18 +135,18 @@ fn denoise_flops(
     let text_keys = s.saturating_sub(image_keys);
     let state_dim = cfg.max_state_dim * cfg.state_history_length;
     let state = mm(1, state_dim, cfg.hidden_size) + mm(1, cfg.hidden_size, d);
-    // Cross-attention keys and values of vl_embeds, per cross block.
-    let kv_memory = 2.0 * mm(s, cfg.backbone_embedding_dim, d);
+    // Cross-attention keys and values of `rows` vl_embeds tokens, per cross block.
+    let kv_memory = |rows: usize| 2.0 * mm(rows, cfg.backbone_embedding_dim, d);
     // Timestep embedding (256 → D → D) and the AdaLN rows (blocks and proj_out_1) of one step.
     let modulation = mm(1, 256, d) + mm(1, d, d) + (dc.num_layers + 1) as f64 * mm(1, d, 2 * d);
     let mut per_step = mm(h, cfg.max_action_dim, d) + mm(h, 2 * d, d) + mm(h, d, d);
-    let mut cross_blocks = 0usize;
+    // The fused backend projects only the tokens a block attends to, the reference one all.
+    let (mut memory, mut memory_all) = (0.0, 0.0);
     for b in 0..dc.num_layers {
         per_step += 2.0 * mm(tokens, d, d) + 2.0 * mm(tokens, d, 4 * d);
         if b % 2 == 1 {
             per_step += 2.0 * mm(tokens, d, d) + attn(tokens * tokens, d);
         } else {
-            cross_blocks += 1;
             let every = 2 * cfg.attend_text_every_n_blocks.max(1);
             let keys = if b % every == 0 {
                 text_keys
@@ -154,16 +154,17 @@ fn denoise_flops(
                 image_keys
             };
             per_step += attn(tokens * keys, d);
+            memory += kv_memory(keys);
+            memory_all += kv_memory(s);
         }
     }
     per_step += mm(tokens, d, dc.output_dim)
         + mm(tokens, dc.output_dim, cfg.hidden_size)
         + mm(tokens, cfg.hidden_size, cfg.max_action_dim);
     let steps = cfg.num_inference_timesteps as f64;
-    let memory = cross_blocks as f64 * kv_memory;
     match backend {
         DenoiseBackend::Fused => state + memory + steps * per_step,
-        DenoiseBackend::Reference => state + steps * (per_step + memory + modulation),
+        DenoiseBackend::Reference => state + steps * (per_step + memory_all + modulation),
     }
 }
 
@@ -217,8 +218,8 @@ mod tests {
                 3_200_253_952.0,
                 170_490_880.0,
                 79_362_304.0,
-                377_523_712.0,
-                3_827_630_848.0,
+                365_997_568.0,
+                3_816_104_704.0,
             ]
         );
     }
@@ -231,9 +232,9 @@ mod tests {
                 1_257_083_240_448.0,
                 769_823_473_664.0,
                 196_052_025_344.0,
-                374_496_010_240.0,
-                // ≈ 2.60 TFLOP for the whole request.
-                2_597_454_749_696.0,
+                327_284_924_416.0,
+                // ≈ 2.55 TFLOP for the whole request.
+                2_550_243_663_872.0,
             ]
         );
     }
@@ -245,13 +246,17 @@ mod tests {
         let fused = request_flops(&cfg, &bb, &shape, DenoiseBackend::Fused);
         let reference = request_flops(&cfg, &bb, &shape, DenoiseBackend::Reference);
         assert_eq!(fused.vision, reference.vision);
-        // 16 cross blocks × K and V of 469 × 2048 → 1536, three extra times, plus per step the
-        // timestep MLP (256·1536 + 1536²) and 33 AdaLN rows (1536 → 3072), all × 2 FLOPs.
-        let memory = 16.0 * 2.0 * 2.0 * 469.0 * 2048.0 * 1536.0;
+        // K and V of `rows` tokens, 2048 → 1536: the reference projects all 469 in each of the
+        // 16 cross blocks every step, the fused backend once per request and only the tokens a
+        // block attends to (8 text blocks × 21, 8 image blocks × 448); per step the reference
+        // also redoes the timestep MLP (256·1536 + 1536²) and 33 AdaLN rows (1536 → 3072).
+        let kv = |rows: f64| 2.0 * 2.0 * rows * 2048.0 * 1536.0;
+        let memory_all = 16.0 * kv(469.0);
+        let memory_kept = 8.0 * kv(21.0) + 8.0 * kv(448.0);
         let modulation = 2.0 * (256.0 * 1536.0 + 1536.0 * 1536.0 + 33.0 * 1536.0 * 3072.0);
         assert_eq!(
             reference.denoise - fused.denoise,
-            3.0 * memory + 4.0 * modulation
+            4.0 * memory_all - memory_kept + 4.0 * modulation
         );
     }
 
