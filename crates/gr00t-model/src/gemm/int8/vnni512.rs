@@ -34,6 +34,18 @@ macro_rules! row_step {
     };
 }
 
+/// Three rows of a step: the one at `base` and those one and two row strides on, each with its
+/// pair of accumulators.
+macro_rules! three_rows {
+    ($base:literal, [$a0:literal, $a1:literal], [$b0:literal, $b1:literal], [$c0:literal, $c1:literal]) => {
+        concat!(
+            row_step!($base, "", $a0, $a1),
+            row_step!($base, " + {l}", $b0, $b1),
+            row_step!($base, " + {l}*2", $c0, $c1),
+        )
+    };
+}
+
 /// A 12×32 tile (see the module docs).
 ///
 /// # Safety
@@ -59,18 +71,10 @@ pub(crate) unsafe fn tile(t: &Tile) {
                 "prefetcht1 byte ptr [{pf}]",
                 "vmovdqu64 zmm24, zmmword ptr [{p}]",
                 "vmovdqu64 zmm25, zmmword ptr [{p} + {plen}]",
-                row_step!("{a0}", "", "0", "1"),
-                row_step!("{a0}", " + {l}", "2", "3"),
-                row_step!("{a0}", " + {l}*2", "4", "5"),
-                row_step!("{a3}", "", "6", "7"),
-                row_step!("{a3}", " + {l}", "8", "9"),
-                row_step!("{a3}", " + {l}*2", "10", "11"),
-                row_step!("{a6}", "", "12", "13"),
-                row_step!("{a6}", " + {l}", "14", "15"),
-                row_step!("{a6}", " + {l}*2", "16", "17"),
-                row_step!("{a9}", "", "18", "19"),
-                row_step!("{a9}", " + {l}", "20", "21"),
-                row_step!("{a9}", " + {l}*2", "22", "23"),
+                three_rows!("{a0}", ["0", "1"], ["2", "3"], ["4", "5"]),
+                three_rows!("{a3}", ["6", "7"], ["8", "9"], ["10", "11"]),
+                three_rows!("{a6}", ["12", "13"], ["14", "15"], ["16", "17"]),
+                three_rows!("{a9}", ["18", "19"], ["20", "21"], ["22", "23"]),
                 "add {p}, 64",
                 "add {pf}, 64",
                 "add {a0}, 4",
