@@ -1,6 +1,7 @@
 //! The 256-bit tiles: AVX-VNNI (6 rows × 16 columns, `vpdpbusd` on u8 activations offset by
 //! 128, sums seeded with the weight's `−128·Σq`) and AVX2 (4 × 16: `|a|` times `sign(a)·w`
-//! by `vpmaddubsw`, exact because both are within ±127, widened by `vpmaddwd` with ones).
+//! by `vpmaddubsw`, exact because both are within ±127, widened by `vpmaddwd` with ones). Each
+//! k step also pulls one line of the [`Tile`]'s prefetch panel into the L2.
 
 use super::{Tile, NP};
 use std::arch::x86_64::*;
@@ -35,6 +36,7 @@ pub(crate) unsafe fn tile_vnni(t: &Tile) {
         let mut acc = [seed; MR_VNNI];
         let rows = row_pointers::<MR_VNNI>(t);
         for g in 0..t.k4 {
+            _mm_prefetch::<_MM_HINT_T1>(t.prefetch.wrapping_add(g * 4 * NP).cast());
             let w0 = _mm256_loadu_si256(t.panel.add(g * 4 * NP).cast());
             let w1 = _mm256_loadu_si256(t.panel.add(g * 4 * NP + 32).cast());
             for r in 0..MR_VNNI {
@@ -60,6 +62,7 @@ pub(crate) unsafe fn tile_avx2(t: &Tile) {
         let mut acc = [[_mm256_setzero_si256(); 2]; MR_AVX2];
         let rows = row_pointers::<MR_AVX2>(t);
         for g in 0..t.k4 {
+            _mm_prefetch::<_MM_HINT_T1>(t.prefetch.wrapping_add(g * 4 * NP).cast());
             let w0 = _mm256_loadu_si256(t.panel.add(g * 4 * NP).cast());
             let w1 = _mm256_loadu_si256(t.panel.add(g * 4 * NP + 32).cast());
             for r in 0..MR_AVX2 {
