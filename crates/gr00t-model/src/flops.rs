@@ -7,8 +7,9 @@
 //! vision tower, causal pairs in the LLM, all pairs in the VL self-attention, the kept keys of
 //! the DiT's text/image cross-attention). Not counted: norms, activations, softmax, rotary
 //! embeddings, additions (together well under 1 % here). The denoise count follows the chosen
-//! backend: the fused one projects the cross-attention keys/values once per request and has
-//! the timestep embeddings and AdaLN rows from load; the reference one redoes both every step.
+//! backend: the fused one projects the cross-attention keys/values once per request, of the
+//! tokens each block attends to, and has the timestep embeddings and AdaLN rows from load; the
+//! reference one projects every token's and redoes both every step.
 
 use crate::action_head::DenoiseBackend;
 use crate::config::{BackboneConfig, Gr00tConfig};
