@@ -311,11 +311,11 @@ pub(crate) fn products_for(vb: &VarBuilder) -> Products {
     }
 }
 
-/// The products of the CPU attention of a vision or LLM layer loaded from `vb` now:
+/// The products of the CPU attention of a vision, LLM or VL-adapter layer loaded from `vb` now:
 /// [`products_for`]'s, except that in an int8 stage the attention (scores and values, which
 /// stay activations by activations) takes bf16 operands where the CPU multiplies them faster
-/// than f32 (`vdpbf16ps` or AMX under the selected kernel), and f32 elsewhere. The action
-/// head's attention (41 queries) keeps [`products_for`]'s: too short to pay for the rounding.
+/// than f32 (`vdpbf16ps` or AMX under the selected kernel), and f32 elsewhere. The DiT's
+/// attention (41 queries) keeps [`products_for`]'s: too short to pay for the rounding.
 pub(crate) fn attention_products_for(vb: &VarBuilder) -> Products {
     match LOAD_PRODUCTS.with(Cell::get) {
         Products::Int8 if vb.dtype() == DType::F32 && vb.device().is_cpu() => {

@@ -3,6 +3,8 @@
 //! masks as additive biases.
 
 use crate::cpu_math::{self, gelu_tanh};
+#[cfg(doc)]
+use crate::linear::attention_products_for;
 use crate::linear::{linear, products_for, Linear, Products};
 use crate::nn::cpu_attention;
 use crate::{Error, Result};
@@ -48,6 +50,13 @@ impl Attention {
             scale: 1.0 / (head_dim as f64).sqrt(),
             attention_products: products_for(&vb),
         })
+    }
+
+    /// The same layer with its attention's products set to `products` (the VL adapter's
+    /// prompt-long self-attention takes [`attention_products_for`]'s, as the backbone's does).
+    pub(crate) fn with_attention_products(mut self, products: Products) -> Attention {
+        self.attention_products = products;
+        self
     }
 
     /// `[B, T, heads·head_dim]` → `[B, heads, T, head_dim]`: a strided view on the CPU in f32

@@ -4,6 +4,7 @@
 
 use super::attention::{Attention, FeedForward, LayerNorm};
 use crate::config::Gr00tConfig;
+use crate::linear::attention_products_for;
 use crate::{Error, Result};
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
@@ -23,7 +24,9 @@ impl VlBlock {
     fn load(vb: VarBuilder, dim: usize, heads: usize, head_dim: usize) -> Result<VlBlock> {
         Ok(VlBlock {
             norm1: LayerNorm::load(vb.pp("norm1"), dim, EPS)?,
-            attn: Attention::load(vb.pp("attn1"), dim, dim, heads, head_dim)?,
+            // Prompt-long (hundreds of queries): the backbone's attention products.
+            attn: Attention::load(vb.pp("attn1"), dim, dim, heads, head_dim)?
+                .with_attention_products(attention_products_for(&vb)),
             norm3: LayerNorm::load(vb.pp("norm3"), dim, EPS)?,
             ff: FeedForward::load(vb.pp("ff"), dim, 4 * dim)?,
         })
