@@ -35,6 +35,7 @@ macro_rules! prefetch_lines {
 }
 
 pub(crate) mod amx;
+pub(crate) mod attention_avx512;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 pub(crate) mod avx512bf16;

@@ -6,16 +6,19 @@
 //! exactly zero). Same math as the plain candle ops; only rounding order and the `exp` kernel
 //! differ.
 //!
+//! The f32 products run `gemm/attention_avx512.rs` on an AVX-512 CPU (head widths of whole
+//! vectors; 1.3–2× the `gemm` crate on these small blocks), the `gemm` crate elsewhere.
+//!
 //! For [`Products::Bf16`] (`--dtype bf16` on the CPU) both products take bf16 operands with f32
 //! accumulation: q and k rounded for the scores, the softmax weights (after `exp`, before the
 //! division; the sum is that of the rounded weights) and v for the output. On an AVX512-BF16
 //! CPU `vdpbf16ps` multiplies them, k and v packed as VNNI pairs once per call and head;
-//! elsewhere the f32 GEMMs multiply the rounded values (the same numbers).
+//! elsewhere the f32 products multiply the rounded values (the same numbers).
 
 use crate::cpu_kernel::{self, CpuKernel};
 use crate::cpu_math::{softmax_numerators, ScoreTerms};
 use crate::gemm::out_ptr::OutPtr;
-use crate::gemm::{amx, avx512bf16, Lhs, PackedBf16, VnniKernel};
+use crate::gemm::{amx, attention_avx512, avx512bf16, Lhs, PackedBf16, VnniKernel};
 use crate::linear::Products;
 use candle_core::{DType, Layout, Storage, Tensor};
 use rayon::prelude::*;
@@ -69,16 +72,25 @@ pub(crate) fn attention(
 /// How the two products of a block are multiplied.
 #[derive(Clone, Copy)]
 enum Mul<'a> {
-    /// f32 operands through the `gemm` crate.
-    F32,
-    /// bf16-rounded q, k, v (already) and softmax weights (rounded here) through the `gemm`
-    /// crate.
-    RoundedF32,
+    /// f32 operands by `by`.
+    F32(F32Products),
+    /// bf16-rounded q, k, v (already) and softmax weights (rounded here) by the f32 products
+    /// `by`.
+    RoundedF32(F32Products),
     /// `vdpbf16ps` or AMX tiles (the kernel given): per (batch, kv head), the keys
     /// `[Lk, Dh]` and the values transposed
     /// `[Dh, Lk]` as VNNI pairs; q is rounded while the kernel packs it, the weights in place
     /// (for their sum).
     Vnni(&'a [(PackedBf16, PackedBf16)], &'static VnniKernel),
+}
+
+/// What multiplies f32 (or bf16-rounded) operands.
+#[derive(Clone, Copy)]
+enum F32Products {
+    /// The `gemm` crate (every CPU).
+    Library,
+    /// `gemm/attention_avx512.rs` (AVX-512F, head widths of whole vectors).
+    Avx512,
 }
 
 /// [`attention`] with bf16 products run by `kernel` (`vdpbf16ps` for
@@ -154,9 +166,14 @@ fn attention_with(
     } else {
         Vec::new()
     };
+    let f32s = if kernel >= CpuKernel::Avx512 && attention_avx512::applies(dh) {
+        F32Products::Avx512
+    } else {
+        F32Products::Library
+    };
     let mul = match products {
         // Int8 modules ask for Bf16 or F32 (`linear::attention_products_for`).
-        Products::F32 | Products::Int8 => Mul::F32,
+        Products::F32 | Products::Int8 => Mul::F32(f32s),
         Products::Bf16 if vnni => Mul::Vnni(
             &packed,
             if kernel == CpuKernel::Amx && amx::available() {
@@ -165,7 +182,7 @@ fn attention_with(
                 &avx512bf16::KERNEL
             },
         ),
-        Products::Bf16 => Mul::RoundedF32,
+        Products::Bf16 => Mul::RoundedF32(f32s),
     };
     let out = blocks(
         &qv,
@@ -227,16 +244,17 @@ fn blocks(
                 let (s, sums) = buf[..rows * lk + rows].split_at_mut(rows * lk);
                 let out_at = dst.add((bi * lq + r0) * row_stride + h * dh);
                 match mul {
-                    Mul::F32 | Mul::RoundedF32 => {
+                    Mul::F32(by) | Mul::RoundedF32(by) => {
                         // SAFETY: s is rows×lk (row stride lk); the query rows and the keys
                         // (read as their transpose) lie inside their tensors' storage by
-                        // their layouts.
+                        // their layouts; Avx512 only where `applies` said so.
                         unsafe {
-                            gemm_f32(
+                            f32_scores(
+                                by,
                                 (rows, lk, dh),
                                 (s.as_mut_ptr(), lk),
                                 (qv.at(bi, h, r0), qv.st[2]),
-                                (kv.at(bi, hk, 0), kv.st[2], 1),
+                                (kv.at(bi, hk, 0), kv.st[2]),
                                 scale as f32,
                             );
                         }
@@ -269,20 +287,20 @@ fn blocks(
                     };
                     // bf16 products: weights rounded, normalised by the sum of what they
                     // multiply.
-                    sums[i] = softmax_numerators(row, terms, !matches!(mul, Mul::F32));
+                    sums[i] = softmax_numerators(row, terms, !matches!(mul, Mul::F32(_)));
                 }
                 match mul {
-                    Mul::F32 | Mul::RoundedF32 => {
+                    Mul::F32(by) | Mul::RoundedF32(by) => {
                         // SAFETY: this task alone writes rows r0..r0+rows of head h (row
                         // stride Hq·Dh) of `out`; s is rows×lk; the values lie inside their
                         // storage.
                         unsafe {
-                            gemm_f32(
+                            f32_values(
+                                by,
                                 (rows, dh, lk),
                                 (out_at, row_stride),
                                 (s.as_ptr(), lk),
-                                (vv.at(bi, hk, 0), 1, vv.st[2]),
-                                1.0,
+                                (vv.at(bi, hk, 0), vv.st[2]),
                             );
                         }
                     }
@@ -330,6 +348,49 @@ impl View<'_> {
     /// Pointer to element `[b, h, i, 0]`.
     fn at(&self, b: usize, h: usize, i: usize) -> *const f32 {
         self.data[self.index(b, h, i)..].as_ptr()
+    }
+}
+
+/// `s = scale · q·kᵀ` for `rows` query rows and `lk` keys of width `dh` (`s` at row stride
+/// `lds`, q and k rows at their strides), by `by`.
+///
+/// # Safety
+/// As [`gemm_f32`]'s; `by` is Avx512 only where `attention_avx512::applies(dh)`.
+unsafe fn f32_scores(
+    by: F32Products,
+    (rows, lk, dh): (usize, usize, usize),
+    (s, lds): (*mut f32, usize),
+    (q, qs): (*const f32, usize),
+    (k, ks): (*const f32, usize),
+    scale: f32,
+) {
+    match by {
+        #[cfg(target_arch = "x86_64")]
+        F32Products::Avx512 => {
+            attention_avx512::scores((q, qs, rows), (k, ks, lk), dh, scale, (s, lds))
+        }
+        _ => gemm_f32((rows, lk, dh), (s, lds), (q, qs), (k, ks, 1), scale),
+    }
+}
+
+/// `o = p·v` for `rows` weight rows over `lk` keys, `dh` outputs each (`o` at row stride
+/// `os`), by `by`.
+///
+/// # Safety
+/// As [`gemm_f32`]'s; `by` is Avx512 only where `attention_avx512::applies(dh)`.
+unsafe fn f32_values(
+    by: F32Products,
+    (rows, dh, lk): (usize, usize, usize),
+    (o, os): (*mut f32, usize),
+    (p, lds): (*const f32, usize),
+    (v, vs): (*const f32, usize),
+) {
+    match by {
+        #[cfg(target_arch = "x86_64")]
+        F32Products::Avx512 => {
+            attention_avx512::weighted_values((p, lds, rows), (v, vs, lk), dh, (o, os))
+        }
+        _ => gemm_f32((rows, dh, lk), (o, os), (p, lds), (v, 1, vs), 1.0),
     }
 }
 
@@ -384,7 +445,7 @@ fn view<'a>(storage: &'a Storage, layout: &Layout) -> candle_core::Result<View<'
 
 #[cfg(test)]
 mod tests {
-    use super::{attention, attention_with};
+    use super::attention_with;
     use crate::cpu_kernel::CpuKernel;
     use crate::linear::Products;
     use candle_core::{Device, Tensor};
@@ -450,8 +511,15 @@ mod tests {
         let dev = Device::Cpu;
         let mut rnd = crate::test_rng::xorshift(0x1234_5678u32);
         // (lq, lk, causal): several 64-row blocks, a key offset (lk > lq), a plain mask.
-        for (lq, lk, causal) in [(150, 150, true), (70, 100, true), (70, 90, false)] {
-            let (b, hq, hkv, dh) = (2, 4, 2, 16);
+        // (lq, lk, causal, dh): several 64-row blocks, a key offset (lk > lq), a plain mask,
+        // head widths of one and three vectors and one the AVX-512 products do not take.
+        for (lq, lk, causal, dh) in [
+            (150, 150, true, 16),
+            (70, 100, true, 48),
+            (70, 90, false, 16),
+            (41, 37, false, 24),
+        ] {
+            let (b, hq, hkv) = (2, 4, 2);
             let q: Vec<f32> = (0..b * hq * lq * dh).map(|_| rnd()).collect();
             let k: Vec<f32> = (0..b * hkv * lk * dh).map(|_| rnd()).collect();
             let v: Vec<f32> = (0..b * hkv * lk * dh).map(|_| rnd()).collect();
@@ -468,32 +536,36 @@ mod tests {
             let scale = 0.25;
             let t = |x: &[f32], h, l| Tensor::from_vec(x.to_vec(), (b, h, l, dh), &dev).unwrap();
             let m = Tensor::from_vec(mask.clone(), (lq, lk), &dev).unwrap();
-            let got = attention(
-                &t(&q, hq, lq),
-                &t(&k, hkv, lk),
-                &t(&v, hkv, lk),
-                scale,
-                Some(&m),
-                causal,
-                Products::F32,
-            )
-            .unwrap()
-            .contiguous()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
             let want = reference(&q, &k, &v, [b, hq, hkv, lq, lk, dh], scale, &mask);
-            let worst = got
-                .iter()
-                .zip(&want)
-                .map(|(g, w)| (*g as f64 - w).abs())
-                .fold(0f64, f64::max);
-            assert!(
-                worst < 2e-6,
-                "lq {lq} lk {lk} causal {causal}: max |Δ| {worst}"
-            );
+            // The `gemm` crate and, where the CPU has AVX-512, the hand-written products.
+            for kernel in [CpuKernel::Library, CpuKernel::Avx512] {
+                let got = attention_with(
+                    &t(&q, hq, lq),
+                    &t(&k, hkv, lk),
+                    &t(&v, hkv, lk),
+                    scale,
+                    Some(&m),
+                    causal,
+                    Products::F32,
+                    kernel,
+                )
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+                let worst = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(g, w)| (*g as f64 - w).abs())
+                    .fold(0f64, f64::max);
+                assert!(
+                    worst < 2e-6,
+                    "{kernel:?} lq {lq} lk {lk} causal {causal}: max |Δ| {worst}"
+                );
+            }
         }
     }
 
