@@ -231,6 +231,18 @@ impl Linear {
         }
     }
 
+    /// Bytes of the weight and bias as held (a packed bf16 weight at 2 bytes per value).
+    pub fn weight_bytes(&self) -> usize {
+        let bytes = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
+        let (n, k) = self.dims();
+        let weight = match &self.weight {
+            Weight::Dense(w) => bytes(w),
+            Weight::Packed(_) => 2 * n * k,
+            Weight::Int8(p) => p.bytes(),
+        };
+        weight + self.bias.as_ref().map_or(0, bytes)
+    }
+
     /// Whether the weight was packed at load for the CPU's hand-written kernel.
     pub fn is_packed(&self) -> bool {
         matches!(self.weight, Weight::Packed(_) | Weight::Int8(_))

@@ -2,19 +2,27 @@
 //! `x @ W[id] + b[id]`, not transposed), the state encoder and action decoder MLPs
 //! (Linear → ReLU → Linear) and the multi-embodiment action encoder.
 
-use crate::linear::{products_for, Products};
+use crate::linear::{products_for, Linear, Products};
 use crate::weights::COMPACT;
 use crate::{Error, Result};
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
 
 /// `CategorySpecificLinear`: one `[in, out]` matrix and `[out]` bias per embodiment.
 pub(crate) struct CategorySpecificLinear {
-    /// Per embodiment: `W[id]` (a bf16 view of the stored table until
-    /// [`CategorySpecificLinear::retain`], then an f32 copy) and `b[id]`; `None` once dropped.
-    slots: Vec<Option<(Tensor, Tensor)>>,
+    /// Per embodiment, `None` once dropped.
+    slots: Vec<Option<Slot>>,
     /// bf16 products (`--dtype bf16` on the CPU): `x` rounded to bf16, `W` bf16.
     bf16_inputs: bool,
+}
+
+/// One embodiment's weights.
+enum Slot {
+    /// `W[id]` `[in, out]` (a view of the stored table) and `b[id]`, until
+    /// [`CategorySpecificLinear::retain`].
+    Table(Tensor, Tensor),
+    /// Retained: its layer (see [`layer`]), built once.
+    Kept(Linear),
 }
 
 impl CategorySpecificLinear {
@@ -40,28 +48,24 @@ impl CategorySpecificLinear {
         };
         let b = vb.get((num_embodiments, out_dim), "b")?;
         let slots = (0..num_embodiments)
-            .map(|id| Ok(Some((w.get(id)?, b.get(id)?))))
+            .map(|id| Ok(Some(Slot::Table(w.get(id)?, b.get(id)?))))
             .collect::<Result<Vec<_>>>()?;
         Ok(CategorySpecificLinear { slots, bf16_inputs })
     }
 
-    /// Keeps only the embodiments in `keep`, widened to the compute dtype once; the others'
-    /// weights are freed and selecting them becomes an error.
+    /// Keeps only the embodiments in `keep`, each as a layer of its own (`W[id]ᵀ`: on the CPU
+    /// the f32 products then run the hand-written kernels instead of candle's matmul); the
+    /// others' weights are freed and selecting them becomes an error.
     pub(crate) fn retain(&mut self, keep: &[usize]) -> Result<()> {
         if let Some(&bad) = keep.iter().find(|&&id| id >= self.slots.len()) {
             return Err(self.out_of_range(bad));
         }
         for (id, slot) in self.slots.iter_mut().enumerate() {
             *slot = match slot.take() {
-                // Own copies, so that the shared table is freed with the dropped slots.
-                Some((w, b)) if keep.contains(&id) => {
-                    let w = if w.dtype() == b.dtype() {
-                        w.copy()?
-                    } else {
-                        w.to_dtype(b.dtype())?
-                    };
-                    Some((w, b.copy()?))
+                Some(Slot::Table(w, b)) if keep.contains(&id) => {
+                    Some(Slot::Kept(layer(&w, &b, self.bf16_inputs)?))
                 }
+                Some(kept @ Slot::Kept(_)) if keep.contains(&id) => Some(kept),
                 _ => None,
             };
         }
@@ -70,12 +74,13 @@ impl CategorySpecificLinear {
 
     /// Bytes held by the slots still loaded.
     pub(crate) fn kept_bytes(&self) -> usize {
+        let bytes = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
         self.slots
             .iter()
             .flatten()
-            .map(|(w, b)| {
-                w.elem_count() * w.dtype().size_in_bytes()
-                    + b.elem_count() * b.dtype().size_in_bytes()
+            .map(|slot| match slot {
+                Slot::Table(w, b) => bytes(w) + bytes(b),
+                Slot::Kept(layer) => layer.weight_bytes(),
             })
             .sum()
     }
@@ -92,15 +97,9 @@ impl CategorySpecificLinear {
                     "embodiment id {id} is not loaded (this model keeps embodiment ids {kept:?})"
                 )))
             }
-            Some(Some((w, b))) => Ok(SelectedLinear {
-                w: if w.dtype() == b.dtype() {
-                    w.clone()
-                } else {
-                    w.to_dtype(b.dtype())?
-                },
-                b: b.clone(),
-                bf16_inputs: self.bf16_inputs,
-            }),
+            // Built per call, as retaining builds it once: the same product either way.
+            Some(Some(Slot::Table(w, b))) => Ok(SelectedLinear(layer(w, b, self.bf16_inputs)?)),
+            Some(Some(Slot::Kept(layer))) => Ok(SelectedLinear(layer.clone())),
         }
     }
 
@@ -112,31 +111,30 @@ impl CategorySpecificLinear {
     }
 }
 
-/// One embodiment's `[in, out]` matrix and `[out]` bias.
-pub(crate) struct SelectedLinear {
-    w: Tensor,
-    b: Tensor,
-    /// Round `x` to bf16 first (`W` holds bf16 values): the f32 product of the rounded values.
-    bf16_inputs: bool,
+/// `W[id]ᵀ` `[out, in]` in its own storage and `b[id]` as a layer: on the CPU packed for the
+/// hand-written kernels (as the other linears are at load), bf16 products when `bf16_inputs`.
+fn layer(w: &Tensor, b: &Tensor, bf16_inputs: bool) -> Result<Linear> {
+    let wt = w.t()?.contiguous()?;
+    let b = b.copy()?;
+    Ok(if w.device().is_cpu() {
+        let products = if bf16_inputs {
+            Products::Bf16
+        } else {
+            Products::F32
+        };
+        Linear::new_for_cpu(wt, Some(b), products)?
+    } else {
+        Linear::new(wt.to_dtype(b.dtype())?, Some(b))?
+    })
 }
+
+/// One embodiment's `x @ W + b`.
+pub(crate) struct SelectedLinear(Linear);
 
 impl SelectedLinear {
     /// `x @ W + b` for `x` `[.., in]`.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let in_dim = x.dim(D::Minus1)?;
-        let mut out_dims = x.dims().to_vec();
-        out_dims.pop();
-        out_dims.push(self.w.dim(1)?);
-        let rounded;
-        let x = if self.bf16_inputs {
-            rounded = x.to_dtype(DType::BF16)?.to_dtype(DType::F32)?;
-            &rounded
-        } else {
-            x
-        };
-        // A 2-D matmul avoids candle's broadcasted (slower) batched path.
-        let y = x.reshape(((), in_dim))?.matmul(&self.w)?;
-        Ok(y.reshape(out_dims)?.broadcast_add(&self.b)?)
+        Ok(self.0.forward(x)?)
     }
 }
 
