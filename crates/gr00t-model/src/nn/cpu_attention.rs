@@ -508,63 +508,26 @@ mod tests {
 
     #[test]
     fn matches_an_f64_reference_with_gqa_causal_offsets_and_additive_masks() {
-        let dev = Device::Cpu;
-        let mut rnd = crate::test_rng::xorshift(0x1234_5678u32);
-        // (lq, lk, causal): several 64-row blocks, a key offset (lk > lq), a plain mask.
         // (lq, lk, causal, dh): several 64-row blocks, a key offset (lk > lq), a plain mask,
         // head widths of one and three vectors and one the AVX-512 products do not take.
-        for (lq, lk, causal, dh) in [
+        let cases = [
             (150, 150, true, 16),
             (70, 100, true, 48),
             (70, 90, false, 16),
             (41, 37, false, 24),
-        ] {
-            let (b, hq, hkv) = (2, 4, 2);
-            let q: Vec<f32> = (0..b * hq * lq * dh).map(|_| rnd()).collect();
-            let k: Vec<f32> = (0..b * hkv * lk * dh).map(|_| rnd()).collect();
-            let v: Vec<f32> = (0..b * hkv * lk * dh).map(|_| rnd()).collect();
-            let mask: Vec<f32> = (0..lq * lk)
-                .map(|idx| {
-                    let (i, j) = (idx / lk, idx % lk);
-                    match causal {
-                        true if j > i + (lk - lq) => f32::NEG_INFINITY,
-                        true => 0.0,
-                        false => rnd(),
-                    }
-                })
-                .collect();
-            let scale = 0.25;
-            let t = |x: &[f32], h, l| Tensor::from_vec(x.to_vec(), (b, h, l, dh), &dev).unwrap();
-            let m = Tensor::from_vec(mask.clone(), (lq, lk), &dev).unwrap();
-            let want = reference(&q, &k, &v, [b, hq, hkv, lq, lk, dh], scale, &mask);
+        ];
+        for (n, &(lq, lk, causal, dh)) in cases.iter().enumerate() {
+            let p = problem(lq, lk, causal, dh, 0x5678 + n as u32);
+            let want = reference(&p.q, &p.k, &p.v, p.dims, 0.125, &p.mask);
             // The `gemm` crate and, where the CPU has AVX-512, the hand-written products.
             for kernel in [CpuKernel::Library, CpuKernel::Avx512] {
-                let got = attention_with(
-                    &t(&q, hq, lq),
-                    &t(&k, hkv, lk),
-                    &t(&v, hkv, lk),
-                    scale,
-                    Some(&m),
-                    causal,
-                    Products::F32,
-                    kernel,
-                )
-                .unwrap()
-                .contiguous()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap();
-                let worst = got
-                    .iter()
-                    .zip(&want)
-                    .map(|(g, w)| (*g as f64 - w).abs())
-                    .fold(0f64, f64::max);
-                assert!(
-                    worst < 2e-6,
-                    "{kernel:?} lq {lq} lk {lk} causal {causal}: max |Δ| {worst}"
-                );
+                for strided_q in [false, true] {
+                    let w = worst(&run(&p, Products::F32, kernel, strided_q), &want);
+                    assert!(
+                        w < 2e-6,
+                        "{kernel:?} lq {lq} lk {lk} causal {causal} dh {dh}: max |Δ| {w:e}"
+                    );
+                }
             }
         }
     }
