@@ -19,6 +19,24 @@ const KEYS: usize = 2 * LANES;
 /// Query rows per score tile (8 × 2 sums).
 const SCORE_ROWS: usize = 8;
 
+/// `$call` with `$r` a constant equal to `$rows` (1 to 8): a tile's row count as a const
+/// generic (its sums stay in registers).
+#[rustfmt::skip]
+macro_rules! with_rows {
+    ($rows:expr, |$r:ident| $call:expr) => {
+        match $rows {
+            8 => { const $r: usize = 8; $call }
+            7 => { const $r: usize = 7; $call }
+            6 => { const $r: usize = 6; $call }
+            5 => { const $r: usize = 5; $call }
+            4 => { const $r: usize = 4; $call }
+            3 => { const $r: usize = 3; $call }
+            2 => { const $r: usize = 2; $call }
+            _ => { const $r: usize = 1; $call }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 thread_local! {
     /// Per-thread transposed key panel `[Dh][KEYS]`, reused across calls.
@@ -70,16 +88,7 @@ pub(crate) unsafe fn scores(
                     lds,
                     masks,
                 };
-                match rows {
-                    8 => score_tile::<8>(tile),
-                    7 => score_tile::<7>(tile),
-                    6 => score_tile::<6>(tile),
-                    5 => score_tile::<5>(tile),
-                    4 => score_tile::<4>(tile),
-                    3 => score_tile::<3>(tile),
-                    2 => score_tile::<2>(tile),
-                    _ => score_tile::<1>(tile),
-                }
+                with_rows!(rows, |R| score_tile::<R>(tile));
                 i0 += rows;
             }
         }
@@ -117,25 +126,11 @@ pub(crate) unsafe fn weighted_values(
                 o: o.add(i0 * os + c0),
                 os,
             };
-            macro_rules! by_rows {
-                ($c:literal) => {
-                    match rows {
-                        8 => value_tile::<8, $c>(tile),
-                        7 => value_tile::<7, $c>(tile),
-                        6 => value_tile::<6, $c>(tile),
-                        5 => value_tile::<5, $c>(tile),
-                        4 => value_tile::<4, $c>(tile),
-                        3 => value_tile::<3, $c>(tile),
-                        2 => value_tile::<2, $c>(tile),
-                        _ => value_tile::<1, $c>(tile),
-                    }
-                };
-            }
             match vecs {
-                4 => by_rows!(4),
-                3 => by_rows!(3),
-                2 => by_rows!(2),
-                _ => by_rows!(1),
+                4 => with_rows!(rows, |R| value_tile::<R, 4>(tile)),
+                3 => with_rows!(rows, |R| value_tile::<R, 3>(tile)),
+                2 => with_rows!(rows, |R| value_tile::<R, 2>(tile)),
+                _ => with_rows!(rows, |R| value_tile::<R, 1>(tile)),
             }
             i0 += rows;
         }
