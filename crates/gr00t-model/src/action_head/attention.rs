@@ -3,8 +3,6 @@
 //! masks as additive biases.
 
 use crate::cpu_math::{self, gelu_tanh};
-#[cfg(doc)]
-use crate::linear::attention_products_for;
 use crate::linear::{linear, products_for, Linear, Products};
 use crate::nn::cpu_attention;
 use crate::{Error, Result};
@@ -53,7 +51,8 @@ impl Attention {
     }
 
     /// The same layer with its attention's products set to `products` (the VL adapter's
-    /// prompt-long self-attention takes [`attention_products_for`]'s, as the backbone's does).
+    /// prompt-long self-attention takes those of
+    /// [`attention_products_for`](crate::linear::attention_products_for), as the backbone's).
     pub(crate) fn with_attention_products(mut self, products: Products) -> Attention {
         self.attention_products = products;
         self

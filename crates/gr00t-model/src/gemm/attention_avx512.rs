@@ -55,7 +55,6 @@ pub(crate) fn applies(dh: usize) -> bool {
 /// [`applies`]`(dh)`; every row addressed lies inside its buffer; `s` holds `m` rows of
 /// `lds ≥ n` floats and is the caller's alone.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn scores(
     (q, qs, m): (*const f32, usize, usize),
