@@ -231,13 +231,12 @@ impl Linear {
         }
     }
 
-    /// Bytes of the weight and bias as held (a packed bf16 weight at 2 bytes per value).
+    /// Bytes of the weight (a packed one with its panels' padding) and bias as held.
     pub fn weight_bytes(&self) -> usize {
         let bytes = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
-        let (n, k) = self.dims();
         let weight = match &self.weight {
             Weight::Dense(w) => bytes(w),
-            Weight::Packed(_) => 2 * n * k,
+            Weight::Packed(p) => std::mem::size_of_val(p.panels()),
             Weight::Int8(p) => p.bytes(),
         };
         weight + self.bias.as_ref().map_or(0, bytes)
