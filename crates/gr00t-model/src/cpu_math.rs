@@ -318,6 +318,41 @@ pub(crate) fn layer_norm(
     Tensor::from_vec(out, x.shape(), x.device())
 }
 
+dispatch! {
+    /// Tanh GELU of each value, in place (the values [`gelu_tanh_slice`] writes).
+    gelu_tanh_in_place(x: &mut [f32]) {
+        for v in x.iter_mut() {
+            *v = gelu_tanh_one(*v);
+        }
+    }
+}
+
+/// An elementwise step after a linear layer's product
+/// ([`crate::linear::Linear::forward_then`]): the int8 products run it on each tile while it
+/// is in the L1 (no pass over the whole output), the others after the product; the same bits
+/// either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// The tanh GELU of each element ([`gelu_tanh`]).
+    GeluTanh,
+}
+
+impl Then {
+    /// The step on a finished product `y`.
+    pub fn apply(self, y: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Then::GeluTanh => gelu_tanh(y),
+        }
+    }
+
+    /// The step on a run of an output row, in place (the bits [`Then::apply`] gives).
+    pub(crate) fn apply_in_place(self, values: &mut [f32]) {
+        match self {
+            Then::GeluTanh => gelu_tanh_in_place(values),
+        }
+    }
+}
+
 /// The tanh-approximated GELU (`gelu_pytorch_tanh`, candle's `gelu`): on the CPU in f32 a
 /// vectorised, multi-threaded kernel; elsewhere candle's op.
 pub(crate) fn gelu_tanh(x: &Tensor) -> candle_core::Result<Tensor> {

@@ -4,7 +4,9 @@
 //! output channel, activations s8 per row, exact i32 sums, f32 epilogue). Attention, norms,
 //! the small per-step layers and the sampler stay f32.
 
+use crate::cpu_math::Then;
 use crate::error::SettingError;
+use crate::gemm::int8::RowEpilogue;
 pub use crate::gemm::int8::{Int8Kernel, PackedI8, LEVELS};
 use crate::op_inputs::{bias_of, input_rows};
 use crate::smoothing::ActivationMax;
@@ -239,7 +241,7 @@ pub fn matmul_with(
     w: &PackedI8,
     bias: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
-    crate::gemm::int8::matmul(kernel, x, m, k, w, bias)
+    crate::gemm::int8::matmul(kernel, x, m, k, w, bias, None)
 }
 
 /// Quantises a CPU `[out, in]` weight (bf16 or f32) for the int8 products of this thread's
@@ -303,11 +305,14 @@ pub fn quantize_weight(
         .ok_or_else(|| candle_core::Error::Msg("int8 smoothing: width mismatch".into()))
 }
 
-/// `x·Wᵀ (+ b)` for f32 CPU `x` `[…, K]` and an int8 `W` (`b` an f32 `[N]`).
+/// `x·Wᵀ (+ b)` for f32 CPU `x` `[…, K]` and an int8 `W` (`b` an f32 `[N]`), then `then` on
+/// each tile of the product while it is in the L1 (after the whole product when the bias
+/// has to be added separately; the same bits).
 pub(crate) fn forward(
     x: &Tensor,
     w: &PackedI8,
     bias: Option<&Tensor>,
+    then: Option<Then>,
 ) -> candle_core::Result<Tensor> {
     if x.dtype() != DType::F32 || !x.device().is_cpu() {
         candle_core::bail!(
@@ -324,21 +329,28 @@ pub(crate) fn forward(
         *last = n;
     }
     let fused = bias.filter(|b| b.dtype() == DType::F32 && b.dims() == [n]);
+    let unfused_bias = bias.filter(|_| fused.is_none());
     let y = x
         .contiguous()?
         .reshape((m, k))?
-        .apply_op1_no_bwd(&Int8MatMul { w, bias: fused })?
+        .apply_op1_no_bwd(&Int8MatMul {
+            w,
+            bias: fused,
+            then: then.filter(|_| unfused_bias.is_none()),
+        })?
         .reshape(dims)?;
-    match bias {
-        Some(b) if fused.is_none() => y.broadcast_add(b),
-        _ => Ok(y),
+    match (unfused_bias, then) {
+        (Some(b), Some(then)) => then.apply(&y.broadcast_add(b)?),
+        (Some(b), None) => y.broadcast_add(b),
+        (None, _) => Ok(y),
     }
 }
 
-/// The int8 product as a candle op.
+/// The int8 product (and the step after it) as a candle op.
 struct Int8MatMul<'a> {
     w: &'a PackedI8,
     bias: Option<&'a Tensor>,
+    then: Option<Then>,
 }
 
 impl CustomOp1 for Int8MatMul<'_> {
@@ -358,7 +370,11 @@ impl CustomOp1 for Int8MatMul<'_> {
         }
         let guard = self.bias.map(|b| b.storage_and_layout());
         let bias = bias_of(guard.as_ref().map(|(g, l)| (&**g, *l)), n, "int8 matmul")?;
-        let out = matmul_with(kernel(), x, m, k, self.w, bias)
+        let step = self
+            .then
+            .map(|then| move |_: usize, _: usize, row: &mut [f32]| then.apply_in_place(row));
+        let after = step.as_ref().map(|f| f as RowEpilogue);
+        let out = crate::gemm::int8::matmul(kernel(), x, m, k, self.w, bias, after)
             .ok_or_else(|| candle_core::Error::Msg("int8 matmul: the kernel refused".into()))?;
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
     }

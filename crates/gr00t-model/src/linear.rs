@@ -12,6 +12,7 @@
 //! numbers at f32 speed).
 
 use crate::cpu_kernel::{self, CpuKernel};
+pub use crate::cpu_math::Then;
 use crate::gemm::avx512::{self, Rhs};
 use crate::gemm::out_ptr::OutPtr;
 use crate::gemm::{amx, avx2, avx512bf16, widen};
@@ -251,6 +252,28 @@ impl Linear {
     pub fn bias(&self) -> Option<&Tensor> {
         self.bias.as_ref()
     }
+
+    /// `then` of the layer's output: `forward` followed by the step, which an int8 layer runs
+    /// on each tile of its product (no pass over the whole output; the same bits).
+    pub fn forward_then(&self, x: &Tensor, then: Then) -> candle_core::Result<Tensor> {
+        match &self.weight {
+            Weight::Int8(p) => {
+                self.record_input(x)?;
+                int8::forward(x, p, self.bias.as_ref(), Some(then))
+            }
+            _ => then.apply(&self.forward(x)?),
+        }
+    }
+
+    /// Records the input for int8 calibration when a calibration is under way.
+    fn record_input(&self, x: &Tensor) -> candle_core::Result<()> {
+        if crate::smoothing::recording() {
+            if let Some(name) = &self.name {
+                crate::smoothing::record(name, x)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Loads `weight` `[out, in]` (kept bf16 when the checkpoint stores bf16) and, when `bias`,
@@ -372,11 +395,7 @@ pub(crate) fn wrap_loaded(
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        if crate::smoothing::recording() {
-            if let Some(name) = &self.name {
-                crate::smoothing::record(name, x)?;
-            }
-        }
+        self.record_input(x)?;
         // The VNNI kernel rounds while packing the activations; every other path is given
         // rounded values.
         let rounded;
@@ -401,7 +420,7 @@ impl Module for Linear {
                 let w = w.to_dtype(x.dtype())?;
                 return candle_nn::Linear::new(w, self.bias.clone()).forward(x);
             }
-            Weight::Int8(p) => return crate::int8::forward(x, p, self.bias.as_ref()),
+            Weight::Int8(p) => return crate::int8::forward(x, p, self.bias.as_ref(), None),
             Weight::Packed(p) => {
                 if x.dtype() != DType::F32 || !x.device().is_cpu() {
                     candle_core::bail!(
@@ -710,7 +729,7 @@ fn slab_rows(m: usize, n: usize, threads: usize) -> usize {
 mod tests {
     use super::{
         attention_products_for, loading_with, matmul_bf16_with, slab_rows, CpuKernel, Linear,
-        PackLayout, Products,
+        PackLayout, Products, Then,
     };
     use crate::gemm::checks::{self, Operands};
     use candle_core::DType;
@@ -792,6 +811,31 @@ mod tests {
             }
         }
         assert_ne!(y16, y32);
+    }
+
+    #[test]
+    fn a_step_after_the_product_gives_the_bits_of_the_separate_op_for_every_kind_of_layer() {
+        // The int8 layer runs the GELU on its tiles; the others after the product. A 3-D input
+        // (the DiT's `[1, T, D]`), ragged sizes, a `[1, N]` bias (added separately).
+        let (m, n, k) = (41, 70, 130);
+        let (_, [xt, wt, bt]) = operands(crate::test_rng::xorshift(5u32), (m, n, k));
+        let xt = xt.reshape((1, m, k)).unwrap();
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            v.iter().map(|v| v.to_bits()).collect()
+        };
+        for products in [Products::F32, Products::Bf16, Products::Int8] {
+            for bias in [Some(bt.clone()), Some(bt.reshape((1, n)).unwrap()), None] {
+                let l = Linear::new_for_cpu(wt.clone(), bias.clone(), products).unwrap();
+                let fused = l.forward_then(&xt, Then::GeluTanh).unwrap();
+                let plain = l.forward(&xt).unwrap();
+                let want = crate::cpu_math::gelu_tanh(&plain).unwrap();
+                assert_eq!(fused.dims(), [1, m, n]);
+                assert_eq!(bits(&fused), bits(&want), "{products:?} bias {bias:?}");
+                // The step did something.
+                assert_ne!(bits(&fused), bits(&plain), "{products:?}");
+            }
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! and the DeepStack mergers.
 
 use crate::config::VisionConfig;
-use crate::cpu_math::gelu_tanh;
+use crate::cpu_math::Then;
 use crate::error::{Error, Result};
 use crate::linear::{attention_products_for, Linear, Products};
 use crate::nn::{apply_rope, attention, linear, LayerNorm, Mask};
@@ -361,11 +361,11 @@ impl VisionBlock {
     pub fn forward(&self, x: &Tensor, positions: &VisionPositions) -> Result<Tensor> {
         let h = self.attention(&self.norm1.forward(x)?, positions)?;
         let x = (x + h)?;
-        let h = self.fc1.forward(&self.norm2.forward(&x)?)?;
+        let h = self.norm2.forward(&x)?;
         let h = if self.gelu_tanh {
-            gelu_tanh(&h)?
+            self.fc1.forward_then(&h, Then::GeluTanh)?
         } else {
-            h.gelu_erf()?
+            self.fc1.forward(&h)?.gelu_erf()?
         };
         Ok((x + self.fc2.forward(&h)?)?)
     }

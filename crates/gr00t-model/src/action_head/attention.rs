@@ -2,7 +2,7 @@
 //! biases, scale 1/√head_dim), the GELU-tanh `FeedForward`, a two-pass LayerNorm and boolean key
 //! masks as additive biases.
 
-use crate::cpu_math::{self, gelu_tanh};
+use crate::cpu_math::{self, Then};
 use crate::linear::{linear, products_for, Linear, Products};
 use crate::nn::cpu_attention;
 use crate::{Error, Result};
@@ -153,7 +153,7 @@ impl FeedForward {
     /// Applies the feed-forward to `[.., dim]`.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         // The tanh approximation, as diffusers' `approximate="tanh"` (vectorised on the CPU).
-        let h = gelu_tanh(&self.proj_in.forward(x)?)?;
+        let h = self.proj_in.forward_then(x, Then::GeluTanh)?;
         Ok(self.proj_out.forward(&h)?)
     }
 }

@@ -191,9 +191,13 @@ pub(crate) type TileFn = unsafe fn(&Tile);
 /// The bytes of activations a row block keeps in the L2 while the column tiles pass over it.
 const ROW_BLOCK_BYTES: usize = 256 << 10;
 
+/// Work on each finished run of an output row while the tile that wrote it is still in the
+/// L1: `(row, first column, the row's values in those columns)`, called once per element.
+pub type RowEpilogue<'a> = &'a (dyn Fn(usize, usize, &mut [f32]) + Sync);
+
 /// `a` `[m, k]` · `w`ᵀ (+ `bias` `[n]`) → `[m, n]` row-major through `kernel` (`None` when the
-/// CPU does not run it or the sizes do not match). The same bits on every kernel and thread
-/// count.
+/// CPU does not run it or the sizes do not match), each element then passed once through
+/// `after`. The same bits on every kernel and thread count.
 pub fn matmul(
     kernel: Int8Kernel,
     a: &[f32],
@@ -201,6 +205,7 @@ pub fn matmul(
     k: usize,
     w: &PackedI8,
     bias: Option<&[f32]>,
+    after: Option<RowEpilogue>,
 ) -> Option<Vec<f32>> {
     let (n, wk) = w.dims();
     if !kernel.available() || wk != k || a.len() != m * k || bias.is_some_and(|b| b.len() != n) {
@@ -225,14 +230,15 @@ pub fn matmul(
     // columns of the m·n output.
     let out = unsafe {
         split(m, n, kernel.tile(), 2, |rows, cols, dst| {
-            unit(kernel, &q, rows, cols, w, bias, dst, n)
+            unit(kernel, &q, rows, cols, w, bias, after, dst, n)
         })
     };
     Some(out)
 }
 
 /// Rows × columns of the product into `dst` (row 0, column 0 of the output, row stride `ldc`):
-/// column tiles over blocks of rows that stay in the L2.
+/// column tiles over blocks of rows that stay in the L2; each tile's rows then through
+/// `after`.
 ///
 /// # Safety
 /// The kernel's CPU features; `cols.start` a multiple of the kernel's tile width; `dst` valid
@@ -245,6 +251,7 @@ unsafe fn unit(
     cols: std::ops::Range<usize>,
     w: &PackedI8,
     bias: Option<&[f32]>,
+    after: Option<RowEpilogue>,
     dst: OutPtr,
     ldc: usize,
 ) {
@@ -289,6 +296,15 @@ unsafe fn unit(
                 // sums are padded to whole 32-column tiles, the panels likewise) and inside
                 // this unit's part of the output (contract).
                 unsafe { tile_fn(&t) };
+                if let Some(after) = after {
+                    for r in r0..r0 + t.rows {
+                        // SAFETY: the elements the tile just wrote, this unit's own (contract).
+                        let row = unsafe {
+                            std::slice::from_raw_parts_mut(dst.add(r * ldc + c0), cols_here)
+                        };
+                        after(r, c0, row);
+                    }
+                }
             }
         }
     }

@@ -222,7 +222,7 @@ fn every_kernel_matches_the_reference_bit_for_bit() {
         for b in [None, Some(&bias[..])] {
             let want = reference(&a, m, k, &p, b);
             for kernel in Int8Kernel::ALL.into_iter().filter(|k| k.available()) {
-                let got = matmul(kernel, &a, m, k, &p, b).unwrap();
+                let got = matmul(kernel, &a, m, k, &p, b, None).unwrap();
                 assert!(
                     same_bits(&got, &want),
                     "{kernel} {shape:?} bias {}",
@@ -245,6 +245,35 @@ fn every_kernel_matches_the_reference_bit_for_bit() {
 }
 
 #[test]
+fn the_row_epilogue_sees_every_element_once_at_its_row_and_column() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Each element becomes a function of its value and position: a wrong row or column, a
+    // missed or repeated element shows in the bits or the count.
+    let mark = |r: usize, c: usize, v: f32| v * 0.5 + (r * 4099 + c) as f32;
+    for (s, &shape) in SHAPES.iter().enumerate() {
+        let (m, n, k) = shape;
+        let (a, w, bias) = operands(29 + s as u32, shape);
+        let p = PackedI8::from_f32(&w, n, k, LEVELS).unwrap();
+        let mut want = reference(&a, m, k, &p, Some(&bias));
+        for (i, v) in want.iter_mut().enumerate() {
+            *v = mark(i / n, i % n, *v);
+        }
+        for kernel in Int8Kernel::ALL.into_iter().filter(|k| k.available()) {
+            let seen = AtomicUsize::new(0);
+            let after = |r: usize, c0: usize, row: &mut [f32]| {
+                seen.fetch_add(row.len(), Ordering::Relaxed);
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = mark(r, c0 + j, *v);
+                }
+            };
+            let got = matmul(kernel, &a, m, k, &p, Some(&bias), Some(&after)).unwrap();
+            assert_eq!(seen.load(Ordering::Relaxed), m * n, "{kernel} {shape:?}");
+            assert!(same_bits(&got, &want), "{kernel} {shape:?}");
+        }
+    }
+}
+
+#[test]
 fn extreme_operands_never_saturate() {
     // Every activation at its row maximum and every weight at its column maximum, of one sign
     // or alternating: the largest pair sums `vpmaddubsw` sees.
@@ -258,7 +287,7 @@ fn extreme_operands_never_saturate() {
     let p = PackedI8::from_f32(&w, n, k, LEVELS).unwrap();
     let want = reference(&a, m, k, &p, None);
     for kernel in Int8Kernel::ALL.into_iter().filter(|k| k.available()) {
-        let got = matmul(kernel, &a, m, k, &p, None).unwrap();
+        let got = matmul(kernel, &a, m, k, &p, None, None).unwrap();
         assert!(same_bits(&got, &want), "{kernel}");
     }
     // And exact: ±2 and ±0.5 are on the grid, so the product is the f32 one.
@@ -278,7 +307,7 @@ fn non_finite_rows_give_nan_and_zero_rows_the_bias() {
     a[k + 2] = f32::NAN;
     let p = PackedI8::from_f32(&w, n, k, LEVELS).unwrap();
     for kernel in Int8Kernel::ALL.into_iter().filter(|k| k.available()) {
-        let y = matmul(kernel, &a, m, k, &p, Some(&bias)).unwrap();
+        let y = matmul(kernel, &a, m, k, &p, Some(&bias), None).unwrap();
         assert!(
             same_bits(&y[..n], &bias),
             "{kernel}: a zero row is its bias"
@@ -298,7 +327,7 @@ fn close_to_the_f32_product() {
     let (m, n, k) = (8, 64, 512);
     let (a, w, _) = operands(9, (m, n, k));
     let p = PackedI8::from_f32(&w, n, k, LEVELS).unwrap();
-    let got = matmul(Int8Kernel::detected(), &a, m, k, &p, None).unwrap();
+    let got = matmul(Int8Kernel::detected(), &a, m, k, &p, None, None).unwrap();
     let exact: Vec<f32> = (0..m * n)
         .map(|e| (0..k).map(|q| a[e / n * k + q] * w[e % n * k + q]).sum())
         .collect();
@@ -323,14 +352,14 @@ fn answers_do_not_depend_on_the_thread_count_and_repeat() {
             .num_threads(threads)
             .build()
             .unwrap();
-        pool.install(|| matmul(kernel, &a[..m * k], m, k, &p, Some(&bias)).unwrap())
+        pool.install(|| matmul(kernel, &a[..m * k], m, k, &p, Some(&bias), None).unwrap())
     };
     let one = run(1, m);
     assert!(same_bits(&one, &run(3, m)));
     assert!(same_bits(&one, &run(2, m)));
     // Fewer rows (split by columns instead of rows) give the same first rows.
     assert!(same_bits(&one[..7 * n], &run(3, 7)));
-    assert!(matmul(kernel, &a, m, k + 1, &p, None).is_none());
+    assert!(matmul(kernel, &a, m, k + 1, &p, None, None).is_none());
 }
 
 /// SmoothQuant on a product whose activations have two outlier channels (×64, the pattern
@@ -359,7 +388,7 @@ fn smoothing_takes_outlier_channels_out_of_the_activation_scale() {
         })
         .collect();
     let err = |a: &[f32], p: &PackedI8| {
-        let got = matmul(Int8Kernel::Scalar, a, m, k, p, None).unwrap();
+        let got = matmul(Int8Kernel::Scalar, a, m, k, p, None, None).unwrap();
         got.iter()
             .zip(&exact)
             .map(|(g, e)| (f64::from(*g) - e).abs())
@@ -377,8 +406,8 @@ fn smoothing_takes_outlier_channels_out_of_the_activation_scale() {
     let unit = quantize_weight(&wt, LEVELS, Some(&col_max)).unwrap();
     assert!(unit.input_scale().unwrap().iter().all(|&s| s == 1.0));
     let (p, u) = (
-        matmul(Int8Kernel::Scalar, &a, m, k, &plain, None).unwrap(),
-        matmul(Int8Kernel::Scalar, &a, m, k, &unit, None).unwrap(),
+        matmul(Int8Kernel::Scalar, &a, m, k, &plain, None, None).unwrap(),
+        matmul(Int8Kernel::Scalar, &a, m, k, &unit, None, None).unwrap(),
     );
     assert!(p.iter().zip(&u).all(|(x, y)| x.to_bits() == y.to_bits()));
 
@@ -394,9 +423,9 @@ fn smoothing_takes_outlier_channels_out_of_the_activation_scale() {
         "max|Δ|: outlier-free {e_clean}, plain {e_plain}, smoothed {e_smooth}"
     );
     // Every kernel this CPU runs computes the smoothed product's same bits.
-    let want = matmul(Int8Kernel::Scalar, &a, m, k, &smoothed, None).unwrap();
+    let want = matmul(Int8Kernel::Scalar, &a, m, k, &smoothed, None, None).unwrap();
     for kernel in Int8Kernel::ALL.into_iter().filter(|k| k.available()) {
-        let got = matmul(kernel, &a, m, k, &smoothed, None).unwrap();
+        let got = matmul(kernel, &a, m, k, &smoothed, None, None).unwrap();
         assert!(
             got.iter()
                 .zip(&want)
