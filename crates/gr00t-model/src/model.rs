@@ -261,8 +261,31 @@ impl Gr00tModel {
     }
 
     /// [`Gr00tModel::forward`], with the vision cache used or left alone, through the first
-    /// `steps` Euler steps.
+    /// `steps` Euler steps. On the CPU the request runs on a thread of the rayon pool that its
+    /// layers split their work on: each parallel layer is then a fork within the pool rather
+    /// than a job handed in from outside it, which wakes a worker and puts the caller to sleep
+    /// (thousands of times per request, most of them the DiT's small products).
     fn run(
+        &self,
+        inputs: &ModelInputs,
+        rec: &Recorder,
+        options: (bool, usize),
+    ) -> Result<ModelOutput> {
+        // A recorder of taps stays on its own thread; the request's tracing span goes along
+        // (the stages' spans are its children).
+        if self.device.is_cpu() && !rec.is_enabled() {
+            let span = tracing::Span::current();
+            rayon::scope(|_| {
+                let _span = span.enter();
+                self.run_here(inputs, &Recorder::disabled(), options)
+            })
+        } else {
+            self.run_here(inputs, rec, options)
+        }
+    }
+
+    /// [`Gr00tModel::run`] on the calling thread.
+    fn run_here(
         &self,
         inputs: &ModelInputs,
         rec: &Recorder,
