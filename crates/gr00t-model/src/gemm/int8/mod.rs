@@ -192,7 +192,7 @@ pub(crate) type TileFn = unsafe fn(&Tile);
 const ROW_BLOCK_BYTES: usize = 256 << 10;
 
 /// Work on each finished run of an output row while the tile that wrote it is still in the
-/// L1: `(row, first column, the row's values in those columns)`, called once per element.
+/// L1: `(row, first column, the row's values in those columns)`; each element is in one call.
 pub type RowEpilogue<'a> = &'a (dyn Fn(usize, usize, &mut [f32]) + Sync);
 
 /// `a` `[m, k]` · `w`ᵀ (+ `bias` `[n]`) → `[m, n]` row-major through `kernel` (`None` when the
