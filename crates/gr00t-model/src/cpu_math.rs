@@ -3,7 +3,7 @@
 //! Plain Rust loops compiled a second time with AVX-512 / AVX2+FMA enabled and picked at run
 //! time, so they vectorise whatever the build's target CPU.
 
-use crate::gemm::out_ptr::par_fresh;
+use crate::gemm::out_ptr::{par_fresh, OutPtr};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Storage, Tensor};
 
 /// Elements per parallel task of an elementwise op (large enough to amortise the scheduling).
@@ -275,6 +275,24 @@ dispatch! {
     }
 }
 
+/// A LayerNorm's `[D]` weight and bias as values, checked against rows of `d`.
+fn affine_values(
+    affine: Option<(&Tensor, &Tensor)>,
+    d: usize,
+) -> candle_core::Result<Option<(Vec<f32>, Vec<f32>)>> {
+    let Some((w, b)) = affine else {
+        return Ok(None);
+    };
+    let (w, b) = (
+        w.flatten_all()?.to_vec1::<f32>()?,
+        b.flatten_all()?.to_vec1::<f32>()?,
+    );
+    if w.len() != d || b.len() != d {
+        candle_core::bail!("layer norm: affine of width {} for rows of {d}", w.len());
+    }
+    Ok(Some((w, b)))
+}
+
 /// LayerNorm over the last dimension of a CPU f32 tensor (statistics two-pass, as the plain
 /// candle version), with an optional `[D]` weight and bias; rows in parallel.
 pub(crate) fn layer_norm(
@@ -284,19 +302,7 @@ pub(crate) fn layer_norm(
 ) -> candle_core::Result<Tensor> {
     let d = x.dim(candle_core::D::Minus1)?;
     let x = x.contiguous()?;
-    let w = affine.map(|(w, b)| (w.contiguous(), b.contiguous()));
-    let w = match w {
-        Some((w, b)) => Some((
-            w?.flatten_all()?.to_vec1::<f32>()?,
-            b?.flatten_all()?.to_vec1::<f32>()?,
-        )),
-        None => None,
-    };
-    if let Some((w, b)) = &w {
-        if w.len() != d || b.len() != d {
-            candle_core::bail!("layer norm: affine of width {} for rows of {d}", w.len());
-        }
-    }
+    let w = affine_values(affine, d)?;
     let (guard, layout) = x.storage_and_layout();
     let src = match (&*guard, layout.contiguous_offsets()) {
         (candle_core::Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) => &v[a..b],
@@ -316,6 +322,105 @@ pub(crate) fn layer_norm(
     };
     drop(guard);
     Tensor::from_vec(out, x.shape(), x.device())
+}
+
+dispatch! {
+    /// `a + b` elementwise into `dst` (equal lengths).
+    add_slice(a: &[f32], b: &[f32], dst: &mut [f32]) {
+        for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+            *d = x + y;
+        }
+    }
+}
+
+/// Whether `t` is a CPU f32 tensor.
+fn cpu_f32(t: &Tensor) -> bool {
+    t.device().is_cpu() && t.dtype() == DType::F32
+}
+
+/// `f` of the values of two contiguous CPU f32 tensors.
+fn with_values<R>(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl FnOnce(&[f32], &[f32]) -> R,
+) -> candle_core::Result<R> {
+    let (ga, la) = a.storage_and_layout();
+    let (gb, lb) = b.storage_and_layout();
+    match (&*ga, &*gb, la.contiguous_offsets(), lb.contiguous_offsets()) {
+        (
+            Storage::Cpu(CpuStorage::F32(a)),
+            Storage::Cpu(CpuStorage::F32(b)),
+            Some((a0, a1)),
+            Some((b0, b1)),
+        ) => Ok(f(&a[a0..a1], &b[b0..b1])),
+        _ => candle_core::bail!("expected contiguous CPU f32 tensors"),
+    }
+}
+
+/// `x + h` (a residual add): on the CPU in f32 one pass split over the rayon pool (candle's add
+/// runs on threads of its own, which compete with the pool's for the cores); elsewhere, or
+/// for shapes that differ (an error), candle's add. The same bits either way.
+pub(crate) fn residual_add(x: &Tensor, h: &Tensor) -> candle_core::Result<Tensor> {
+    if !adds_in_place_of_candle(x, h) {
+        return x + h;
+    }
+    let (x, h) = (x.contiguous()?, h.contiguous()?);
+    let out = with_values(&x, &h, |a, b| {
+        par_fresh(a.len(), CHUNK, 0.0, |start, d| {
+            let end = start + d.len();
+            add_slice(&a[start..end], &b[start..end], d)
+        })
+    })?;
+    Tensor::from_vec(out, x.shape(), &candle_core::Device::Cpu)
+}
+
+/// Whether [`add_layer_norm`] takes `x` and `h`: CPU f32 tensors of one shape.
+pub(crate) fn adds_in_place_of_candle(x: &Tensor, h: &Tensor) -> bool {
+    cpu_f32(x) && cpu_f32(h) && x.shape() == h.shape()
+}
+
+/// The residual sum `x + h` and its LayerNorm ([`layer_norm`]'s math) of CPU f32 tensors of one
+/// shape, in one pass over the rows: each row's sum is normalised while it is in the L1. The
+/// bits of [`add`] then [`layer_norm`].
+pub(crate) fn add_layer_norm(
+    x: &Tensor,
+    h: &Tensor,
+    affine: Option<(&Tensor, &Tensor)>,
+    eps: f64,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    if !adds_in_place_of_candle(x, h) {
+        candle_core::bail!("add_layer_norm: expected CPU f32 tensors of one shape");
+    }
+    let d = x.dim(candle_core::D::Minus1)?;
+    let (x, h) = (x.contiguous()?, h.contiguous()?);
+    let w = affine_values(affine, d)?;
+    let affine = w.as_ref().map(|(w, b)| (&w[..], &b[..]));
+    let len = x.elem_count();
+    let mut sum: Vec<f32> = Vec::with_capacity(len);
+    let sum_at = OutPtr(sum.as_mut_ptr());
+    let normed = with_values(&x, &h, |a, b| match CHUNK.checked_div(d) {
+        Some(per_task) => par_fresh(len, per_task.max(1) * d, 0.0, |start, o| {
+            let end = start + o.len();
+            // SAFETY: elements start..end of `sum`'s allocation (capacity len), this task's
+            // own; zeroed before the slice is made.
+            let s = unsafe {
+                std::ptr::write_bytes(sum_at.add(start), 0, o.len());
+                std::slice::from_raw_parts_mut(sum_at.add(start), o.len())
+            };
+            add_slice(&a[start..end], &b[start..end], s);
+            for (o, s) in o.chunks_exact_mut(d).zip(s.chunks_exact(d)) {
+                layer_norm_row(s, o, affine, eps as f32);
+            }
+        }),
+        None => Vec::new(),
+    })?;
+    // SAFETY: the tasks wrote all `len` elements (rows of d cover len; d = 0 means len = 0).
+    unsafe { sum.set_len(len) };
+    let dev = candle_core::Device::Cpu;
+    Ok((
+        Tensor::from_vec(sum, x.shape(), &dev)?,
+        Tensor::from_vec(normed, x.shape(), &dev)?,
+    ))
 }
 
 dispatch! {
@@ -544,6 +649,40 @@ mod tests {
             worst = worst.max((out[0] as f64 - want).abs() / want.abs().max(1e-3));
         }
         assert!(worst < 1e-6, "worst relative error {worst}");
+    }
+
+    #[test]
+    fn the_fused_residual_norm_gives_the_bits_of_candles_add_then_the_norm() {
+        let dev = candle_core::Device::Cpu;
+        // Several tasks with a short last one, one row, and rows wider than a task.
+        for (rows, d) in [(150, 1000), (1, 37), (3, CHUNK + 5)] {
+            let draw = |seed: usize| -> Vec<f32> {
+                (0..rows * d)
+                    .map(|i| (((i + seed) * 7919 % 2003) as f32 - 1001.0) / 97.0)
+                    .collect()
+            };
+            let x = Tensor::from_vec(draw(1), (rows, d), &dev).unwrap();
+            let h = Tensor::from_vec(draw(5), (rows, d), &dev).unwrap();
+            let w = Tensor::from_vec(draw(9)[..d].to_vec(), d, &dev).unwrap();
+            let b = Tensor::from_vec(draw(13)[..d].to_vec(), d, &dev).unwrap();
+            let bits = |t: &Tensor| -> Vec<u32> {
+                let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                v.iter().map(|v| v.to_bits()).collect()
+            };
+            let candle_sum = (&x + &h).unwrap();
+            let sum = residual_add(&x, &h).unwrap();
+            assert_eq!(bits(&sum), bits(&candle_sum), "{rows}×{d}: residual_add");
+            let (fused_sum, fused_norm) = add_layer_norm(&x, &h, Some((&w, &b)), 1e-6).unwrap();
+            let norm = layer_norm(&candle_sum, Some((&w, &b)), 1e-6).unwrap();
+            assert_eq!(bits(&fused_sum), bits(&candle_sum), "{rows}×{d}: sum");
+            assert_eq!(bits(&fused_norm), bits(&norm), "{rows}×{d}: norm");
+            assert_eq!(fused_norm.dims(), &[rows, d]);
+        }
+        // Shapes that differ are errors, as candle's add makes them.
+        let x = Tensor::ones((2, 3), DType::F32, &dev).unwrap();
+        let row = Tensor::new(&[1f32, 2.0, 3.0], &dev).unwrap();
+        assert!(residual_add(&x, &row).is_err());
+        assert!(add_layer_norm(&x, &row, None, 1e-6).is_err());
     }
 
     #[test]

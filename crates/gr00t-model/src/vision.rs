@@ -6,7 +6,7 @@ use crate::config::VisionConfig;
 use crate::cpu_math::Then;
 use crate::error::{Error, Result};
 use crate::linear::{attention_products_for, Linear, Products};
-use crate::nn::{apply_rope, attention, linear, LayerNorm, Mask};
+use crate::nn::{apply_rope, attention, linear, residual_add, LayerNorm, Mask};
 use crate::taps::Recorder;
 use crate::weights::COMPACT;
 use candle_core::{DType, Device, Module, Tensor};
@@ -161,7 +161,7 @@ impl VisionTower {
         rec.record("vision.patch_embed_out", &x);
         let (pos, positions) = self.grid_tables(grid_thw)?;
         rec.record("vision.pos_embed_interp", &pos);
-        let mut x = (x + pos)?;
+        let mut x = residual_add(&x, &pos)?;
         let mut deepstack = Vec::with_capacity(self.deepstack_mergers.len());
         for (i, block) in self.blocks.iter().enumerate() {
             x = block.forward(&x, &positions)?;
@@ -360,14 +360,13 @@ impl VisionBlock {
     /// Applies the block to `x` `[N, hidden]`.
     pub fn forward(&self, x: &Tensor, positions: &VisionPositions) -> Result<Tensor> {
         let h = self.attention(&self.norm1.forward(x)?, positions)?;
-        let x = (x + h)?;
-        let h = self.norm2.forward(&x)?;
+        let (x, h) = self.norm2.forward_residual(x, &h)?;
         let h = if self.gelu_tanh {
             self.fc1.forward_then(&h, Then::GeluTanh)?
         } else {
             self.fc1.forward(&h)?.gelu_erf()?
         };
-        Ok((x + self.fc2.forward(&h)?)?)
+        Ok(residual_add(&x, &self.fc2.forward(&h)?)?)
     }
 
     /// Non-causal multi-head attention, restricted to each chunk (frame of one image).

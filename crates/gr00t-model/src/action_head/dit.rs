@@ -7,6 +7,7 @@ pub(crate) mod reference;
 use super::attention::{Attention, FeedForward, KeyValues, LayerNorm};
 use crate::config::Gr00tConfig;
 use crate::linear::{linear_f32_weight, Linear};
+use crate::nn::residual_add;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
@@ -241,8 +242,8 @@ impl Dit {
                 blk.attn.attend(&n, kv, None)?
             }
         };
-        let h = (attn + h)?;
-        Ok((blk.ff.forward(&self.norm.forward(&h)?)? + h)?)
+        let h = residual_add(&attn, h)?;
+        Ok(residual_add(&blk.ff.forward(&self.norm.forward(&h)?)?, &h)?)
     }
 
     /// `proj_out_2(norm_out(h)·(1 + scale) + shift)` → `[1, T, output_dim]`.

@@ -4,6 +4,7 @@
 
 pub(crate) mod cpu_attention;
 
+pub(crate) use crate::cpu_math::residual_add;
 use candle_core::{DType, Module, Tensor, D};
 use candle_nn::VarBuilder;
 
@@ -27,6 +28,28 @@ impl LayerNorm {
             bias: vb.get(dim, "bias")?,
             eps,
         })
+    }
+}
+
+impl LayerNorm {
+    /// The residual sum `x + h` and its norm; on the CPU in f32 in one pass over the rows (the
+    /// bits of the add, then [`Module::forward`]).
+    pub fn forward_residual(
+        &self,
+        x: &Tensor,
+        h: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        if crate::cpu_math::adds_in_place_of_candle(x, h) {
+            return crate::cpu_math::add_layer_norm(
+                x,
+                h,
+                Some((&self.weight, &self.bias)),
+                self.eps,
+            );
+        }
+        let sum = (x + h)?;
+        let normed = self.forward(&sum)?;
+        Ok((sum, normed))
     }
 }
 

@@ -9,7 +9,7 @@ pub use rope::{rope_index, MropePositions};
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::linear::{attention_products_for, Linear, Products};
-use crate::nn::{apply_rope, attention, linear, Mask, RmsNorm};
+use crate::nn::{apply_rope, attention, linear, residual_add, Mask, RmsNorm};
 use crate::taps::Recorder;
 use crate::weights::COMPACT;
 use candle_core::{DType, Device, Module, Tensor};
@@ -295,14 +295,14 @@ impl DecoderLayer {
     /// Applies the layer to `h` `[1, S, hidden]`.
     pub fn forward(&self, h: &Tensor, ctx: &TextPositions) -> Result<Tensor> {
         let a = self.attention(&self.input_layernorm.forward(h)?, ctx)?;
-        let h = (h + a)?;
+        let h = residual_add(h, &a)?;
         let x = self.post_attention_layernorm.forward(&h)?;
         let gate = self.gate_proj.forward(&x)?;
         let up = self.up_proj.forward(&x)?;
         let m = self
             .down_proj
             .forward(&crate::cpu_math::silu_mul(&gate, &up)?)?;
-        Ok((h + m)?)
+        Ok(residual_add(&h, &m)?)
     }
 
     /// Causal GQA self-attention; q/k get a per-head RMSNorm, then mRoPE.
