@@ -91,8 +91,30 @@ impl RmsNorm {
     }
 }
 
+impl RmsNorm {
+    /// The residual sum `x + h` and its norm; on the CPU in f32 in one pass over the rows (the
+    /// bits of the add, then [`Module::forward`]).
+    pub fn forward_residual(
+        &self,
+        x: &Tensor,
+        h: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        if crate::cpu_math::adds_in_place_of_candle(x, h) && self.weight.dtype() == DType::F32 {
+            return crate::cpu_math::add_rms_norm(x, h, &self.weight, self.eps);
+        }
+        let sum = (x + h)?;
+        let normed = self.forward(&sum)?;
+        Ok((sum, normed))
+    }
+}
+
 impl Module for RmsNorm {
+    /// On the CPU in f32 a vectorised pass (candle's sums each row's squares one after
+    /// another); elsewhere candle's op.
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if x.device().is_cpu() && x.dtype() == DType::F32 && self.weight.dtype() == DType::F32 {
+            return crate::cpu_math::rms_norm(x, &self.weight, self.eps);
+        }
         candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)
     }
 }

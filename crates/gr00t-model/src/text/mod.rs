@@ -295,8 +295,7 @@ impl DecoderLayer {
     /// Applies the layer to `h` `[1, S, hidden]`.
     pub fn forward(&self, h: &Tensor, ctx: &TextPositions) -> Result<Tensor> {
         let a = self.attention(&self.input_layernorm.forward(h)?, ctx)?;
-        let h = residual_add(h, &a)?;
-        let x = self.post_attention_layernorm.forward(&h)?;
+        let (h, x) = self.post_attention_layernorm.forward_residual(h, &a)?;
         let gate = self.gate_proj.forward(&x)?;
         let up = self.up_proj.forward(&x)?;
         let m = self
