@@ -827,13 +827,18 @@ mod tests {
         for products in [Products::F32, Products::Bf16, Products::Int8] {
             for bias in [Some(bt.clone()), Some(bt.reshape((1, n)).unwrap()), None] {
                 let l = Linear::new_for_cpu(wt.clone(), bias.clone(), products).unwrap();
-                let fused = l.forward_then(&xt, Then::GeluTanh).unwrap();
                 let plain = l.forward(&xt).unwrap();
-                let want = crate::cpu_math::gelu_tanh(&plain).unwrap();
-                assert_eq!(fused.dims(), [1, m, n]);
-                assert_eq!(bits(&fused), bits(&want), "{products:?} bias {bias:?}");
-                // The step did something.
-                assert_ne!(bits(&fused), bits(&plain), "{products:?}");
+                for (then, want) in [
+                    (Then::GeluTanh, crate::cpu_math::gelu_tanh(&plain).unwrap()),
+                    (Then::GeluErf, crate::cpu_math::gelu_erf(&plain).unwrap()),
+                ] {
+                    let fused = l.forward_then(&xt, then).unwrap();
+                    assert_eq!(fused.dims(), [1, m, n]);
+                    let what = format!("{then:?} {products:?} bias {bias:?}");
+                    assert_eq!(bits(&fused), bits(&want), "{what}");
+                    // The step did something.
+                    assert_ne!(bits(&fused), bits(&plain), "{what}");
+                }
             }
         }
     }

@@ -364,7 +364,7 @@ impl VisionBlock {
         let h = if self.gelu_tanh {
             self.fc1.forward_then(&h, Then::GeluTanh)?
         } else {
-            self.fc1.forward(&h)?.gelu_erf()?
+            self.fc1.forward_then(&h, Then::GeluErf)?
         };
         Ok(residual_add(&x, &self.fc2.forward(&h)?)?)
     }
@@ -469,7 +469,7 @@ impl PatchMerger {
         } else {
             self.norm.forward(x)?.reshape((rows, self.group))?
         };
-        let h = self.fc1.forward(&x)?.gelu_erf()?;
+        let h = self.fc1.forward_then(&x, Then::GeluErf)?;
         Ok(self.fc2.forward(&h)?)
     }
 }
