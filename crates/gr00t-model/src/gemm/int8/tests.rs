@@ -6,10 +6,10 @@ use super::*;
 use crate::test_rng::{lcg, xorshift};
 
 /// Shapes `(m, n, k)`: degenerate ones, around every tile and panel edge (rows 4, 6, 12, 16,
-/// 32, columns 16, 32, k a multiple of 4 or not, of AMX's 64 or not), then the model's row
+/// 32, columns 16, 32, 64, k a multiple of 4 or not, of AMX's 64 or not), then the model's row
 /// counts (1: one token, 41: the DiT, 469: the LLM, 1 792: the vision tower) with ragged
-/// columns and k.
-const SHAPES: [(usize, usize, usize); 24] = [
+/// columns and k; last, 64-column tiles with a 16-column one after them.
+const SHAPES: [(usize, usize, usize); 25] = [
     (1, 5, 64),
     (16, 16, 64),
     (17, 33, 128),
@@ -34,6 +34,7 @@ const SHAPES: [(usize, usize, usize); 24] = [
     (41, 97, 1537),
     (469, 45, 130),
     (1792, 33, 66),
+    (29, 80, 96),
 ];
 
 /// The activations' quantisation by its definition: `(q, scale)` of row `x`.

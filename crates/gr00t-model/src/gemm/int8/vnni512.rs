@@ -1,6 +1,7 @@
-//! The AVX512-VNNI tile: 12 rows × 32 columns (two panels), 24 i32 vectors of sums seeded with
-//! the weight's `−128·Σq`, one `vpdpbusd` per row and panel for every four k, and one line of
-//! the [`Tile`]'s prefetch panel pulled into the L2.
+//! The AVX512-VNNI tiles: 12 rows × 32 columns (two panels), or 6 rows × 64 columns (four
+//! panels: products of a few rows, where twelve-row tiles would mostly multiply padding); 24
+//! i32 vectors of sums seeded with the weight's `−128·Σq`, one `vpdpbusd` per row and panel
+//! for every four k, and one line of the [`Tile`]'s prefetch panel pulled into the L2.
 //!
 //! The k loop is inline assembly: written with intrinsics, the compiler's register allocation
 //! of 24 accumulators, 12 row pointers and the panel pointers is fragile (small changes around
@@ -44,6 +45,123 @@ macro_rules! three_rows {
             row_step!($base, " + {l}*2", $c0, $c1),
         )
     };
+}
+
+/// One row of a wide step: broadcast its four k, then one `vpdpbusd` per panel into its four
+/// accumulators.
+macro_rules! wide_row_step {
+    ($base:literal, $index:literal, $a0:literal, $a1:literal, $a2:literal, $a3:literal) => {
+        concat!(
+            "vpbroadcastd zmm28, dword ptr [",
+            $base,
+            $index,
+            "]\n",
+            "vpdpbusd zmm",
+            $a0,
+            ", zmm28, zmm24\n",
+            "vpdpbusd zmm",
+            $a1,
+            ", zmm28, zmm25\n",
+            "vpdpbusd zmm",
+            $a2,
+            ", zmm28, zmm26\n",
+            "vpdpbusd zmm",
+            $a3,
+            ", zmm28, zmm27\n",
+        )
+    };
+}
+
+/// Rows of the wide tile.
+pub(crate) const WIDE_MR: usize = 6;
+
+/// A 6×64 tile (see the module docs).
+///
+/// # Safety
+/// As [`tile`], with 6 readable rows from `a` and four panels behind `panel`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn tile_wide(t: &Tile) {
+    // SAFETY: every pointer below stays inside the extents the tile describes (contract); the
+    // prefetches read nothing.
+    unsafe {
+        let mut seeds = [_mm512_setzero_si512(); 4];
+        for (v, seed) in seeds.iter_mut().enumerate() {
+            *seed = _mm512_sub_epi32(*seed, _mm512_loadu_si512(t.sums.add(v * NP).cast()));
+        }
+        let mut acc = [seeds; WIDE_MR];
+        if t.k4 > 0 {
+            let [[c0, c1, c2, c3], [c4, c5, c6, c7], [c8, c9, c10, c11], [c12, c13, c14, c15], [c16, c17, c18, c19], [c20, c21, c22, c23]] =
+                &mut acc;
+            asm!(
+                "2:",
+                "prefetcht1 byte ptr [{pf}]",
+                "vmovdqu64 zmm24, zmmword ptr [{p}]",
+                "vmovdqu64 zmm25, zmmword ptr [{p} + {plen}]",
+                "vmovdqu64 zmm26, zmmword ptr [{p2}]",
+                "vmovdqu64 zmm27, zmmword ptr [{p2} + {plen}]",
+                wide_row_step!("{a0}", "", "0", "1", "2", "3"),
+                wide_row_step!("{a0}", " + {l}", "4", "5", "6", "7"),
+                wide_row_step!("{a0}", " + {l}*2", "8", "9", "10", "11"),
+                wide_row_step!("{a3}", "", "12", "13", "14", "15"),
+                wide_row_step!("{a3}", " + {l}", "16", "17", "18", "19"),
+                wide_row_step!("{a3}", " + {l}*2", "20", "21", "22", "23"),
+                "add {p}, 64",
+                "add {p2}, 64",
+                "add {pf}, 64",
+                "add {a0}, 4",
+                "add {a3}, 4",
+                "dec {n}",
+                "jnz 2b",
+                p = inout(reg) t.panel => _,
+                p2 = inout(reg) t.panel.add(2 * t.panel_len) => _,
+                plen = in(reg) t.panel_len,
+                pf = inout(reg) t.prefetch => _,
+                l = in(reg) t.lda,
+                a0 = inout(reg) t.a => _,
+                a3 = inout(reg) t.a.add(3 * t.lda) => _,
+                n = inout(reg) t.k4 => _,
+                inout("zmm0") *c0,
+                inout("zmm1") *c1,
+                inout("zmm2") *c2,
+                inout("zmm3") *c3,
+                inout("zmm4") *c4,
+                inout("zmm5") *c5,
+                inout("zmm6") *c6,
+                inout("zmm7") *c7,
+                inout("zmm8") *c8,
+                inout("zmm9") *c9,
+                inout("zmm10") *c10,
+                inout("zmm11") *c11,
+                inout("zmm12") *c12,
+                inout("zmm13") *c13,
+                inout("zmm14") *c14,
+                inout("zmm15") *c15,
+                inout("zmm16") *c16,
+                inout("zmm17") *c17,
+                inout("zmm18") *c18,
+                inout("zmm19") *c19,
+                inout("zmm20") *c20,
+                inout("zmm21") *c21,
+                inout("zmm22") *c22,
+                inout("zmm23") *c23,
+                out("zmm24") _,
+                out("zmm25") _,
+                out("zmm26") _,
+                out("zmm27") _,
+                out("zmm28") _,
+                options(nostack, readonly),
+            );
+        }
+        for v in 0..4 {
+            let Some((c0, mask, sb, bias)) = column_lanes(t, v) else {
+                break;
+            };
+            for (r, acc) in acc.iter().enumerate().take(t.rows) {
+                let y = epilogue_lanes(acc[v], *t.row_scales.add(r), sb, bias);
+                _mm512_mask_storeu_ps(t.dst.add(r * t.ldc + c0), mask, y);
+            }
+        }
+    }
 }
 
 /// A 12×32 tile (see the module docs).
