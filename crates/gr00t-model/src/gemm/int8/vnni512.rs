@@ -72,6 +72,29 @@ macro_rules! wide_row_step {
     };
 }
 
+/// The epilogue of a tile's accumulators (`V` column vectors a row) into its valid rows and
+/// columns.
+///
+/// # Safety
+/// AVX-512F; the [`Tile`]'s scales, sums, bias and output as its docs say.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn store<const V: usize>(t: &Tile, acc: &[[__m512i; V]]) {
+    for v in 0..V {
+        // SAFETY: forwarded contract.
+        let Some((c0, mask, sb, bias)) = (unsafe { column_lanes(t, v) }) else {
+            break;
+        };
+        for (r, acc) in acc.iter().enumerate().take(t.rows) {
+            // SAFETY: row r < rows and the masked columns are the tile's (contract).
+            unsafe {
+                let y = epilogue_lanes(acc[v], *t.row_scales.add(r), sb, bias);
+                _mm512_mask_storeu_ps(t.dst.add(r * t.ldc + c0), mask, y);
+            }
+        }
+    }
+}
+
 /// Rows of the wide tile.
 pub(crate) const WIDE_MR: usize = 6;
 
@@ -152,15 +175,7 @@ pub(crate) unsafe fn tile_wide(t: &Tile) {
                 options(nostack, readonly),
             );
         }
-        for v in 0..4 {
-            let Some((c0, mask, sb, bias)) = column_lanes(t, v) else {
-                break;
-            };
-            for (r, acc) in acc.iter().enumerate().take(t.rows) {
-                let y = epilogue_lanes(acc[v], *t.row_scales.add(r), sb, bias);
-                _mm512_mask_storeu_ps(t.dst.add(r * t.ldc + c0), mask, y);
-            }
-        }
+        store(t, &acc);
     }
 }
 
@@ -240,14 +255,6 @@ pub(crate) unsafe fn tile(t: &Tile) {
                 options(nostack, readonly),
             );
         }
-        for v in 0..2 {
-            let Some((c0, mask, sb, bias)) = column_lanes(t, v) else {
-                break;
-            };
-            for (r, acc) in acc.iter().enumerate().take(t.rows) {
-                let y = epilogue_lanes(acc[v], *t.row_scales.add(r), sb, bias);
-                _mm512_mask_storeu_ps(t.dst.add(r * t.ldc + c0), mask, y);
-            }
-        }
+        store(t, &acc);
     }
 }
