@@ -419,7 +419,7 @@ fn with_values<R>(
 /// runs on threads of its own, which compete with the pool's for the cores); elsewhere, or
 /// for shapes that differ (an error), candle's add. The same bits either way.
 pub(crate) fn residual_add(x: &Tensor, h: &Tensor) -> candle_core::Result<Tensor> {
-    if !adds_in_place_of_candle(x, h) {
+    if !cpu_f32_pair(x, h) {
         return x + h;
     }
     let (x, h) = (x.contiguous()?, h.contiguous()?);
@@ -432,8 +432,9 @@ pub(crate) fn residual_add(x: &Tensor, h: &Tensor) -> candle_core::Result<Tensor
     Tensor::from_vec(out, x.shape(), &candle_core::Device::Cpu)
 }
 
-/// Whether [`add_layer_norm`] takes `x` and `h`: CPU f32 tensors of one shape.
-pub(crate) fn adds_in_place_of_candle(x: &Tensor, h: &Tensor) -> bool {
+/// Whether `x` and `h` are CPU f32 tensors of one shape (what this module's two-operand ops
+/// take; candle's run otherwise).
+pub(crate) fn cpu_f32_pair(x: &Tensor, h: &Tensor) -> bool {
     cpu_f32(x) && cpu_f32(h) && x.shape() == h.shape()
 }
 
@@ -470,7 +471,7 @@ fn add_map_rows(
     h: &Tensor,
     row: impl Fn(&[f32], &mut [f32]) + Sync,
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    if !adds_in_place_of_candle(x, h) {
+    if !cpu_f32_pair(x, h) {
         candle_core::bail!("residual norm: expected CPU f32 tensors of one shape");
     }
     let d = x.dim(candle_core::D::Minus1)?;
@@ -607,29 +608,17 @@ dispatch! {
 /// `silu(gate) · up` (the SwiGLU of the LLM's MLP): on the CPU in f32 one vectorised,
 /// multi-threaded pass; elsewhere candle's two ops.
 pub(crate) fn silu_mul(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
-    let cpu_f32 = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
-    if !(cpu_f32(gate) && cpu_f32(up)) || gate.shape() != up.shape() {
+    if !cpu_f32_pair(gate, up) {
         return gate.silu()? * up;
     }
     let (gate, up) = (gate.contiguous()?, up.contiguous()?);
-    let (gs, gl) = gate.storage_and_layout();
-    let (us, ul) = up.storage_and_layout();
-    let (g, u) = match (&*gs, &*us, gl.contiguous_offsets(), ul.contiguous_offsets()) {
-        (
-            Storage::Cpu(CpuStorage::F32(g)),
-            Storage::Cpu(CpuStorage::F32(u)),
-            Some((g0, g1)),
-            Some((u0, u1)),
-        ) => (&g[g0..g1], &u[u0..u1]),
-        _ => candle_core::bail!("silu_mul: inputs must be contiguous CPU f32"),
-    };
-    let out = par_fresh(g.len(), CHUNK, 0.0, |start, d| {
-        let end = start + d.len();
-        silu_mul_slice(&g[start..end], &u[start..end], d)
-    });
-    let shape = gate.shape().clone();
-    drop((gs, us));
-    Tensor::from_vec(out, shape, &candle_core::Device::Cpu)
+    let out = with_values(&gate, &up, |g, u| {
+        par_fresh(g.len(), CHUNK, 0.0, |start, d| {
+            let end = start + d.len();
+            silu_mul_slice(&g[start..end], &u[start..end], d)
+        })
+    })?;
+    Tensor::from_vec(out, gate.shape(), &candle_core::Device::Cpu)
 }
 
 dispatch! {

@@ -29,9 +29,7 @@ impl LayerNorm {
             eps,
         })
     }
-}
 
-impl LayerNorm {
     /// The residual sum `x + h` and its norm; on the CPU in f32 in one pass over the rows (the
     /// bits of the add, then [`Module::forward`]).
     pub fn forward_residual(
@@ -39,7 +37,7 @@ impl LayerNorm {
         x: &Tensor,
         h: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor)> {
-        if crate::cpu_math::adds_in_place_of_candle(x, h) {
+        if crate::cpu_math::cpu_f32_pair(x, h) {
             return crate::cpu_math::add_layer_norm(
                 x,
                 h,
@@ -89,9 +87,7 @@ impl RmsNorm {
             eps: eps as f32,
         })
     }
-}
 
-impl RmsNorm {
     /// The residual sum `x + h` and its norm; on the CPU in f32 in one pass over the rows (the
     /// bits of the add, then [`Module::forward`]).
     pub fn forward_residual(
@@ -99,7 +95,7 @@ impl RmsNorm {
         x: &Tensor,
         h: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor)> {
-        if crate::cpu_math::adds_in_place_of_candle(x, h) && self.weight.dtype() == DType::F32 {
+        if crate::cpu_math::cpu_f32_pair(x, h) && self.weight.dtype() == DType::F32 {
             return crate::cpu_math::add_rms_norm(x, h, &self.weight, self.eps);
         }
         let sum = (x + h)?;

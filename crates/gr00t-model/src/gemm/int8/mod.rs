@@ -370,12 +370,11 @@ unsafe fn unit(
 }
 
 /// Prefetches with intent to write the lines of `rows` × `cols` elements at `p` (row stride
-/// `ld`; every 16th element of a row and its last: a run that does not start a line spans
-/// one line more than its length in lines). The
-/// stores of a product are misses otherwise (its output is too big for the caches), each
-/// holding a store-buffer entry until its line arrives: asking one tile ahead made the K =
-/// 1 024 vision products 2–14 % faster (`int8_epilogue`-style A/B in one process). Any address:
-/// prefetches never fault.
+/// `ld`; every 16th element of a row and its last, since a run that does not start a line
+/// spans one line more). A product's stores miss otherwise (its output is too big for the
+/// caches), each holding a store-buffer entry until its line arrives: asking one tile ahead
+/// made the K = 1 024 vision products 2–14 % faster (alternating in one process). Any
+/// address: prefetches never fault.
 #[inline(always)]
 fn prefetch_for_write(p: *mut f32, rows: usize, cols: usize, ld: usize) {
     #[cfg(target_arch = "x86_64")]
