@@ -125,6 +125,11 @@ pub(crate) fn quantize_row(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mut
         return;
     }
     #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected.
+        return unsafe { quantize_row_avx512(x, inv, levels, flip, out) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 was detected.
         return unsafe { quantize_row_avx2(x, inv, levels, flip, out) };
@@ -132,7 +137,7 @@ pub(crate) fn quantize_row(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mut
     quantize_row_plain(x, inv, levels, flip, out)
 }
 
-fn quantize_row_plain(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mut [u8]) {
+pub(super) fn quantize_row_plain(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mut [u8]) {
     for (o, &v) in out.iter_mut().zip(x) {
         *o = (quantize_value(v, inv, levels) as u8) ^ flip;
     }
@@ -146,7 +151,7 @@ fn quantize_row_plain(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mut [u8]
 /// AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn quantize_row_avx2(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mut [u8]) {
+pub(super) unsafe fn quantize_row_avx2(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mut [u8]) {
     use std::arch::x86_64::*;
     let n = x.len().min(out.len());
     let whole = n / 32 * 32;
@@ -177,6 +182,40 @@ unsafe fn quantize_row_avx2(x: &[f32], inv: f32, levels: i32, flip: u8, out: &mu
     quantize_row_plain(&x[whole..n], inv, levels, flip, &mut out[whole..n]);
 }
 
+/// [`quantize_row_avx2`] on 16 lanes: `vrndscaleps` to nearest even, clamp, convert, and
+/// `vpmovsdb` narrows the lanes to bytes in order (saturation never reached).
+///
+/// # Safety
+/// AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn quantize_row_avx512(
+    x: &[f32],
+    inv: f32,
+    levels: i32,
+    flip: u8,
+    out: &mut [u8],
+) {
+    use std::arch::x86_64::*;
+    let n = x.len().min(out.len());
+    let whole = n / 16 * 16;
+    // SAFETY: every load reads x[i..i + 16] and every store writes out[i..i + 16], i + 16 ≤ n.
+    unsafe {
+        let inv = _mm512_set1_ps(inv);
+        let hi = _mm512_set1_ps(levels as f32);
+        let lo = _mm512_set1_ps(-levels as f32);
+        let flip = _mm_set1_epi8(flip as i8);
+        for i in (0..whole).step_by(16) {
+            let v = _mm512_mul_ps(_mm512_loadu_ps(x.as_ptr().add(i)), inv);
+            let v = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+            let v = _mm512_cvtps_epi32(_mm512_max_ps(_mm512_min_ps(v, hi), lo));
+            let bytes = _mm_xor_si128(_mm512_cvtsepi32_epi8(v), flip);
+            _mm_storeu_si128(out.as_mut_ptr().add(i).cast(), bytes);
+        }
+    }
+    quantize_row_plain(&x[whole..n], inv, levels, flip, &mut out[whole..n]);
+}
+
 /// `(max|x|/levels, levels/max|x|)` of a row: `(0, 0)` for an all-zero row, NaN scale for a
 /// row holding a NaN or infinity.
 pub(crate) fn row_scale(x: &[f32], levels: i32) -> (f32, f32) {
@@ -199,11 +238,22 @@ fn abs_max_bits(x: &[f32]) -> u32 {
     fn plain(x: &[f32]) -> u32 {
         x.iter().fold(0, |m, v| m.max(v.to_bits() & 0x7fff_ffff))
     }
+    /// [`plain`] compiled for AVX-512 (vectorised by the compiler).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn avx512(x: &[f32]) -> u32 {
+        plain(x)
+    }
     /// [`plain`] compiled for AVX2 (vectorised by the compiler).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn avx2(x: &[f32]) -> u32 {
         plain(x)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected.
+        return unsafe { avx512(x) };
     }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {

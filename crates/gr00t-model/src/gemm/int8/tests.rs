@@ -149,6 +149,40 @@ fn fewer_levels_quantise_coarser() {
 }
 
 #[test]
+fn every_vectorised_row_quantisation_gives_the_plain_bytes() {
+    // With inv = 1 the odd positions are exact ties (x.5) and levels 31 clamps the ends;
+    // inv = 1.37 rounds ordinary products. Lengths around the vectors.
+    let x: Vec<f32> = (0..203).map(|i| (i as f32 - 101.0) * 0.5).collect();
+    for len in [0, 1, 15, 16, 17, 31, 32, 33, 203] {
+        for (levels, flip, inv) in [(127, 0u8, 1.0), (31, 0x80, 1.0), (63, 0x80, 1.37)] {
+            let x = &x[..len];
+            let mut want = vec![0u8; len];
+            quant::quantize_row_plain(x, inv, levels, flip, &mut want);
+            #[cfg(target_arch = "x86_64")]
+            {
+                let mut got = vec![0u8; len];
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: AVX2 was detected.
+                    unsafe { quant::quantize_row_avx2(x, inv, levels, flip, &mut got) };
+                    assert_eq!(got, want, "avx2 len {len} levels {levels}");
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: AVX-512F was detected.
+                    unsafe { quant::quantize_row_avx512(x, inv, levels, flip, &mut got) };
+                    assert_eq!(got, want, "avx512 len {len} levels {levels}");
+                }
+            }
+            if len == 203 && levels == 31 {
+                // The ends clamp; 0.5 → 0 and 1.5 → 2 (ties to even).
+                assert_eq!((want[0] ^ flip) as i8, -31);
+                assert_eq!((want[102] ^ flip) as i8, 0);
+                assert_eq!((want[104] ^ flip) as i8, 2);
+            }
+        }
+    }
+}
+
+#[test]
 fn activations_quantise_per_row_by_the_definition_in_both_encodings() {
     let (m, k) = (6, 23);
     let mut rnd = lcg(3);
