@@ -8,6 +8,7 @@ pub mod config;
 pub mod cpu_caches;
 pub mod cpu_kernel;
 pub(crate) mod cpu_math;
+pub(crate) mod cpu_norms;
 pub mod error;
 pub mod flash;
 pub mod flops;

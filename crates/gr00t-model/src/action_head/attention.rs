@@ -2,7 +2,8 @@
 //! biases, scale 1/√head_dim), the GELU-tanh `FeedForward`, a two-pass LayerNorm and boolean key
 //! masks as additive biases.
 
-use crate::cpu_math::{self, Then};
+use crate::cpu_math::Then;
+use crate::cpu_norms;
 use crate::linear::{linear, products_for, Linear, Products};
 use crate::nn::cpu_attention;
 use crate::{Error, Result};
@@ -188,7 +189,7 @@ impl LayerNorm {
     /// roundings as the separate ops), elsewhere the separate ops.
     pub(crate) fn modulated(&self, x: &Tensor, scale: &Tensor, shift: &Tensor) -> Result<Tensor> {
         if self.affine.is_none() && x.device().is_cpu() && x.dtype() == DType::F32 {
-            return Ok(cpu_math::layer_norm(x, Some((scale, shift)), self.eps)?);
+            return Ok(cpu_norms::layer_norm(x, Some((scale, shift)), self.eps)?);
         }
         Ok(self
             .forward(x)?
@@ -200,7 +201,7 @@ impl LayerNorm {
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if x.device().is_cpu() && x.dtype() == DType::F32 {
             let affine = self.affine.as_ref().map(|(w, b)| (w, b));
-            return Ok(cpu_math::layer_norm(x, affine, self.eps)?);
+            return Ok(cpu_norms::layer_norm(x, affine, self.eps)?);
         }
         // Statistics in f32 whatever the activation dtype (no-op casts in f32).
         let dtype = x.dtype();

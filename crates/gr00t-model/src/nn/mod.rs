@@ -38,7 +38,7 @@ impl LayerNorm {
         h: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor)> {
         if crate::cpu_math::cpu_f32_pair(x, h) {
-            return crate::cpu_math::add_layer_norm(
+            return crate::cpu_norms::add_layer_norm(
                 x,
                 h,
                 Some((&self.weight, &self.bias)),
@@ -57,7 +57,7 @@ impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         if x.device().is_cpu() && x.dtype() == DType::F32 {
             // One vectorised pass instead of ~10 candle passes, same two-pass math.
-            return crate::cpu_math::layer_norm(x, Some((&self.weight, &self.bias)), self.eps);
+            return crate::cpu_norms::layer_norm(x, Some((&self.weight, &self.bias)), self.eps);
         }
         let dtype = x.dtype();
         let x = x.to_dtype(DType::F32)?;
@@ -96,7 +96,7 @@ impl RmsNorm {
         h: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor)> {
         if crate::cpu_math::cpu_f32_pair(x, h) && self.weight.dtype() == DType::F32 {
-            return crate::cpu_math::add_rms_norm(x, h, &self.weight, self.eps);
+            return crate::cpu_norms::add_rms_norm(x, h, &self.weight, self.eps);
         }
         let sum = (x + h)?;
         let normed = self.forward(&sum)?;
@@ -109,7 +109,7 @@ impl Module for RmsNorm {
     /// another); elsewhere candle's op.
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         if x.device().is_cpu() && x.dtype() == DType::F32 && self.weight.dtype() == DType::F32 {
-            return crate::cpu_math::rms_norm(x, &self.weight, self.eps);
+            return crate::cpu_norms::rms_norm(x, &self.weight, self.eps);
         }
         candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)
     }
