@@ -300,11 +300,21 @@ pub(crate) fn residual_add(x: &Tensor, h: &Tensor) -> candle_core::Result<Tensor
     if !cpu_f32_pair(x, h) {
         return x + h;
     }
+    zip_map(x, h, add_slice)
+}
+
+/// `kernel(a, b, dst)` over equal chunks of two CPU f32 tensors of one shape into a fresh one,
+/// chunks in parallel.
+fn zip_map(
+    x: &Tensor,
+    h: &Tensor,
+    kernel: fn(&[f32], &[f32], &mut [f32]),
+) -> candle_core::Result<Tensor> {
     let (x, h) = (x.contiguous()?, h.contiguous()?);
     let out = with_values(&x, &h, |a, b| {
         par_fresh(a.len(), CHUNK, 0.0, |start, d| {
             let end = start + d.len();
-            add_slice(&a[start..end], &b[start..end], d)
+            kernel(&a[start..end], &b[start..end], d)
         })
     })?;
     Tensor::from_vec(out, x.shape(), &candle_core::Device::Cpu)
@@ -424,14 +434,7 @@ pub(crate) fn silu_mul(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor
     if !cpu_f32_pair(gate, up) {
         return gate.silu()? * up;
     }
-    let (gate, up) = (gate.contiguous()?, up.contiguous()?);
-    let out = with_values(&gate, &up, |g, u| {
-        par_fresh(g.len(), CHUNK, 0.0, |start, d| {
-            let end = start + d.len();
-            silu_mul_slice(&g[start..end], &u[start..end], d)
-        })
-    })?;
-    Tensor::from_vec(out, gate.shape(), &candle_core::Device::Cpu)
+    zip_map(gate, up, silu_mul_slice)
 }
 
 dispatch! {
