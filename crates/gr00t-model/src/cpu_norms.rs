@@ -5,6 +5,21 @@ use crate::cpu_math::{add_slice, cpu_f32_pair, dispatch, lane_sum, with_values, 
 use crate::gemm::out_ptr::{par_fresh, OutPtr};
 use candle_core::{CpuStorage, Storage, Tensor};
 
+/// `Σ x²` as LANES interleaved partial sums, then the partials and the tail in order (as
+/// [`lane_sum`]).
+#[inline(always)]
+fn lane_sum_squares(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v * v;
+        }
+    }
+    let tail = chunks.remainder().iter().map(|v| v * v);
+    lanes.iter().copied().chain(tail).sum::<f32>()
+}
+
 dispatch! {
     /// Two-pass LayerNorm of one row into `out`: `(x − mean) / sqrt(var + eps)`, then
     /// `· w + b` when given.
@@ -14,15 +29,7 @@ dispatch! {
         for (o, &v) in out.iter_mut().zip(x) {
             *o = v - mean;
         }
-        let mut lanes = [0f32; LANES];
-        let mut chunks = out.chunks_exact(LANES);
-        for c in &mut chunks {
-            for (l, &v) in lanes.iter_mut().zip(c) {
-                *l += v * v;
-            }
-        }
-        let tail = chunks.remainder().iter().map(|v| v * v);
-        let var = lanes.iter().copied().chain(tail).sum::<f32>() / n;
+        let var = lane_sum_squares(out) / n;
         let std = (var + eps).sqrt();
         for o in out.iter_mut() {
             *o /= std;
@@ -70,15 +77,7 @@ dispatch! {
     /// Qwen3's RMSNorm of one row into `out`: `x / sqrt(mean(x²) + eps) · w`, candle's
     /// `rms_norm` with its sum of squares in lanes.
     rms_norm_row(x: &[f32], out: &mut [f32], w: &[f32], eps: f32) {
-        let mut lanes = [0f32; LANES];
-        let mut chunks = x.chunks_exact(LANES);
-        for c in &mut chunks {
-            for (l, &v) in lanes.iter_mut().zip(c) {
-                *l += v * v;
-            }
-        }
-        let tail = chunks.remainder().iter().map(|v| v * v);
-        let sum2 = lanes.iter().copied().chain(tail).sum::<f32>();
+        let sum2 = lane_sum_squares(x);
         let m = (sum2 / x.len() as f32 + eps).sqrt();
         for ((o, &v), &w) in out.iter_mut().zip(x).zip(w) {
             *o = v / m * w;
