@@ -469,3 +469,55 @@ fn smoothing_takes_outlier_channels_out_of_the_activation_scale() {
         );
     }
 }
+
+/// The row tiles of a column tile pull in every line of the next column tile's panels, and only
+/// those: spread over all the tiles when there are few (each pulling one panel's worth from its
+/// start, so that every tile pulls some), one panel each for the first ones when there are
+/// many; nothing after the last column tile.
+#[test]
+fn row_tiles_pull_in_all_of_the_next_column_tiles_panels() {
+    let nr = 4 * NP;
+    for (n, k) in [(1536, 1536), (1536, 6144), (96, 64), (100, 256), (48, 4)] {
+        let w = PackedI8::from_f32(&vec![0.25; n * k], n, k, LEVELS).unwrap();
+        let panel_len = w.k4() * 4 * NP;
+        let base = w.panel(0).as_ptr() as usize;
+        for tiles in [1, 2, 3, 4, 5, 7, 15, 16, 28] {
+            for c0 in (0..n).step_by(nr) {
+                let next0 = c0 + nr;
+                let panels = n.next_multiple_of(2 * NP).saturating_sub(next0).min(nr) / NP;
+                let (lo, hi) = (
+                    base + next0 / NP * panel_len,
+                    base + (next0 / NP + panels) * panel_len,
+                );
+                let mut pulled = vec![false; panels * panel_len / 64];
+                for j in 0..tiles {
+                    let Some(p) = next_panels(&w, tiles, j, (c0, nr, n)) else {
+                        // Idle: none to pull, or many tiles and the panels already taken.
+                        assert!(
+                            panels == 0 || (tiles >= SPREAD_BELOW_TILES && j >= panels),
+                            "tile {j} idle"
+                        );
+                        continue;
+                    };
+                    let p = p as usize;
+                    assert!(
+                        p >= lo && p + panel_len <= hi,
+                        "n {n} k {k} tiles {tiles} c0 {c0} j {j}"
+                    );
+                    pulled[(p - lo) / 64..(p - lo + panel_len) / 64].fill(true);
+                }
+                // Few tiles cover the next panels together when each has a panel's worth to
+                // pull; many tiles cover them one panel each.
+                if tiles >= panels {
+                    assert!(
+                        pulled.iter().all(|&p| p),
+                        "n {n} k {k} tiles {tiles} c0 {c0}"
+                    );
+                }
+                if panels == 0 {
+                    assert!(pulled.is_empty());
+                }
+            }
+        }
+    }
+}
