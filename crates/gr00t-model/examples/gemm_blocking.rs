@@ -27,6 +27,11 @@ const MR: usize = 6;
 const NR: usize = 32;
 
 fn main() {
+    common::in_pool(run)
+}
+
+/// The timings, on a thread of the pool.
+fn run() {
     let rounds: usize = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())

@@ -47,6 +47,11 @@ const RATIOS: [(&str, usize, usize); 9] = [
 ];
 
 fn main() {
+    common::in_pool(run)
+}
+
+/// The timings, on a thread of the pool.
+fn run() {
     let rounds: usize = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())

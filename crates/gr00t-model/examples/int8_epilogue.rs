@@ -14,6 +14,11 @@ use std::time::Instant;
 const GELU_AFTER: [&str; 2] = ["vision fc1", "dit ff1"];
 
 fn main() -> candle_core::Result<()> {
+    common::in_pool(run)
+}
+
+/// The timings, on a thread of the pool.
+fn run() -> candle_core::Result<()> {
     let rounds: usize = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())

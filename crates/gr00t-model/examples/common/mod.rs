@@ -48,3 +48,15 @@ pub fn median(v: &[f64]) -> Option<f64> {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied()
 }
+
+/// Runs `f` on a thread of a fresh rayon pool (`RAYON_NUM_THREADS` threads, else one per
+/// core), as the model runs each request (`Gr00tModel::run`): called from outside the pool,
+/// every parallel product is handed in from outside, which wakes a worker and puts the caller
+/// to sleep each time, and small products (the DiT's) then time 1.3–1.5× slower than in the
+/// model.
+pub fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .build()
+        .expect("a rayon pool")
+        .install(f)
+}
