@@ -1,5 +1,6 @@
-//! Where a packed weight's elements live: a buffer of its own, or a read-only mapping of the
-//! packed-weight cache ([`crate::weight_cache`]) used in place (no copy, no page zeroing).
+//! Where a packed weight's elements live: a buffer of its own (on Linux, a large one in
+//! anonymous memory on transparent huge pages), or a read-only mapping of the packed-weight
+//! cache ([`crate::weight_cache`]) used in place (no copy, no page zeroing).
 
 use std::sync::Arc;
 
@@ -12,6 +13,10 @@ pub(crate) trait Plain: Copy + Default + Send + Sync + 'static {}
 impl Plain for half::bf16 {}
 impl Plain for i8 {}
 
+/// Bytes from which a buffer of its own is anonymous memory asked to be backed by 2 MiB pages.
+#[cfg(target_os = "linux")]
+const HUGE_FROM: usize = 2 << 20;
+
 /// `len` elements starting at an [`ALIGN`]-byte boundary.
 pub(crate) enum Elements<T: Plain> {
     /// A buffer of their own (`start` elements in, for the alignment).
@@ -20,6 +25,12 @@ pub(crate) enum Elements<T: Plain> {
         start: usize,
         len: usize,
     },
+    /// A large buffer of their own: an anonymous mapping (page-aligned) advised onto huge pages.
+    /// The products stream gigabytes of weights per request, and on 4 KiB pages every page of
+    /// every panel stream costs a TLB miss. With the weights coming from memory, alternating in
+    /// one process (Zen 5, 2 threads): the DiT's 41-row products 1–3 % faster, a 469-row
+    /// one (the LLM's) 3 %, the vision tower's qkv 1 %.
+    Anonymous { map: memmap2::MmapMut, len: usize },
     /// Bytes `offset..` of a read-only mapping.
     Mapped {
         map: Arc<memmap2::Mmap>,
@@ -31,6 +42,15 @@ pub(crate) enum Elements<T: Plain> {
 impl<T: Plain> Elements<T> {
     /// `len` zero elements of their own.
     pub(crate) fn zeroed(len: usize) -> Elements<T> {
+        #[cfg(target_os = "linux")]
+        if len * size_of::<T>() >= HUGE_FROM {
+            // Fresh anonymous pages read as zero; a failed mapping falls back to the heap.
+            if let Ok(map) = memmap2::MmapMut::map_anon(len * size_of::<T>()) {
+                // A hint: without transparent huge pages (or with them off) the pages stay small.
+                let _ = map.advise(memmap2::Advice::HugePage);
+                return Elements::Anonymous { map, len };
+            }
+        }
         let pad = ALIGN / size_of::<T>();
         let buf = vec![T::default(); len + pad];
         let start = buf.as_ptr().align_offset(ALIGN).min(pad);
@@ -49,6 +69,11 @@ impl<T: Plain> Elements<T> {
     pub(crate) fn as_slice(&self) -> &[T] {
         match self {
             Elements::Owned { buf, start, len } => &buf[*start..][..*len],
+            // SAFETY: the mapping holds len·size_of::<T>() bytes, page-aligned, every bit
+            // pattern is a T (`Plain`), and it lives as long as `self`.
+            Elements::Anonymous { map, len } => unsafe {
+                std::slice::from_raw_parts(map.as_ptr().cast::<T>(), *len)
+            },
             Elements::Mapped { map, offset, len } => {
                 let bytes = &map[*offset..][..len * size_of::<T>()];
                 // SAFETY: the bytes lie inside the mapping (checked in `mapped`), aligned for
@@ -63,6 +88,10 @@ impl<T: Plain> Elements<T> {
     pub(crate) fn as_mut_slice(&mut self) -> Option<&mut [T]> {
         match self {
             Elements::Owned { buf, start, len } => Some(&mut buf[*start..][..*len]),
+            // SAFETY: as in `as_slice`, and the mapping is writable and borrowed mutably.
+            Elements::Anonymous { map, len } => {
+                Some(unsafe { std::slice::from_raw_parts_mut(map.as_mut_ptr().cast::<T>(), *len) })
+            }
             Elements::Mapped { .. } => None,
         }
     }
@@ -78,6 +107,7 @@ impl<T: Plain> Elements<T> {
     pub(crate) fn owned_bytes(&self) -> usize {
         match self {
             Elements::Owned { buf, .. } => std::mem::size_of_val(buf.as_slice()),
+            Elements::Anonymous { map, .. } => map.len(),
             Elements::Mapped { .. } => 0,
         }
     }
@@ -87,7 +117,48 @@ impl<T: Plain> std::fmt::Debug for Elements<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Elements::Owned { len, .. } => write!(f, "{len} owned elements"),
+            Elements::Anonymous { len, .. } => write!(f, "{len} owned elements (anonymous map)"),
             Elements::Mapped { offset, len, .. } => write!(f, "{len} elements mapped at {offset}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fresh elements read as zero, take writes, and read them back, at every size (small ones
+    /// on the heap, large ones in an anonymous mapping on Linux), at an ALIGN-byte boundary.
+    #[test]
+    fn zeroed_elements_are_zero_writable_and_aligned_at_every_size() {
+        for len in [1usize, 63, 4096, (2 << 20) - 1, 2 << 20, (5 << 20) + 3] {
+            let mut e = Elements::<i8>::zeroed(len);
+            assert_eq!(e.as_slice().len(), len);
+            assert!(e.as_slice().iter().all(|&v| v == 0), "{len}: not zero");
+            assert!(
+                (e.as_slice().as_ptr() as usize).is_multiple_of(ALIGN),
+                "{len}"
+            );
+            assert!(e.owned_bytes() >= len, "{len}: {} owned", e.owned_bytes());
+            let w = e.as_mut_slice().expect("owned elements are writable");
+            for (i, v) in w.iter_mut().enumerate() {
+                *v = (i % 251) as i8;
+            }
+            assert!(e
+                .as_slice()
+                .iter()
+                .enumerate()
+                .all(|(i, &v)| v == (i % 251) as i8));
+            assert_eq!(e.as_bytes().len(), len);
+            #[cfg(target_os = "linux")]
+            assert_eq!(
+                matches!(e, Elements::Anonymous { .. }),
+                len >= HUGE_FROM,
+                "{len}: {e:?}"
+            );
+        }
+        let b = Elements::<half::bf16>::zeroed(3 << 20);
+        assert!(b.as_slice().iter().all(|v| v.to_f32() == 0.0));
+        assert_eq!(b.as_bytes().len(), 6 << 20);
     }
 }
