@@ -366,7 +366,7 @@ unsafe fn unit(
 /// column tile's panels into the L2, one line per step of four k, or `None` when it has none
 /// to pull. The panels stream from memory at an even pace: with few row tiles (the DiT's 41
 /// rows are 7) the tiles' starts are spread evenly over the next tile's panels, which they
-/// cover together; with many (a vision row block's 28), the first ones pull one panel each,
+/// cover together; with many (a vision row block's 42), the first ones pull one panel each,
 /// and the others' hints fall on lines already cached. Against the first-ones-only pulls for
 /// every product, spreading made the DiT's 41-row products with K = 1 536 3–15 % faster with
 /// their weights coming from memory (K = 6 144: ±1 %; alternating in one process, Zen 5).
@@ -379,8 +379,8 @@ fn next_panels(
     let panel_len = w.k4() * 4 * NP;
     let next0 = c0 + nr;
     // The columns are padded to whole 32-column tiles.
-    let next_panels = end.next_multiple_of(2 * NP).saturating_sub(next0).min(nr) / NP;
-    let bytes = next_panels * panel_len;
+    let panels = end.next_multiple_of(2 * NP).saturating_sub(next0).min(nr) / NP;
+    let bytes = panels * panel_len;
     let start = if tiles < SPREAD_BELOW_TILES {
         // Each tile pulls one panel's worth of lines (k4 of them) from its start.
         let stride = (bytes / tiles.max(1)).next_multiple_of(64);
