@@ -30,7 +30,7 @@ pub(crate) enum Elements<T: Plain> {
     /// every panel stream costs a TLB miss. With the weights coming from memory, alternating in
     /// one process (Zen 5, 2 threads): the DiT's 41-row products 1–3 % faster, a 469-row
     /// one (the LLM's) 3 %, the vision tower's qkv 1 %.
-    Anonymous { map: memmap2::MmapMut, len: usize },
+    Anonymous(memmap2::MmapMut),
     /// Bytes `offset..` of a read-only mapping.
     Mapped {
         map: Arc<memmap2::Mmap>,
@@ -43,12 +43,16 @@ impl<T: Plain> Elements<T> {
     /// `len` zero elements of their own.
     pub(crate) fn zeroed(len: usize) -> Elements<T> {
         #[cfg(target_os = "linux")]
-        if len * size_of::<T>() >= HUGE_FROM {
+        {
+            let bytes = len * size_of::<T>();
             // Fresh anonymous pages read as zero; a failed mapping falls back to the heap.
-            if let Ok(map) = memmap2::MmapMut::map_anon(len * size_of::<T>()) {
+            if let Some(map) = (bytes >= HUGE_FROM)
+                .then(|| memmap2::MmapMut::map_anon(bytes).ok())
+                .flatten()
+            {
                 // A hint: without transparent huge pages (or with them off) the pages stay small.
                 let _ = map.advise(memmap2::Advice::HugePage);
-                return Elements::Anonymous { map, len };
+                return Elements::Anonymous(map);
             }
         }
         let pad = ALIGN / size_of::<T>();
@@ -69,10 +73,11 @@ impl<T: Plain> Elements<T> {
     pub(crate) fn as_slice(&self) -> &[T] {
         match self {
             Elements::Owned { buf, start, len } => &buf[*start..][..*len],
-            // SAFETY: the mapping holds len·size_of::<T>() bytes, page-aligned, every bit
-            // pattern is a T (`Plain`), and it lives as long as `self`.
-            Elements::Anonymous { map, len } => unsafe {
-                std::slice::from_raw_parts(map.as_ptr().cast::<T>(), *len)
+            // SAFETY: the mapping holds a whole number of T (its length is a count of them
+            // times their size), page-aligned, every bit pattern is a T (`Plain`), and it lives
+            // as long as `self`.
+            Elements::Anonymous(map) => unsafe {
+                std::slice::from_raw_parts(map.as_ptr().cast::<T>(), map.len() / size_of::<T>())
             },
             Elements::Mapped { map, offset, len } => {
                 let bytes = &map[*offset..][..len * size_of::<T>()];
@@ -89,8 +94,9 @@ impl<T: Plain> Elements<T> {
         match self {
             Elements::Owned { buf, start, len } => Some(&mut buf[*start..][..*len]),
             // SAFETY: as in `as_slice`, and the mapping is writable and borrowed mutably.
-            Elements::Anonymous { map, len } => {
-                Some(unsafe { std::slice::from_raw_parts_mut(map.as_mut_ptr().cast::<T>(), *len) })
+            Elements::Anonymous(map) => {
+                let len = map.len() / size_of::<T>();
+                Some(unsafe { std::slice::from_raw_parts_mut(map.as_mut_ptr().cast::<T>(), len) })
             }
             Elements::Mapped { .. } => None,
         }
@@ -107,7 +113,7 @@ impl<T: Plain> Elements<T> {
     pub(crate) fn owned_bytes(&self) -> usize {
         match self {
             Elements::Owned { buf, .. } => std::mem::size_of_val(buf.as_slice()),
-            Elements::Anonymous { map, .. } => map.len(),
+            Elements::Anonymous(map) => map.len(),
             Elements::Mapped { .. } => 0,
         }
     }
@@ -117,7 +123,10 @@ impl<T: Plain> std::fmt::Debug for Elements<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Elements::Owned { len, .. } => write!(f, "{len} owned elements"),
-            Elements::Anonymous { len, .. } => write!(f, "{len} owned elements (anonymous map)"),
+            Elements::Anonymous(map) => {
+                let len = map.len() / size_of::<T>();
+                write!(f, "{len} owned elements (anonymous map)")
+            }
             Elements::Mapped { offset, len, .. } => write!(f, "{len} elements mapped at {offset}"),
         }
     }
@@ -152,7 +161,7 @@ mod tests {
             assert_eq!(e.as_bytes().len(), len);
             #[cfg(target_os = "linux")]
             assert_eq!(
-                matches!(e, Elements::Anonymous { .. }),
+                matches!(e, Elements::Anonymous(_)),
                 len >= HUGE_FROM,
                 "{len}: {e:?}"
             );
